@@ -1,0 +1,3 @@
+//! kubenft: a Kubernetes service proxy that programs nftables over netlink.
+
+pub mod nft;

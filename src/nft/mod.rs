@@ -1,0 +1,6 @@
+//! nftables over netlink: a typed model, a renderer to `nft -f` syntax, a transaction that is
+//! applied as one atomic netlink batch, and dumps that decode the kernel's state back into the
+//! same model. Knows nothing of Kubernetes.
+
+pub mod model;
+pub mod transaction;

@@ -1,0 +1,302 @@
+//! The typed nftables model: what a table holds, independent of how it reaches the kernel.
+//!
+//! One `Table` value is the whole desired (or dumped) state of one nftables table. The same value
+//! is rendered as `nft -f` text (`render`), encoded as netlink messages (`netlink`), and decoded
+//! back from a kernel dump, so equality of two `Table`s is equality of rulesets.
+//!
+//! Collections are `BTreeMap`s keyed by name and element `Vec`s are kept sorted by `Table::normalize`,
+//! so output is deterministic byte for byte.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// Address family of a table (`NFPROTO_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    /// `ip` (NFPROTO_IPV4)
+    Ip,
+    /// `ip6` (NFPROTO_IPV6)
+    Ip6,
+    /// `inet` (NFPROTO_INET): both; address matches carry an implicit `meta nfproto` dependency.
+    Inet,
+}
+
+/// A whole table with everything in it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Table {
+    pub family: Family,
+    pub name: String,
+    pub comment: Option<String>,
+    pub chains: BTreeMap<String, Chain>,
+    pub sets: BTreeMap<String, Set>,
+}
+
+impl Default for Family {
+    fn default() -> Self {
+        Family::Ip
+    }
+}
+
+/// A chain: regular (jump/goto target) or base (attached to a hook).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chain {
+    pub name: String,
+    pub base: Option<BaseChain>,
+    pub comment: Option<String>,
+    pub rules: Vec<Rule>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BaseChain {
+    pub kind: ChainType,
+    pub hook: Hook,
+    /// Numeric priority (e.g. -100 for dstnat); rendered as a number because nft 1.0.6 rejects
+    /// `priority dstnat` on output hooks.
+    pub priority: i32,
+    pub policy: Policy,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainType {
+    Filter,
+    Nat,
+    Route,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    Prerouting,
+    Input,
+    Forward,
+    Output,
+    Postrouting,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    Accept,
+    Drop,
+}
+
+/// A rule: statements evaluated left to right, plus an optional comment.
+///
+/// `handle` is the kernel's rule handle; it is `None` in desired state and filled in by dumps.
+/// Equality ignores nothing: compare desired with dumped state via `Table::without_handles`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Rule {
+    pub stmts: Vec<Stmt>,
+    pub comment: Option<String>,
+    pub handle: Option<u64>,
+}
+
+/// A value a rule can read from the packet or its metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Selector {
+    /// `ip saddr`
+    IpSaddr,
+    /// `ip daddr`
+    IpDaddr,
+    /// `ip6 saddr`
+    Ip6Saddr,
+    /// `ip6 daddr`
+    Ip6Daddr,
+    /// `th sport` (transport header bytes 0-1)
+    ThSport,
+    /// `th dport` (transport header bytes 2-3)
+    ThDport,
+    /// `meta l4proto`
+    L4Proto,
+    /// `meta nfproto`
+    NfProto,
+    /// `meta mark`
+    Mark,
+    /// `iifname`
+    IifName,
+    /// `oifname`
+    OifName,
+    /// `fib saddr type` (address type of the source, e.g. local)
+    FibSaddrType,
+    /// `fib daddr type`
+    FibDaddrType,
+    /// `ct state` (a bit set: matched with `CtState` values)
+    CtState,
+}
+
+/// A constant on the right-hand side of a match, a set key part, or a dnat target.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Value {
+    Ipv4(Ipv4Addr),
+    Ipv6(Ipv6Addr),
+    /// A CIDR: matched as `addr & mask == net`; in interval sets, a range.
+    Ipv4Net(ipnet::Ipv4Net),
+    Ipv6Net(ipnet::Ipv6Net),
+    /// IP protocol number (6 tcp, 17 udp, 132 sctp).
+    Proto(u8),
+    /// Transport port.
+    Port(u16),
+    Mark(u32),
+    /// `NFPROTO_*` value (2 ipv4, 10 ipv6).
+    NfProto(u8),
+    /// Interface name; a trailing `*` makes it a prefix match.
+    IfName(String),
+    /// Route address type (`RTN_LOCAL` = 2 is `local`).
+    AddrType(AddrType),
+    /// Conntrack state bits (`NF_CT_STATE_*_BIT`).
+    CtState(CtState),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AddrType {
+    Unicast,
+    Local,
+    Broadcast,
+    Multicast,
+}
+
+/// Conntrack states as a bit set; `ct state new,established` is `NEW | ESTABLISHED`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CtState(pub u32);
+
+impl CtState {
+    pub const INVALID: CtState = CtState(1);
+    pub const ESTABLISHED: CtState = CtState(2);
+    pub const RELATED: CtState = CtState(4);
+    pub const NEW: CtState = CtState(8);
+    pub const UNTRACKED: CtState = CtState(64);
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+}
+
+/// What a rule ends with, or what a verdict map yields.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Verdict {
+    Accept,
+    Drop,
+    Continue,
+    Return,
+    Jump(String),
+    Goto(String),
+}
+
+/// How a set lookup names its set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MapRef {
+    /// `@name`: a named set or map of this table.
+    Named(String),
+    /// `{ key : verdict, … }`: an anonymous constant map owned by the rule.
+    Anonymous(Vec<(Vec<Value>, Verdict)>),
+}
+
+/// Meta mark arithmetic: `meta mark set meta mark <op> value`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkOp {
+    Or(u32),
+    Xor(u32),
+    /// `meta mark set meta mark and value`
+    And(u32),
+    /// `meta mark set value`
+    Set(u32),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectKind {
+    /// Plain `reject`: TCP reset for TCP, ICMP port unreachable otherwise (as nft's default).
+    Default,
+    /// `reject with tcp reset`
+    TcpReset,
+    /// `reject with icmp(v6)x port-unreachable`
+    IcmpPortUnreachable,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateUnit {
+    Second,
+    Minute,
+    Hour,
+    Day,
+}
+
+/// One statement of a rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stmt {
+    /// `left [& mask] op right`. `mask` is only meaningful for `Mark` and `CtState`;
+    /// for `CtState` the match is "any of these bits set" (`ct state new`).
+    Match {
+        left: Selector,
+        mask: Option<u32>,
+        op: CmpOp,
+        right: Value,
+    },
+    /// `key . key … [!=] @set`: membership test (`negate` for `!=`).
+    Lookup {
+        key: Vec<Selector>,
+        set: String,
+        negate: bool,
+    },
+    /// `key . key … vmap @map` or `vmap { … }`.
+    VMap { key: Vec<Selector>, map: MapRef },
+    /// `numgen random mod N vmap { 0 : verdict, … }` (`map` must be `Anonymous` or `Named`).
+    NumgenVMap { modulus: u32, map: MapRef },
+    /// `update @set { key . key … }`: add or refresh the key in a dynamic timeout set.
+    Update { set: String, key: Vec<Selector> },
+    /// `meta mark set …`
+    SetMark(MarkOp),
+    /// `dnat to addr[:port]` (needs `meta l4proto` match before it if a port is given).
+    Dnat { addr: IpAddr, port: Option<u16> },
+    /// `masquerade [fully-random]`
+    Masquerade { fully_random: bool },
+    /// `reject [with …]`
+    Reject(RejectKind),
+    /// `limit rate N/unit burst B packets`
+    Limit { rate: u64, unit: RateUnit, burst: u32 },
+    /// `counter`
+    Counter,
+    /// A terminal verdict.
+    Verdict(Verdict),
+}
+
+/// Types of set key parts and map data, as nft names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DataType {
+    Ipv4Addr,
+    Ipv6Addr,
+    InetProto,
+    InetService,
+    Mark,
+    IfName,
+    Verdict,
+    /// Plain host-endian 32-bit integer (numgen results).
+    Integer,
+}
+
+/// A named set or map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Set {
+    pub name: String,
+    /// Concatenated key (one entry for a plain set).
+    pub key: Vec<DataType>,
+    /// `Some(Verdict)` for a verdict map.
+    pub data: Option<DataType>,
+    /// `flags interval`: elements may be CIDRs.
+    pub interval: bool,
+    /// `flags dynamic`: rules may add elements (`update @set`).
+    pub dynamic: bool,
+    /// `timeout`: default element lifetime in seconds (implies `flags timeout`).
+    pub timeout: Option<u32>,
+    pub comment: Option<String>,
+    pub elements: Vec<Element>,
+}
+
+/// One element of a set or map.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Element {
+    /// One value per key part; CIDRs allowed in interval sets.
+    pub key: Vec<Value>,
+    /// Map data (the verdict of a verdict map).
+    pub data: Option<Verdict>,
+    pub comment: Option<String>,
+}

@@ -1,0 +1,47 @@
+//! An ordered list of operations on one or more tables, applied as ONE netlink batch: the kernel
+//! takes all of them or none.
+//!
+//! Operations are plain data (printable, countable, comparable) so the planner and tests can
+//! reason about a sync without a kernel; `netlink::apply` sends them.
+
+use super::model::{Chain, Element, Family, Rule, Set};
+
+/// Which table an operation targets.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TableRef {
+    pub family: Family,
+    pub name: String,
+}
+
+/// One operation, in the order the kernel will see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Create the table if missing (like `add table`: no error if it exists).
+    AddTable { table: TableRef, comment: Option<String> },
+    DeleteTable { table: TableRef },
+    /// Remove every rule of every chain of the table (sets and chains stay).
+    FlushTable { table: TableRef },
+    /// Create the chain (base or regular) if missing; `chain.rules` is ignored (add rules separately).
+    AddChain { table: TableRef, chain: Chain },
+    FlushChain { table: TableRef, chain: String },
+    DeleteChain { table: TableRef, chain: String },
+    /// Create the set if missing; `set.elements` is ignored (add elements separately).
+    AddSet { table: TableRef, set: Set },
+    FlushSet { table: TableRef, set: String },
+    DeleteSet { table: TableRef, set: String },
+    AddElements { table: TableRef, set: String, elements: Vec<Element> },
+    DeleteElements { table: TableRef, set: String, elements: Vec<Element> },
+    /// Append a rule at the end of the chain.
+    AddRule { table: TableRef, chain: String, rule: Rule },
+    /// Delete a rule by its kernel handle.
+    DeleteRule { table: TableRef, chain: String, handle: u64 },
+}
+
+/// An ordered batch of operations. Applying it is all-or-nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Transaction {
+    pub ops: Vec<Op>,
+    /// When set, the kernel refuses the batch if the ruleset generation changed since this id
+    /// was read (another program changed the ruleset in between).
+    pub expected_generation: Option<u32>,
+}
