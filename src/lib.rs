@@ -1,3 +1,5 @@
 //! kubenft: a Kubernetes service proxy that programs nftables over netlink.
 
+pub mod model;
 pub mod nft;
+pub mod proxier;

@@ -3,4 +3,5 @@
 //! same model. Knows nothing of Kubernetes.
 
 pub mod model;
+pub mod netlink;
 pub mod transaction;

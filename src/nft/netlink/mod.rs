@@ -1,0 +1,5 @@
+//! nf_tables over netlink: encode a `Transaction` as one nfnetlink batch, send it, attribute a
+//! kernel error to the operation that caused it, and decode dumps back into the model.
+
+pub mod attr;
+pub mod sys;
