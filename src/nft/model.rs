@@ -252,7 +252,11 @@ pub enum Stmt {
     /// `reject [with …]`
     Reject(RejectKind),
     /// `limit rate N/unit burst B packets`
-    Limit { rate: u64, unit: RateUnit, burst: u32 },
+    Limit {
+        rate: u64,
+        unit: RateUnit,
+        burst: u32,
+    },
     /// `counter`
     Counter,
     /// A terminal verdict.

@@ -17,24 +17,65 @@ pub struct TableRef {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     /// Create the table if missing (like `add table`: no error if it exists).
-    AddTable { table: TableRef, comment: Option<String> },
-    DeleteTable { table: TableRef },
+    AddTable {
+        table: TableRef,
+        comment: Option<String>,
+    },
+    DeleteTable {
+        table: TableRef,
+    },
     /// Remove every rule of every chain of the table (sets and chains stay).
-    FlushTable { table: TableRef },
+    FlushTable {
+        table: TableRef,
+    },
     /// Create the chain (base or regular) if missing; `chain.rules` is ignored (add rules separately).
-    AddChain { table: TableRef, chain: Chain },
-    FlushChain { table: TableRef, chain: String },
-    DeleteChain { table: TableRef, chain: String },
+    AddChain {
+        table: TableRef,
+        chain: Chain,
+    },
+    FlushChain {
+        table: TableRef,
+        chain: String,
+    },
+    DeleteChain {
+        table: TableRef,
+        chain: String,
+    },
     /// Create the set if missing; `set.elements` is ignored (add elements separately).
-    AddSet { table: TableRef, set: Set },
-    FlushSet { table: TableRef, set: String },
-    DeleteSet { table: TableRef, set: String },
-    AddElements { table: TableRef, set: String, elements: Vec<Element> },
-    DeleteElements { table: TableRef, set: String, elements: Vec<Element> },
+    AddSet {
+        table: TableRef,
+        set: Set,
+    },
+    FlushSet {
+        table: TableRef,
+        set: String,
+    },
+    DeleteSet {
+        table: TableRef,
+        set: String,
+    },
+    AddElements {
+        table: TableRef,
+        set: String,
+        elements: Vec<Element>,
+    },
+    DeleteElements {
+        table: TableRef,
+        set: String,
+        elements: Vec<Element>,
+    },
     /// Append a rule at the end of the chain.
-    AddRule { table: TableRef, chain: String, rule: Rule },
+    AddRule {
+        table: TableRef,
+        chain: String,
+        rule: Rule,
+    },
     /// Delete a rule by its kernel handle.
-    DeleteRule { table: TableRef, chain: String, handle: u64 },
+    DeleteRule {
+        table: TableRef,
+        chain: String,
+        handle: u64,
+    },
 }
 
 /// An ordered batch of operations. Applying it is all-or-nothing.

@@ -55,7 +55,9 @@ impl AttrWriter {
     pub fn nested(&mut self, kind: u16, f: impl FnOnce(&mut AttrWriter)) -> &mut Self {
         let start = self.buf.len();
         self.buf.extend_from_slice(&[0, 0, 0, 0]);
-        let mut inner = AttrWriter { buf: std::mem::take(&mut self.buf) };
+        let mut inner = AttrWriter {
+            buf: std::mem::take(&mut self.buf),
+        };
         f(&mut inner);
         self.buf = inner.buf;
         let len = self.buf.len() - start;
@@ -73,7 +75,11 @@ pub enum AttrError {
     #[error("attribute length {len} at offset {offset} overruns the buffer")]
     Overrun { offset: usize, len: usize },
     #[error("attribute {kind} has {len} bytes, expected {expected}")]
-    BadLength { kind: u16, len: usize, expected: usize },
+    BadLength {
+        kind: u16,
+        len: usize,
+        expected: usize,
+    },
     #[error("attribute {0} is not valid UTF-8")]
     NotUtf8(u16),
 }
@@ -133,7 +139,11 @@ pub struct AttrIter<'a> {
 
 impl<'a> AttrIter<'a> {
     pub fn new(buf: &'a [u8]) -> Self {
-        Self { buf, offset: 0, failed: false }
+        Self {
+            buf,
+            offset: 0,
+            failed: false,
+        }
     }
 }
 
@@ -153,7 +163,10 @@ impl<'a> Iterator for AttrIter<'a> {
         let kind = u16::from_ne_bytes([rest[2], rest[3]]) & 0x3fff;
         if len < 4 || len > rest.len() {
             self.failed = true;
-            return Some(Err(AttrError::Overrun { offset: self.offset, len }));
+            return Some(Err(AttrError::Overrun {
+                offset: self.offset,
+                len,
+            }));
         }
         let value = &rest[4..len];
         self.offset += pad4(len).min(rest.len());

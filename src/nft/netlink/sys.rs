@@ -2,7 +2,6 @@
 //! named exactly as there. Generated from the header; keep in sync by regenerating, not by hand.
 #![allow(dead_code, non_upper_case_globals)]
 
-
 // enum nft_registers
 pub const NFT_REG_VERDICT: u32 = 0;
 pub const NFT_REG_1: u32 = 1;
@@ -26,14 +25,12 @@ pub const NFT_REG32_13: u32 = 21;
 pub const NFT_REG32_14: u32 = 22;
 pub const NFT_REG32_15: u32 = 23;
 
-
 // enum nft_verdicts
 pub const NFT_CONTINUE: i32 = -1;
 pub const NFT_BREAK: i32 = -2;
 pub const NFT_JUMP: i32 = -3;
 pub const NFT_GOTO: i32 = -4;
 pub const NFT_RETURN: i32 = -5;
-
 
 // enum nf_tables_msg_types
 pub const NFT_MSG_NEWTABLE: u16 = 0;
@@ -63,11 +60,9 @@ pub const NFT_MSG_GETFLOWTABLE: u16 = 23;
 pub const NFT_MSG_DELFLOWTABLE: u16 = 24;
 pub const NFT_MSG_MAX: u16 = 25;
 
-
 // enum nft_list_attributes
 pub const NFTA_LIST_UNSPEC: u16 = 0;
 pub const NFTA_LIST_ELEM: u16 = 1;
-
 
 // enum nft_hook_attributes
 pub const NFTA_HOOK_UNSPEC: u16 = 0;
@@ -76,11 +71,9 @@ pub const NFTA_HOOK_PRIORITY: u16 = 2;
 pub const NFTA_HOOK_DEV: u16 = 3;
 pub const NFTA_HOOK_DEVS: u16 = 4;
 
-
 // enum nft_table_flags
 pub const NFT_TABLE_F_DORMANT: u32 = 1;
 pub const NFT_TABLE_F_OWNER: u32 = 2;
-
 
 // enum nft_table_attributes
 pub const NFTA_TABLE_UNSPEC: u16 = 0;
@@ -92,12 +85,10 @@ pub const NFTA_TABLE_PAD: u16 = 5;
 pub const NFTA_TABLE_USERDATA: u16 = 6;
 pub const NFTA_TABLE_OWNER: u16 = 7;
 
-
 // enum nft_chain_flags
 pub const NFT_CHAIN_BASE: u32 = 1;
 pub const NFT_CHAIN_HW_OFFLOAD: u32 = 2;
 pub const NFT_CHAIN_BINDING: u32 = 4;
-
 
 // enum nft_chain_attributes
 pub const NFTA_CHAIN_UNSPEC: u16 = 0;
@@ -114,7 +105,6 @@ pub const NFTA_CHAIN_FLAGS: u16 = 10;
 pub const NFTA_CHAIN_ID: u16 = 11;
 pub const NFTA_CHAIN_USERDATA: u16 = 12;
 
-
 // enum nft_rule_attributes
 pub const NFTA_RULE_UNSPEC: u16 = 0;
 pub const NFTA_RULE_TABLE: u16 = 1;
@@ -129,18 +119,15 @@ pub const NFTA_RULE_ID: u16 = 9;
 pub const NFTA_RULE_POSITION_ID: u16 = 10;
 pub const NFTA_RULE_CHAIN_ID: u16 = 11;
 
-
 // enum nft_rule_compat_flags
 pub const NFT_RULE_COMPAT_F_UNUSED: u32 = 1;
 pub const NFT_RULE_COMPAT_F_INV: u32 = 2;
 pub const NFT_RULE_COMPAT_F_MASK: u32 = 2;
 
-
 // enum nft_rule_compat_attributes
 pub const NFTA_RULE_COMPAT_UNSPEC: u16 = 0;
 pub const NFTA_RULE_COMPAT_PROTO: u16 = 1;
 pub const NFTA_RULE_COMPAT_FLAGS: u16 = 2;
-
 
 // enum nft_set_flags
 pub const NFT_SET_ANONYMOUS: u32 = 1;
@@ -153,22 +140,18 @@ pub const NFT_SET_OBJECT: u32 = 64;
 pub const NFT_SET_CONCAT: u32 = 128;
 pub const NFT_SET_EXPR: u32 = 256;
 
-
 // enum nft_set_policies
 pub const NFT_SET_POL_PERFORMANCE: u32 = 0;
 pub const NFT_SET_POL_MEMORY: u32 = 1;
-
 
 // enum nft_set_desc_attributes
 pub const NFTA_SET_DESC_UNSPEC: u16 = 0;
 pub const NFTA_SET_DESC_SIZE: u16 = 1;
 pub const NFTA_SET_DESC_CONCAT: u16 = 2;
 
-
 // enum nft_set_field_attributes
 pub const NFTA_SET_FIELD_UNSPEC: u16 = 0;
 pub const NFTA_SET_FIELD_LEN: u16 = 1;
-
 
 // enum nft_set_attributes
 pub const NFTA_SET_UNSPEC: u16 = 0;
@@ -191,11 +174,9 @@ pub const NFTA_SET_HANDLE: u16 = 16;
 pub const NFTA_SET_EXPR: u16 = 17;
 pub const NFTA_SET_EXPRESSIONS: u16 = 18;
 
-
 // enum nft_set_elem_flags
 pub const NFT_SET_ELEM_INTERVAL_END: u32 = 1;
 pub const NFT_SET_ELEM_CATCHALL: u32 = 2;
-
 
 // enum nft_set_elem_attributes
 pub const NFTA_SET_ELEM_UNSPEC: u16 = 0;
@@ -211,7 +192,6 @@ pub const NFTA_SET_ELEM_OBJREF: u16 = 9;
 pub const NFTA_SET_ELEM_KEY_END: u16 = 10;
 pub const NFTA_SET_ELEM_EXPRESSIONS: u16 = 11;
 
-
 // enum nft_set_elem_list_attributes
 pub const NFTA_SET_ELEM_LIST_UNSPEC: u16 = 0;
 pub const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
@@ -219,17 +199,14 @@ pub const NFTA_SET_ELEM_LIST_SET: u16 = 2;
 pub const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
 pub const NFTA_SET_ELEM_LIST_SET_ID: u16 = 4;
 
-
 // enum nft_data_types
 pub const NFT_DATA_VALUE: u32 = 0;
 pub const NFT_DATA_VERDICT: u32 = 4294967040;
-
 
 // enum nft_data_attributes
 pub const NFTA_DATA_UNSPEC: u16 = 0;
 pub const NFTA_DATA_VALUE: u16 = 1;
 pub const NFTA_DATA_VERDICT: u16 = 2;
-
 
 // enum nft_verdict_attributes
 pub const NFTA_VERDICT_UNSPEC: u16 = 0;
@@ -237,24 +214,20 @@ pub const NFTA_VERDICT_CODE: u16 = 1;
 pub const NFTA_VERDICT_CHAIN: u16 = 2;
 pub const NFTA_VERDICT_CHAIN_ID: u16 = 3;
 
-
 // enum nft_expr_attributes
 pub const NFTA_EXPR_UNSPEC: u16 = 0;
 pub const NFTA_EXPR_NAME: u16 = 1;
 pub const NFTA_EXPR_DATA: u16 = 2;
-
 
 // enum nft_immediate_attributes
 pub const NFTA_IMMEDIATE_UNSPEC: u16 = 0;
 pub const NFTA_IMMEDIATE_DREG: u16 = 1;
 pub const NFTA_IMMEDIATE_DATA: u16 = 2;
 
-
 // enum nft_bitwise_ops
 pub const NFT_BITWISE_MASK_XOR: u32 = 0;
 pub const NFT_BITWISE_LSHIFT: u32 = 1;
 pub const NFT_BITWISE_RSHIFT: u32 = 2;
-
 
 // enum nft_bitwise_attributes
 pub const NFTA_BITWISE_UNSPEC: u16 = 0;
@@ -266,11 +239,9 @@ pub const NFTA_BITWISE_XOR: u16 = 5;
 pub const NFTA_BITWISE_OP: u16 = 6;
 pub const NFTA_BITWISE_DATA: u16 = 7;
 
-
 // enum nft_byteorder_ops
 pub const NFT_BYTEORDER_NTOH: u32 = 0;
 pub const NFT_BYTEORDER_HTON: u32 = 1;
-
 
 // enum nft_byteorder_attributes
 pub const NFTA_BYTEORDER_UNSPEC: u16 = 0;
@@ -280,7 +251,6 @@ pub const NFTA_BYTEORDER_OP: u16 = 3;
 pub const NFTA_BYTEORDER_LEN: u16 = 4;
 pub const NFTA_BYTEORDER_SIZE: u16 = 5;
 
-
 // enum nft_cmp_ops
 pub const NFT_CMP_EQ: u32 = 0;
 pub const NFT_CMP_NEQ: u32 = 1;
@@ -289,18 +259,15 @@ pub const NFT_CMP_LTE: u32 = 3;
 pub const NFT_CMP_GT: u32 = 4;
 pub const NFT_CMP_GTE: u32 = 5;
 
-
 // enum nft_cmp_attributes
 pub const NFTA_CMP_UNSPEC: u16 = 0;
 pub const NFTA_CMP_SREG: u16 = 1;
 pub const NFTA_CMP_OP: u16 = 2;
 pub const NFTA_CMP_DATA: u16 = 3;
 
-
 // enum nft_range_ops
 pub const NFT_RANGE_EQ: u32 = 0;
 pub const NFT_RANGE_NEQ: u32 = 1;
-
 
 // enum nft_range_attributes
 pub const NFTA_RANGE_UNSPEC: u16 = 0;
@@ -309,10 +276,8 @@ pub const NFTA_RANGE_OP: u16 = 2;
 pub const NFTA_RANGE_FROM_DATA: u16 = 3;
 pub const NFTA_RANGE_TO_DATA: u16 = 4;
 
-
 // enum nft_lookup_flags
 pub const NFT_LOOKUP_F_INV: u32 = 1;
-
 
 // enum nft_lookup_attributes
 pub const NFTA_LOOKUP_UNSPEC: u16 = 0;
@@ -322,17 +287,14 @@ pub const NFTA_LOOKUP_DREG: u16 = 3;
 pub const NFTA_LOOKUP_SET_ID: u16 = 4;
 pub const NFTA_LOOKUP_FLAGS: u16 = 5;
 
-
 // enum nft_dynset_ops
 pub const NFT_DYNSET_OP_ADD: u32 = 0;
 pub const NFT_DYNSET_OP_UPDATE: u32 = 1;
 pub const NFT_DYNSET_OP_DELETE: u32 = 2;
 
-
 // enum nft_dynset_flags
 pub const NFT_DYNSET_F_INV: u32 = 1;
 pub const NFT_DYNSET_F_EXPR: u32 = 2;
-
 
 // enum nft_dynset_attributes
 pub const NFTA_DYNSET_UNSPEC: u16 = 0;
@@ -347,23 +309,19 @@ pub const NFTA_DYNSET_PAD: u16 = 8;
 pub const NFTA_DYNSET_FLAGS: u16 = 9;
 pub const NFTA_DYNSET_EXPRESSIONS: u16 = 10;
 
-
 // enum nft_payload_bases
 pub const NFT_PAYLOAD_LL_HEADER: u32 = 0;
 pub const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
 pub const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
 pub const NFT_PAYLOAD_INNER_HEADER: u32 = 3;
 
-
 // enum nft_payload_csum_types
 pub const NFT_PAYLOAD_CSUM_NONE: u32 = 0;
 pub const NFT_PAYLOAD_CSUM_INET: u32 = 1;
 pub const NFT_PAYLOAD_CSUM_SCTP: u32 = 2;
 
-
 // enum nft_payload_csum_flags
 pub const NFT_PAYLOAD_L4CSUM_PSEUDOHDR: u32 = 1;
-
 
 // enum nft_payload_attributes
 pub const NFTA_PAYLOAD_UNSPEC: u16 = 0;
@@ -376,10 +334,8 @@ pub const NFTA_PAYLOAD_CSUM_TYPE: u16 = 6;
 pub const NFTA_PAYLOAD_CSUM_OFFSET: u16 = 7;
 pub const NFTA_PAYLOAD_CSUM_FLAGS: u16 = 8;
 
-
 // enum nft_exthdr_flags
 pub const NFT_EXTHDR_F_PRESENT: u32 = 1;
-
 
 // enum nft_exthdr_op
 pub const NFT_EXTHDR_OP_IPV6: u32 = 0;
@@ -387,7 +343,6 @@ pub const NFT_EXTHDR_OP_TCPOPT: u32 = 1;
 pub const NFT_EXTHDR_OP_IPV4: u32 = 2;
 pub const NFT_EXTHDR_OP_SCTP: u32 = 3;
 pub const NFT_EXTHDR_OP_DCCP: u32 = 4;
-
 
 // enum nft_exthdr_attributes
 pub const NFTA_EXTHDR_UNSPEC: u16 = 0;
@@ -398,7 +353,6 @@ pub const NFTA_EXTHDR_LEN: u16 = 4;
 pub const NFTA_EXTHDR_FLAGS: u16 = 5;
 pub const NFTA_EXTHDR_OP: u16 = 6;
 pub const NFTA_EXTHDR_SREG: u16 = 7;
-
 
 // enum nft_meta_keys
 pub const NFT_META_LEN: u32 = 0;
@@ -437,7 +391,6 @@ pub const NFT_META_TIME_HOUR: u32 = 32;
 pub const NFT_META_SDIF: u32 = 33;
 pub const NFT_META_SDIFNAME: u32 = 34;
 
-
 // enum nft_rt_keys
 pub const NFT_RT_CLASSID: u32 = 0;
 pub const NFT_RT_NEXTHOP4: u32 = 1;
@@ -445,11 +398,9 @@ pub const NFT_RT_NEXTHOP6: u32 = 2;
 pub const NFT_RT_TCPMSS: u32 = 3;
 pub const NFT_RT_XFRM: u32 = 4;
 
-
 // enum nft_hash_types
 pub const NFT_HASH_JENKINS: u32 = 0;
 pub const NFT_HASH_SYM: u32 = 1;
-
 
 // enum nft_hash_attributes
 pub const NFTA_HASH_UNSPEC: u16 = 0;
@@ -463,19 +414,16 @@ pub const NFTA_HASH_TYPE: u16 = 7;
 pub const NFTA_HASH_SET_NAME: u16 = 8;
 pub const NFTA_HASH_SET_ID: u16 = 9;
 
-
 // enum nft_meta_attributes
 pub const NFTA_META_UNSPEC: u16 = 0;
 pub const NFTA_META_DREG: u16 = 1;
 pub const NFTA_META_KEY: u16 = 2;
 pub const NFTA_META_SREG: u16 = 3;
 
-
 // enum nft_rt_attributes
 pub const NFTA_RT_UNSPEC: u16 = 0;
 pub const NFTA_RT_DREG: u16 = 1;
 pub const NFTA_RT_KEY: u16 = 2;
-
 
 // enum nft_socket_attributes
 pub const NFTA_SOCKET_UNSPEC: u16 = 0;
@@ -483,13 +431,11 @@ pub const NFTA_SOCKET_KEY: u16 = 1;
 pub const NFTA_SOCKET_DREG: u16 = 2;
 pub const NFTA_SOCKET_LEVEL: u16 = 3;
 
-
 // enum nft_socket_keys
 pub const NFT_SOCKET_TRANSPARENT: u32 = 0;
 pub const NFT_SOCKET_MARK: u32 = 1;
 pub const NFT_SOCKET_WILDCARD: u32 = 2;
 pub const NFT_SOCKET_CGROUPV2: u32 = 3;
-
 
 // enum nft_ct_keys
 pub const NFT_CT_STATE: u32 = 0;
@@ -517,7 +463,6 @@ pub const NFT_CT_SRC_IP6: u32 = 21;
 pub const NFT_CT_DST_IP6: u32 = 22;
 pub const NFT_CT_ID: u32 = 23;
 
-
 // enum nft_ct_attributes
 pub const NFTA_CT_UNSPEC: u16 = 0;
 pub const NFTA_CT_DREG: u16 = 1;
@@ -525,20 +470,16 @@ pub const NFTA_CT_KEY: u16 = 2;
 pub const NFTA_CT_DIRECTION: u16 = 3;
 pub const NFTA_CT_SREG: u16 = 4;
 
-
 // enum nft_offload_attributes
 pub const NFTA_FLOW_UNSPEC: u16 = 0;
 pub const NFTA_FLOW_TABLE_NAME: u16 = 1;
-
 
 // enum nft_limit_type
 pub const NFT_LIMIT_PKTS: u32 = 0;
 pub const NFT_LIMIT_PKT_BYTES: u32 = 1;
 
-
 // enum nft_limit_flags
 pub const NFT_LIMIT_F_INV: u32 = 1;
-
 
 // enum nft_limit_attributes
 pub const NFTA_LIMIT_UNSPEC: u16 = 0;
@@ -549,16 +490,13 @@ pub const NFTA_LIMIT_TYPE: u16 = 4;
 pub const NFTA_LIMIT_FLAGS: u16 = 5;
 pub const NFTA_LIMIT_PAD: u16 = 6;
 
-
 // enum nft_connlimit_flags
 pub const NFT_CONNLIMIT_F_INV: u32 = 1;
-
 
 // enum nft_connlimit_attributes
 pub const NFTA_CONNLIMIT_UNSPEC: u16 = 0;
 pub const NFTA_CONNLIMIT_COUNT: u16 = 1;
 pub const NFTA_CONNLIMIT_FLAGS: u16 = 2;
-
 
 // enum nft_counter_attributes
 pub const NFTA_COUNTER_UNSPEC: u16 = 0;
@@ -566,13 +504,11 @@ pub const NFTA_COUNTER_BYTES: u16 = 1;
 pub const NFTA_COUNTER_PACKETS: u16 = 2;
 pub const NFTA_COUNTER_PAD: u16 = 3;
 
-
 // enum nft_last_attributes
 pub const NFTA_LAST_UNSPEC: u16 = 0;
 pub const NFTA_LAST_SET: u16 = 1;
 pub const NFTA_LAST_MSECS: u16 = 2;
 pub const NFTA_LAST_PAD: u16 = 3;
-
 
 // enum nft_log_attributes
 pub const NFTA_LOG_UNSPEC: u16 = 0;
@@ -582,7 +518,6 @@ pub const NFTA_LOG_SNAPLEN: u16 = 3;
 pub const NFTA_LOG_QTHRESHOLD: u16 = 4;
 pub const NFTA_LOG_LEVEL: u16 = 5;
 pub const NFTA_LOG_FLAGS: u16 = 6;
-
 
 // enum nft_log_level
 pub const NFT_LOGLEVEL_EMERG: u32 = 0;
@@ -595,7 +530,6 @@ pub const NFT_LOGLEVEL_INFO: u32 = 6;
 pub const NFT_LOGLEVEL_DEBUG: u32 = 7;
 pub const NFT_LOGLEVEL_AUDIT: u32 = 8;
 
-
 // enum nft_queue_attributes
 pub const NFTA_QUEUE_UNSPEC: u16 = 0;
 pub const NFTA_QUEUE_NUM: u16 = 1;
@@ -603,11 +537,9 @@ pub const NFTA_QUEUE_TOTAL: u16 = 2;
 pub const NFTA_QUEUE_FLAGS: u16 = 3;
 pub const NFTA_QUEUE_SREG_QNUM: u16 = 4;
 
-
 // enum nft_quota_flags
 pub const NFT_QUOTA_F_INV: u32 = 1;
 pub const NFT_QUOTA_F_DEPLETED: u32 = 2;
-
 
 // enum nft_quota_attributes
 pub const NFTA_QUOTA_UNSPEC: u16 = 0;
@@ -616,17 +548,14 @@ pub const NFTA_QUOTA_FLAGS: u16 = 2;
 pub const NFTA_QUOTA_PAD: u16 = 3;
 pub const NFTA_QUOTA_CONSUMED: u16 = 4;
 
-
 // enum nft_secmark_attributes
 pub const NFTA_SECMARK_UNSPEC: u16 = 0;
 pub const NFTA_SECMARK_CTX: u16 = 1;
-
 
 // enum nft_reject_types
 pub const NFT_REJECT_ICMP_UNREACH: u32 = 0;
 pub const NFT_REJECT_TCP_RST: u32 = 1;
 pub const NFT_REJECT_ICMPX_UNREACH: u32 = 2;
-
 
 // enum nft_reject_inet_code
 pub const NFT_REJECT_ICMPX_NO_ROUTE: u32 = 0;
@@ -634,17 +563,14 @@ pub const NFT_REJECT_ICMPX_PORT_UNREACH: u32 = 1;
 pub const NFT_REJECT_ICMPX_HOST_UNREACH: u32 = 2;
 pub const NFT_REJECT_ICMPX_ADMIN_PROHIBITED: u32 = 3;
 
-
 // enum nft_reject_attributes
 pub const NFTA_REJECT_UNSPEC: u16 = 0;
 pub const NFTA_REJECT_TYPE: u16 = 1;
 pub const NFTA_REJECT_ICMP_CODE: u16 = 2;
 
-
 // enum nft_nat_types
 pub const NFT_NAT_SNAT: u32 = 0;
 pub const NFT_NAT_DNAT: u32 = 1;
-
 
 // enum nft_nat_attributes
 pub const NFTA_NAT_UNSPEC: u16 = 0;
@@ -656,13 +582,11 @@ pub const NFTA_NAT_REG_PROTO_MIN: u16 = 5;
 pub const NFTA_NAT_REG_PROTO_MAX: u16 = 6;
 pub const NFTA_NAT_FLAGS: u16 = 7;
 
-
 // enum nft_tproxy_attributes
 pub const NFTA_TPROXY_UNSPEC: u16 = 0;
 pub const NFTA_TPROXY_FAMILY: u16 = 1;
 pub const NFTA_TPROXY_REG_ADDR: u16 = 2;
 pub const NFTA_TPROXY_REG_PORT: u16 = 3;
-
 
 // enum nft_masq_attributes
 pub const NFTA_MASQ_UNSPEC: u16 = 0;
@@ -670,26 +594,22 @@ pub const NFTA_MASQ_FLAGS: u16 = 1;
 pub const NFTA_MASQ_REG_PROTO_MIN: u16 = 2;
 pub const NFTA_MASQ_REG_PROTO_MAX: u16 = 3;
 
-
 // enum nft_redir_attributes
 pub const NFTA_REDIR_UNSPEC: u16 = 0;
 pub const NFTA_REDIR_REG_PROTO_MIN: u16 = 1;
 pub const NFTA_REDIR_REG_PROTO_MAX: u16 = 2;
 pub const NFTA_REDIR_FLAGS: u16 = 3;
 
-
 // enum nft_dup_attributes
 pub const NFTA_DUP_UNSPEC: u16 = 0;
 pub const NFTA_DUP_SREG_ADDR: u16 = 1;
 pub const NFTA_DUP_SREG_DEV: u16 = 2;
-
 
 // enum nft_fwd_attributes
 pub const NFTA_FWD_UNSPEC: u16 = 0;
 pub const NFTA_FWD_SREG_DEV: u16 = 1;
 pub const NFTA_FWD_SREG_ADDR: u16 = 2;
 pub const NFTA_FWD_NFPROTO: u16 = 3;
-
 
 // enum nft_objref_attributes
 pub const NFTA_OBJREF_UNSPEC: u16 = 0;
@@ -699,13 +619,11 @@ pub const NFTA_OBJREF_SET_SREG: u16 = 3;
 pub const NFTA_OBJREF_SET_NAME: u16 = 4;
 pub const NFTA_OBJREF_SET_ID: u16 = 5;
 
-
 // enum nft_gen_attributes
 pub const NFTA_GEN_UNSPEC: u16 = 0;
 pub const NFTA_GEN_ID: u16 = 1;
 pub const NFTA_GEN_PROC_PID: u16 = 2;
 pub const NFTA_GEN_PROC_NAME: u16 = 3;
-
 
 // enum nft_fib_attributes
 pub const NFTA_FIB_UNSPEC: u16 = 0;
@@ -713,13 +631,11 @@ pub const NFTA_FIB_DREG: u16 = 1;
 pub const NFTA_FIB_RESULT: u16 = 2;
 pub const NFTA_FIB_FLAGS: u16 = 3;
 
-
 // enum nft_fib_result
 pub const NFT_FIB_RESULT_UNSPEC: u32 = 0;
 pub const NFT_FIB_RESULT_OIF: u32 = 1;
 pub const NFT_FIB_RESULT_OIFNAME: u32 = 2;
 pub const NFT_FIB_RESULT_ADDRTYPE: u32 = 3;
-
 
 // enum nft_fib_flags
 pub const NFTA_FIB_F_SADDR: u16 = 1;
@@ -729,20 +645,17 @@ pub const NFTA_FIB_F_IIF: u16 = 8;
 pub const NFTA_FIB_F_OIF: u16 = 16;
 pub const NFTA_FIB_F_PRESENT: u16 = 32;
 
-
 // enum nft_ct_helper_attributes
 pub const NFTA_CT_HELPER_UNSPEC: u16 = 0;
 pub const NFTA_CT_HELPER_NAME: u16 = 1;
 pub const NFTA_CT_HELPER_L3PROTO: u16 = 2;
 pub const NFTA_CT_HELPER_L4PROTO: u16 = 3;
 
-
 // enum nft_ct_timeout_timeout_attributes
 pub const NFTA_CT_TIMEOUT_UNSPEC: u16 = 0;
 pub const NFTA_CT_TIMEOUT_L3PROTO: u16 = 1;
 pub const NFTA_CT_TIMEOUT_L4PROTO: u16 = 2;
 pub const NFTA_CT_TIMEOUT_DATA: u16 = 3;
-
 
 // enum nft_ct_expectation_attributes
 pub const NFTA_CT_EXPECT_UNSPEC: u16 = 0;
@@ -751,7 +664,6 @@ pub const NFTA_CT_EXPECT_L4PROTO: u16 = 2;
 pub const NFTA_CT_EXPECT_DPORT: u16 = 3;
 pub const NFTA_CT_EXPECT_TIMEOUT: u16 = 4;
 pub const NFTA_CT_EXPECT_SIZE: u16 = 5;
-
 
 // enum nft_object_attributes
 pub const NFTA_OBJ_UNSPEC: u16 = 0;
@@ -764,12 +676,10 @@ pub const NFTA_OBJ_HANDLE: u16 = 6;
 pub const NFTA_OBJ_PAD: u16 = 7;
 pub const NFTA_OBJ_USERDATA: u16 = 8;
 
-
 // enum nft_flowtable_flags
 pub const NFT_FLOWTABLE_HW_OFFLOAD: u32 = 1;
 pub const NFT_FLOWTABLE_COUNTER: u32 = 2;
 pub const NFT_FLOWTABLE_MASK: u32 = 3;
-
 
 // enum nft_flowtable_attributes
 pub const NFTA_FLOWTABLE_UNSPEC: u16 = 0;
@@ -781,13 +691,11 @@ pub const NFTA_FLOWTABLE_HANDLE: u16 = 5;
 pub const NFTA_FLOWTABLE_PAD: u16 = 6;
 pub const NFTA_FLOWTABLE_FLAGS: u16 = 7;
 
-
 // enum nft_flowtable_hook_attributes
 pub const NFTA_FLOWTABLE_HOOK_UNSPEC: u16 = 0;
 pub const NFTA_FLOWTABLE_HOOK_NUM: u16 = 1;
 pub const NFTA_FLOWTABLE_HOOK_PRIORITY: u16 = 2;
 pub const NFTA_FLOWTABLE_HOOK_DEVS: u16 = 3;
-
 
 // enum nft_osf_attributes
 pub const NFTA_OSF_UNSPEC: u16 = 0;
@@ -795,10 +703,8 @@ pub const NFTA_OSF_DREG: u16 = 1;
 pub const NFTA_OSF_TTL: u16 = 2;
 pub const NFTA_OSF_FLAGS: u16 = 3;
 
-
 // enum nft_osf_flags
 pub const NFT_OSF_F_VERSION: u32 = 1;
-
 
 // enum nft_synproxy_attributes
 pub const NFTA_SYNPROXY_UNSPEC: u16 = 0;
@@ -806,11 +712,9 @@ pub const NFTA_SYNPROXY_MSS: u16 = 1;
 pub const NFTA_SYNPROXY_WSCALE: u16 = 2;
 pub const NFTA_SYNPROXY_FLAGS: u16 = 3;
 
-
 // enum nft_devices_attributes
 pub const NFTA_DEVICE_UNSPEC: u16 = 0;
 pub const NFTA_DEVICE_NAME: u16 = 1;
-
 
 // enum nft_xfrm_attributes
 pub const NFTA_XFRM_UNSPEC: u16 = 0;
@@ -818,7 +722,6 @@ pub const NFTA_XFRM_DREG: u16 = 1;
 pub const NFTA_XFRM_KEY: u16 = 2;
 pub const NFTA_XFRM_DIR: u16 = 3;
 pub const NFTA_XFRM_SPNUM: u16 = 4;
-
 
 // enum nft_xfrm_keys
 pub const NFT_XFRM_KEY_UNSPEC: u32 = 0;
@@ -828,7 +731,6 @@ pub const NFT_XFRM_KEY_SADDR_IP4: u32 = 3;
 pub const NFT_XFRM_KEY_SADDR_IP6: u32 = 4;
 pub const NFT_XFRM_KEY_REQID: u32 = 5;
 pub const NFT_XFRM_KEY_SPI: u32 = 6;
-
 
 // enum nft_trace_attributes
 pub const NFTA_TRACE_UNSPEC: u16 = 0;
@@ -850,13 +752,11 @@ pub const NFTA_TRACE_NFPROTO: u16 = 15;
 pub const NFTA_TRACE_POLICY: u16 = 16;
 pub const NFTA_TRACE_PAD: u16 = 17;
 
-
 // enum nft_trace_types
 pub const NFT_TRACETYPE_UNSPEC: u32 = 0;
 pub const NFT_TRACETYPE_POLICY: u32 = 1;
 pub const NFT_TRACETYPE_RETURN: u32 = 2;
 pub const NFT_TRACETYPE_RULE: u32 = 3;
-
 
 // enum nft_ng_attributes
 pub const NFTA_NG_UNSPEC: u16 = 0;
@@ -867,17 +767,14 @@ pub const NFTA_NG_OFFSET: u16 = 4;
 pub const NFTA_NG_SET_NAME: u16 = 5;
 pub const NFTA_NG_SET_ID: u16 = 6;
 
-
 // enum nft_ng_types
 pub const NFT_NG_INCREMENTAL: u32 = 0;
 pub const NFT_NG_RANDOM: u32 = 1;
-
 
 // enum nft_tunnel_key_ip_attributes
 pub const NFTA_TUNNEL_KEY_IP_UNSPEC: u16 = 0;
 pub const NFTA_TUNNEL_KEY_IP_SRC: u16 = 1;
 pub const NFTA_TUNNEL_KEY_IP_DST: u16 = 2;
-
 
 // enum nft_tunnel_ip6_attributes
 pub const NFTA_TUNNEL_KEY_IP6_UNSPEC: u16 = 0;
@@ -885,18 +782,15 @@ pub const NFTA_TUNNEL_KEY_IP6_SRC: u16 = 1;
 pub const NFTA_TUNNEL_KEY_IP6_DST: u16 = 2;
 pub const NFTA_TUNNEL_KEY_IP6_FLOWLABEL: u16 = 3;
 
-
 // enum nft_tunnel_opts_attributes
 pub const NFTA_TUNNEL_KEY_OPTS_UNSPEC: u16 = 0;
 pub const NFTA_TUNNEL_KEY_OPTS_VXLAN: u16 = 1;
 pub const NFTA_TUNNEL_KEY_OPTS_ERSPAN: u16 = 2;
 pub const NFTA_TUNNEL_KEY_OPTS_GENEVE: u16 = 3;
 
-
 // enum nft_tunnel_opts_vxlan_attributes
 pub const NFTA_TUNNEL_KEY_VXLAN_UNSPEC: u16 = 0;
 pub const NFTA_TUNNEL_KEY_VXLAN_GBP: u16 = 1;
-
 
 // enum nft_tunnel_opts_erspan_attributes
 pub const NFTA_TUNNEL_KEY_ERSPAN_UNSPEC: u16 = 0;
@@ -905,19 +799,16 @@ pub const NFTA_TUNNEL_KEY_ERSPAN_V1_INDEX: u16 = 2;
 pub const NFTA_TUNNEL_KEY_ERSPAN_V2_HWID: u16 = 3;
 pub const NFTA_TUNNEL_KEY_ERSPAN_V2_DIR: u16 = 4;
 
-
 // enum nft_tunnel_opts_geneve_attributes
 pub const NFTA_TUNNEL_KEY_GENEVE_UNSPEC: u16 = 0;
 pub const NFTA_TUNNEL_KEY_GENEVE_CLASS: u16 = 1;
 pub const NFTA_TUNNEL_KEY_GENEVE_TYPE: u16 = 2;
 pub const NFTA_TUNNEL_KEY_GENEVE_DATA: u16 = 3;
 
-
 // enum nft_tunnel_flags
 pub const NFT_TUNNEL_F_ZERO_CSUM_TX: u32 = 1;
 pub const NFT_TUNNEL_F_DONT_FRAGMENT: u32 = 2;
 pub const NFT_TUNNEL_F_SEQ_NUMBER: u32 = 4;
-
 
 // enum nft_tunnel_key_attributes
 pub const NFTA_TUNNEL_KEY_UNSPEC: u16 = 0;
@@ -931,17 +822,14 @@ pub const NFTA_TUNNEL_KEY_SPORT: u16 = 7;
 pub const NFTA_TUNNEL_KEY_DPORT: u16 = 8;
 pub const NFTA_TUNNEL_KEY_OPTS: u16 = 9;
 
-
 // enum nft_tunnel_keys
 pub const NFT_TUNNEL_PATH: u32 = 0;
 pub const NFT_TUNNEL_ID: u32 = 1;
-
 
 // enum nft_tunnel_mode
 pub const NFT_TUNNEL_MODE_NONE: u32 = 0;
 pub const NFT_TUNNEL_MODE_RX: u32 = 1;
 pub const NFT_TUNNEL_MODE_TX: u32 = 2;
-
 
 // enum nft_tunnel_attributes
 pub const NFTA_TUNNEL_UNSPEC: u16 = 0;
