@@ -2,6 +2,9 @@
 //! applied as one atomic netlink batch, and dumps that decode the kernel's state back into the
 //! same model. Knows nothing of Kubernetes.
 
+pub mod diff;
+pub mod fake;
 pub mod model;
 pub mod netlink;
+pub mod refs;
 pub mod transaction;

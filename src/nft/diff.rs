@@ -1,0 +1,562 @@
+//! Plans the smallest ordered list of operations that turns one table's state into another, in
+//! an order the kernel accepts inside one batch: things are created before anything refers to
+//! them, and references are removed before what they point at is deleted.
+//!
+//! The unit of rule change is the chain: a chain whose rules differ is flushed and refilled,
+//! so a one-endpoint change touches only the chains and map elements of that service.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::model::{Chain, Element, Set, Table, Value};
+use super::transaction::{Op, TableRef};
+
+impl Table {
+    pub fn table_ref(&self) -> TableRef {
+        TableRef {
+            family: self.family,
+            name: self.name.clone(),
+        }
+    }
+}
+
+fn same_rules(a: &Chain, b: &Chain) -> bool {
+    a.rules.len() == b.rules.len()
+        && a.rules
+            .iter()
+            .zip(&b.rules)
+            .all(|(x, y)| x.stmts == y.stmts && x.comment == y.comment)
+}
+
+fn same_set_type(a: &Set, b: &Set) -> bool {
+    a.key == b.key
+        && a.data == b.data
+        && a.interval == b.interval
+        && a.dynamic == b.dynamic
+        && a.timeout == b.timeout
+}
+
+fn without_rules(c: &Chain) -> Chain {
+    Chain {
+        rules: Vec::new(),
+        ..c.clone()
+    }
+}
+
+fn without_elements(s: &Set) -> Set {
+    Set {
+        elements: Vec::new(),
+        ..s.clone()
+    }
+}
+
+/// Operations that turn `current` (None: the table does not exist) into `desired`.
+///
+/// Dynamic sets (`flags dynamic`, filled by the data path, e.g. session affinity) keep the
+/// kernel's elements: only their definition is managed here.
+pub fn plan(current: Option<&Table>, desired: &Table) -> Vec<Op> {
+    let table = desired.table_ref();
+    let empty = Table {
+        family: desired.family,
+        name: desired.name.clone(),
+        ..Table::default()
+    };
+    let cur = current.unwrap_or(&empty);
+    let mut ops = Vec::new();
+
+    if current.is_none() {
+        ops.push(Op::AddTable {
+            table: table.clone(),
+            comment: desired.comment.clone(),
+        });
+    }
+
+    // Classify sets.
+    let removed_sets: BTreeSet<&str> = cur
+        .sets
+        .keys()
+        .filter(|n| !desired.sets.contains_key(*n))
+        .map(String::as_str)
+        .collect();
+    let recreated_sets: BTreeSet<&str> = desired
+        .sets
+        .values()
+        .filter(|s| {
+            cur.sets
+                .get(&s.name)
+                .is_some_and(|old| !same_set_type(old, s))
+        })
+        .map(|s| s.name.as_str())
+        .collect();
+    let new_sets: Vec<&Set> = desired
+        .sets
+        .values()
+        .filter(|s| !cur.sets.contains_key(&s.name))
+        .collect();
+
+    // Classify chains. A base chain whose hook, type or priority changed is recreated.
+    let removed_chains: Vec<&Chain> = cur
+        .chains
+        .values()
+        .filter(|c| !desired.chains.contains_key(&c.name))
+        .collect();
+    let recreated_chains: Vec<&Chain> = desired
+        .chains
+        .values()
+        .filter(|c| {
+            cur.chains.get(&c.name).is_some_and(|old| {
+                old.base.map(|b| (b.kind, b.hook, b.priority))
+                    != c.base.map(|b| (b.kind, b.hook, b.priority))
+            })
+        })
+        .collect();
+    let recreated_names: BTreeSet<&str> =
+        recreated_chains.iter().map(|c| c.name.as_str()).collect();
+    let new_chains: Vec<&Chain> = desired
+        .chains
+        .values()
+        .filter(|c| !cur.chains.contains_key(&c.name))
+        .collect();
+    // Kept chains to refill: rules differ, or they use a set that is deleted or recreated.
+    let refilled: Vec<&Chain> = desired
+        .chains
+        .values()
+        .filter(|c| !recreated_names.contains(c.name.as_str()))
+        .filter_map(|c| cur.chains.get(&c.name).map(|old| (old, c)))
+        .filter(|(old, new)| {
+            !same_rules(old, new)
+                || old.rules.iter().any(|r| {
+                    r.referenced_sets()
+                        .iter()
+                        .any(|s| removed_sets.contains(s) || recreated_sets.contains(s))
+                })
+        })
+        .map(|(_, new)| new)
+        .collect();
+
+    // 1. Create what new references will point at.
+    for c in &new_chains {
+        ops.push(Op::AddChain {
+            table: table.clone(),
+            chain: without_rules(c),
+        });
+    }
+    for s in &new_sets {
+        ops.push(Op::AddSet {
+            table: table.clone(),
+            set: without_elements(s),
+        });
+    }
+    // Base chain policy changes are an in-place update of the existing chain.
+    for c in desired.chains.values() {
+        if let (Some(old), Some(base)) = (cur.chains.get(&c.name), c.base)
+            && !recreated_names.contains(c.name.as_str())
+            && old.base.map(|b| b.policy) != Some(base.policy)
+        {
+            ops.push(Op::AddChain {
+                table: table.clone(),
+                chain: without_rules(c),
+            });
+        }
+    }
+
+    // 2. Remove references that are going away: rules of changed and doomed chains.
+    for c in refilled
+        .iter()
+        .copied()
+        .chain(removed_chains.iter().copied())
+        .chain(recreated_chains.iter().copied())
+    {
+        if cur
+            .chains
+            .get(&c.name)
+            .is_some_and(|old| !old.rules.is_empty())
+        {
+            ops.push(Op::FlushChain {
+                table: table.clone(),
+                chain: c.name.clone(),
+            });
+        }
+    }
+
+    // 3. Element changes in sets that stay; a changed verdict is a delete then an add.
+    let mut additions: Vec<(String, Vec<Element>)> = Vec::new();
+    for s in desired.sets.values() {
+        if s.dynamic || recreated_sets.contains(s.name.as_str()) {
+            continue;
+        }
+        let Some(old) = cur.sets.get(&s.name) else {
+            continue;
+        };
+        let old_by_key: BTreeMap<&Vec<Value>, &Element> =
+            old.elements.iter().map(|e| (&e.key, e)).collect();
+        let new_by_key: BTreeMap<&Vec<Value>, &Element> =
+            s.elements.iter().map(|e| (&e.key, e)).collect();
+        let deleted: Vec<Element> = old
+            .elements
+            .iter()
+            .filter(|e| new_by_key.get(&e.key).is_none_or(|n| n.data != e.data))
+            .cloned()
+            .collect();
+        let added: Vec<Element> = s
+            .elements
+            .iter()
+            .filter(|e| {
+                old_by_key
+                    .get(&e.key)
+                    .is_none_or(|o| o.data != e.data || o.comment != e.comment)
+            })
+            .cloned()
+            .collect();
+        // An element whose only change is its comment must be re-added to carry the new comment.
+        let comment_only: Vec<Element> = s
+            .elements
+            .iter()
+            .filter(|e| {
+                old_by_key
+                    .get(&e.key)
+                    .is_some_and(|o| o.data == e.data && o.comment != e.comment)
+            })
+            .filter_map(|e| old_by_key.get(&e.key).map(|o| (*o).clone()))
+            .collect();
+        let deleted: Vec<Element> = deleted.into_iter().chain(comment_only).collect();
+        if !deleted.is_empty() {
+            ops.push(Op::DeleteElements {
+                table: table.clone(),
+                set: s.name.clone(),
+                elements: deleted,
+            });
+        }
+        if !added.is_empty() {
+            additions.push((s.name.clone(), added));
+        }
+    }
+
+    // 4. Sets that go away or change type (nothing refers to them any more).
+    for name in removed_sets.iter().chain(recreated_sets.iter()) {
+        ops.push(Op::DeleteSet {
+            table: table.clone(),
+            set: name.to_string(),
+        });
+    }
+    for s in desired
+        .sets
+        .values()
+        .filter(|s| recreated_sets.contains(s.name.as_str()))
+    {
+        ops.push(Op::AddSet {
+            table: table.clone(),
+            set: without_elements(s),
+        });
+    }
+
+    // 5. Recreated base chains come back with their new hook before anything is filled.
+    for c in &recreated_chains {
+        ops.push(Op::DeleteChain {
+            table: table.clone(),
+            chain: c.name.clone(),
+        });
+        ops.push(Op::AddChain {
+            table: table.clone(),
+            chain: without_rules(c),
+        });
+    }
+
+    // 6. Fill: elements of new and recreated sets, added elements, then rules.
+    for s in desired.sets.values() {
+        let fresh = !cur.sets.contains_key(&s.name) || recreated_sets.contains(s.name.as_str());
+        if fresh && !s.elements.is_empty() {
+            ops.push(Op::AddElements {
+                table: table.clone(),
+                set: s.name.clone(),
+                elements: s.elements.clone(),
+            });
+        }
+    }
+    for (set, elements) in additions {
+        ops.push(Op::AddElements {
+            table: table.clone(),
+            set,
+            elements,
+        });
+    }
+    for c in new_chains
+        .iter()
+        .chain(refilled.iter())
+        .chain(recreated_chains.iter())
+    {
+        for rule in &c.rules {
+            let mut rule = rule.clone();
+            rule.handle = None;
+            ops.push(Op::AddRule {
+                table: table.clone(),
+                chain: c.name.clone(),
+                rule,
+            });
+        }
+    }
+
+    // 7. Chains nobody refers to any more.
+    for c in &removed_chains {
+        ops.push(Op::DeleteChain {
+            table: table.clone(),
+            chain: c.name.clone(),
+        });
+    }
+    ops
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::fake::FakeKernel;
+    use crate::nft::model::*;
+    use crate::nft::transaction::Transaction;
+    use std::net::Ipv4Addr;
+
+    fn chain(name: &str, rules: Vec<Vec<Stmt>>) -> Chain {
+        Chain {
+            name: name.into(),
+            base: None,
+            comment: None,
+            rules: rules
+                .into_iter()
+                .map(|stmts| Rule {
+                    stmts,
+                    comment: None,
+                    handle: None,
+                })
+                .collect(),
+        }
+    }
+
+    fn dnat(last_octet: u8) -> Vec<Stmt> {
+        vec![
+            Stmt::Match {
+                left: Selector::L4Proto,
+                mask: None,
+                op: CmpOp::Eq,
+                right: Value::Proto(6),
+            },
+            Stmt::Dnat {
+                addr: Ipv4Addr::new(10, 1, 0, last_octet).into(),
+                port: Some(80),
+            },
+        ]
+    }
+
+    /// A small kube-like table: `services` map → service chain → numgen over endpoint chains.
+    fn cluster(services: u8, endpoints: u8) -> Table {
+        let mut t = Table {
+            family: Family::Ip,
+            name: "kubenft".into(),
+            ..Table::default()
+        };
+        let mut elements = Vec::new();
+        t.chains.insert(
+            "nat-prerouting".into(),
+            Chain {
+                base: Some(BaseChain {
+                    kind: ChainType::Nat,
+                    hook: Hook::Prerouting,
+                    priority: -100,
+                    policy: Policy::Accept,
+                }),
+                ..chain(
+                    "nat-prerouting",
+                    vec![vec![Stmt::VMap {
+                        key: vec![Selector::IpDaddr, Selector::L4Proto, Selector::ThDport],
+                        map: MapRef::Named("service-ips".into()),
+                    }]],
+                )
+            },
+        );
+        for s in 0..services {
+            let svc = format!("service-{s}");
+            let mut targets = Vec::new();
+            for e in 0..endpoints {
+                let ep = format!("endpoint-{s}-{e}");
+                t.chains.insert(ep.clone(), chain(&ep, vec![dnat(e)]));
+                targets.push((vec![Value::Mark(u32::from(e))], Verdict::Goto(ep)));
+            }
+            let rules = if targets.is_empty() {
+                vec![vec![Stmt::Reject(RejectKind::Default)]]
+            } else {
+                vec![vec![Stmt::NumgenVMap {
+                    modulus: u32::from(endpoints),
+                    map: MapRef::Anonymous(targets),
+                }]]
+            };
+            t.chains.insert(svc.clone(), chain(&svc, rules));
+            elements.push(Element {
+                key: vec![
+                    Value::Ipv4(Ipv4Addr::new(172, 30, 0, s)),
+                    Value::Proto(6),
+                    Value::Port(80),
+                ],
+                data: Some(Verdict::Goto(svc)),
+                comment: Some(format!("default/svc-{s}:http")),
+            });
+        }
+        elements.sort();
+        t.sets.insert(
+            "service-ips".into(),
+            Set {
+                name: "service-ips".into(),
+                key: vec![
+                    DataType::Ipv4Addr,
+                    DataType::InetProto,
+                    DataType::InetService,
+                ],
+                data: Some(DataType::Verdict),
+                interval: false,
+                dynamic: false,
+                timeout: None,
+                comment: None,
+                elements,
+            },
+        );
+        t
+    }
+
+    fn converge(from: Option<&Table>, to: &Table) -> (usize, Table) {
+        let mut kernel = FakeKernel::new();
+        if let Some(from) = from {
+            kernel
+                .apply(&Transaction {
+                    ops: plan(None, from),
+                    expected_generation: None,
+                })
+                .unwrap();
+        }
+        let current = kernel.table(&to.table_ref()).cloned();
+        let ops = plan(current.as_ref(), to);
+        let n = ops.len();
+        kernel
+            .apply(&Transaction {
+                ops,
+                expected_generation: None,
+            })
+            .expect("kernel accepts the plan");
+        let mut got = kernel.table(&to.table_ref()).unwrap().clone();
+        for c in got.chains.values_mut() {
+            for r in &mut c.rules {
+                r.handle = None;
+            }
+        }
+        (n, got)
+    }
+
+    #[test]
+    fn planning_from_nothing_builds_the_whole_table() {
+        let want = cluster(3, 2);
+        let (_, got) = converge(None, &want);
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn an_unchanged_table_needs_no_operations() {
+        let t = cluster(5, 3);
+        let (n, got) = converge(Some(&t), &t);
+        assert_eq!(n, 0);
+        assert_eq!(got, t);
+    }
+
+    #[test]
+    fn one_endpoint_more_touches_only_that_service_whatever_the_cluster_size() {
+        let mut counts = Vec::new();
+        for services in [10u8, 200] {
+            let before = cluster(services, 2);
+            let mut after = before.clone();
+            after
+                .chains
+                .insert("endpoint-1-9".into(), chain("endpoint-1-9", vec![dnat(9)]));
+            let svc = after.chains.get_mut("service-1").unwrap();
+            svc.rules[0].stmts = vec![Stmt::NumgenVMap {
+                modulus: 3,
+                map: MapRef::Anonymous(vec![
+                    (vec![Value::Mark(0)], Verdict::Goto("endpoint-1-0".into())),
+                    (vec![Value::Mark(1)], Verdict::Goto("endpoint-1-1".into())),
+                    (vec![Value::Mark(2)], Verdict::Goto("endpoint-1-9".into())),
+                ]),
+            }];
+            let (n, got) = converge(Some(&before), &after);
+            assert_eq!(got, after);
+            counts.push(n);
+        }
+        assert_eq!(
+            counts[0], counts[1],
+            "op count must not grow with the number of services"
+        );
+        assert!(
+            counts[0] <= 5,
+            "a one-endpoint change is a handful of ops, got {}",
+            counts[0]
+        );
+    }
+
+    #[test]
+    fn removing_a_service_deletes_its_element_before_its_chains() {
+        let before = cluster(3, 2);
+        let mut after = cluster(3, 2);
+        after
+            .chains
+            .retain(|n, _| !n.starts_with("service-2") && !n.starts_with("endpoint-2-"));
+        after
+            .sets
+            .get_mut("service-ips")
+            .unwrap()
+            .elements
+            .retain(|e| e.data != Some(Verdict::Goto("service-2".into())));
+        let (_, got) = converge(Some(&before), &after);
+        assert_eq!(got, after);
+    }
+
+    #[test]
+    fn a_service_losing_all_endpoints_changes_its_chain_and_drops_endpoint_chains() {
+        let before = cluster(2, 2);
+        let mut after = cluster(2, 2);
+        after.chains.retain(|n, _| !n.starts_with("endpoint-0-"));
+        after.chains.get_mut("service-0").unwrap().rules[0].stmts =
+            vec![Stmt::Reject(RejectKind::Default)];
+        let (_, got) = converge(Some(&before), &after);
+        assert_eq!(got, after);
+    }
+
+    #[test]
+    fn a_changed_map_verdict_is_replaced_in_one_plan() {
+        let before = cluster(2, 1);
+        let mut after = before.clone();
+        for e in &mut after.sets.get_mut("service-ips").unwrap().elements {
+            e.data = Some(Verdict::Drop);
+        }
+        let (_, got) = converge(Some(&before), &after);
+        assert_eq!(got, after);
+    }
+
+    #[test]
+    fn a_set_whose_type_changes_is_recreated_and_its_users_refilled() {
+        let before = cluster(2, 1);
+        let mut after = before.clone();
+        let set = after.sets.get_mut("service-ips").unwrap();
+        set.comment = Some("typed again".into());
+        set.timeout = Some(60);
+        let (_, got) = converge(Some(&before), &after);
+        assert_eq!(got, after);
+    }
+
+    #[test]
+    fn a_base_chain_moved_to_another_hook_is_recreated() {
+        let before = cluster(1, 1);
+        let mut after = before.clone();
+        after
+            .chains
+            .get_mut("nat-prerouting")
+            .unwrap()
+            .base
+            .as_mut()
+            .unwrap()
+            .priority = -99;
+        let (_, got) = converge(Some(&before), &after);
+        assert_eq!(got, after);
+    }
+}
