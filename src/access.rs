@@ -1,0 +1,46 @@
+//! The Kubernetes API access kubenft needs, in one place: the watchers use exactly these
+//! resources and the deploy test checks that the shipped ClusterRole grants exactly this.
+
+/// One RBAC grant: API group ("" is core), resource, verbs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Access {
+    pub group: &'static str,
+    pub resource: &'static str,
+    pub verbs: &'static [&'static str],
+}
+
+const READ: &[&str] = &["get", "list", "watch"];
+const RECORD: &[&str] = &["create", "patch"];
+
+/// Everything the daemon reads or writes through the API server.
+pub const API_ACCESS: &[Access] = &[
+    // Service ports, ClusterIPs, NodePorts, LB ingress, policies.
+    Access {
+        group: "",
+        resource: "services",
+        verbs: READ,
+    },
+    // Only this node's object (field selector), for podCIDRs, addresses and zone labels.
+    Access {
+        group: "",
+        resource: "nodes",
+        verbs: READ,
+    },
+    // Endpoints of every Service.
+    Access {
+        group: "discovery.k8s.io",
+        resource: "endpointslices",
+        verbs: READ,
+    },
+    // Events about sync failures and skipped objects, on both event APIs.
+    Access {
+        group: "",
+        resource: "events",
+        verbs: RECORD,
+    },
+    Access {
+        group: "events.k8s.io",
+        resource: "events",
+        verbs: RECORD,
+    },
+];

@@ -1,0 +1,117 @@
+//! The shipped manifests parse as the Kubernetes objects they claim to be, run with least
+//! privilege, and grant exactly the API access the code uses.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kubenft::access::API_ACCESS;
+use serde::Deserialize;
+
+fn documents(file: &str) -> Vec<serde_yaml::Value> {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("deploy")
+            .join(file),
+    )
+    .unwrap_or_else(|e| panic!("reading deploy/{file}: {e}"));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde_yaml::Value::deserialize(d).unwrap_or_else(|e| panic!("deploy/{file}: {e}")))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn one<T: serde::de::DeserializeOwned>(file: &str, kind: &str) -> T {
+    let docs: Vec<_> = documents(file)
+        .into_iter()
+        .filter(|d| d["kind"] == kind)
+        .collect();
+    assert_eq!(docs.len(), 1, "deploy/{file} holds one {kind}");
+    serde_yaml::from_value(docs[0].clone()).unwrap_or_else(|e| panic!("deploy/{file} {kind}: {e}"))
+}
+
+#[test]
+fn kustomization_lists_every_manifest_and_each_parses_as_its_kind() {
+    let kustomization = &documents("kustomization.yaml")[0];
+    let listed: BTreeSet<String> = kustomization["resources"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    let on_disk: BTreeSet<String> =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
+            .collect();
+    assert_eq!(listed, on_disk);
+    let _: ServiceAccount = one("serviceaccount.yaml", "ServiceAccount");
+    let _: ConfigMap = one("configmap.yaml", "ConfigMap");
+    let _: ClusterRoleBinding = one("rbac.yaml", "ClusterRoleBinding");
+}
+
+#[test]
+fn the_daemonset_runs_on_the_host_network_with_only_net_admin() {
+    let ds: DaemonSet = one("daemonset.yaml", "DaemonSet");
+    let pod = ds.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.host_network, Some(true));
+    assert_eq!(
+        pod.priority_class_name.as_deref(),
+        Some("system-node-critical")
+    );
+    assert_eq!(pod.service_account_name.as_deref(), Some("kubenft"));
+    assert!(
+        pod.tolerations
+            .unwrap()
+            .iter()
+            .any(|t| t.operator.as_deref() == Some("Exists"))
+    );
+    let c = &pod.containers[0];
+    let sc = c.security_context.as_ref().unwrap();
+    assert_eq!(sc.privileged, Some(false));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.run_as_non_root, Some(true));
+    let caps = sc.capabilities.as_ref().unwrap();
+    assert_eq!(caps.add.as_deref(), Some(&["NET_ADMIN".to_string()][..]));
+    assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_string()][..]));
+    let path = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+        p.as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap()
+            .path
+            .clone()
+            .unwrap()
+    };
+    assert_eq!(path(&c.liveness_probe), "/livez");
+    assert_eq!(path(&c.readiness_probe), "/healthz");
+}
+
+#[test]
+fn the_cluster_role_grants_exactly_what_the_code_uses() {
+    let role: ClusterRole = one("rbac.yaml", "ClusterRole");
+    let mut granted = BTreeSet::new();
+    for rule in role.rules.unwrap() {
+        for group in rule.api_groups.unwrap_or_default() {
+            for resource in rule.resources.clone().unwrap_or_default() {
+                for verb in &rule.verbs {
+                    granted.insert((group.clone(), resource.clone(), verb.clone()));
+                }
+            }
+        }
+    }
+    let used: BTreeSet<_> = API_ACCESS
+        .iter()
+        .flat_map(|a| {
+            a.verbs
+                .iter()
+                .map(move |v| (a.group.to_string(), a.resource.to_string(), v.to_string()))
+        })
+        .collect();
+    assert_eq!(granted, used);
+}
