@@ -156,7 +156,13 @@ pub fn parse_file(
         }
         let kind = str_field(&value, "kind");
         if kind.is_some_and(|k| k.ends_with("List")) && value.get("items").is_some() {
-            let Some(items) = value.get("items").and_then(Value::as_sequence) else {
+            let no_items = Vec::new();
+            // `items:` with nothing after it is YAML null: an empty list, not an error.
+            let items = match value.get("items") {
+                Some(Value::Null) => Some(&no_items),
+                other => other.and_then(Value::as_sequence),
+            };
+            let Some(items) = items else {
                 warnings.push(at.warning(
                     kind.map(str::to_string),
                     None,
@@ -487,6 +493,18 @@ items:
         assert_eq!(names(&m.nodes), ["good"]);
         let at: Vec<_> = warnings.iter().map(|w| (w.item, w.name.clone())).collect();
         assert_eq!(at, [(Some(1), Some("bad".into())), (Some(2), None)]);
+    }
+
+    #[test]
+    fn an_empty_list_is_fine_and_a_list_with_non_list_items_is_reported() {
+        let text =
+            "apiVersion: v1\nkind: List\nitems:\n---\napiVersion: v1\nkind: List\nitems: 3\n";
+        let mut m = Manifests::default();
+        let mut warnings = Vec::new();
+        parse_file(Path::new("e.yaml"), text, &mut m, &mut warnings);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert_eq!(warnings[0].document, 2);
+        assert_eq!(warnings[0].reason, "`items` is not a list");
     }
 
     #[test]
