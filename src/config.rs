@@ -614,6 +614,12 @@ mod tests {
     }
 
     #[test]
+    fn the_iptables_spelling_of_the_masquerade_bit_is_accepted() {
+        let c = validate(&["cleanup", "--iptables-masquerade-bit", "0"]).unwrap();
+        assert_eq!(c.proxy.masquerade_mark(), 1);
+    }
+
+    #[test]
     fn host_bits_of_a_cidr_are_cleared_like_go_parse_cidr() {
         let c = validate(&["cleanup", "--cluster-cidr", "10.244.3.7/16"]).unwrap();
         assert_eq!(c.proxy.cluster_cidrs, vec![net("10.244.0.0/16")]);

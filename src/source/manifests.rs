@@ -306,6 +306,9 @@ fn split_documents(text: &str) -> Vec<&str> {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::Metadata;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
     use super::*;
 
     const SERVICE: &str = "\
@@ -359,11 +362,7 @@ status:
         std::fs::write(dir.join(name), text).unwrap();
     }
 
-    fn names<
-        T: k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
-    >(
-        objs: &[T],
-    ) -> Vec<String> {
+    fn names<T: Metadata<Ty = ObjectMeta>>(objs: &[T]) -> Vec<String> {
         objs.iter()
             .map(|o| o.metadata().name.clone().unwrap_or_default())
             .collect()
