@@ -1,7 +1,11 @@
 //! kubenft: a Kubernetes service proxy that programs nftables over netlink.
 
 pub mod access;
+pub mod cli;
+pub mod config;
 pub mod model;
 pub mod netns;
 pub mod nft;
 pub mod proxier;
+pub mod source;
+pub mod sync;

@@ -1,3 +1,62 @@
-fn main() {
-    println!("kubenft");
+//! The `kubenft` binary: parse and validate the configuration first (exit 64 when it is bad,
+//! before touching anything), set up logging, then run one subcommand.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use kubenft::config::{Cli, LogFlags, LogFormat};
+use tracing_subscriber::EnvFilter;
+
+/// sysexits.h EX_USAGE: the command was used incorrectly.
+const EX_USAGE: u8 = 64;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // --help and --version are "errors" that print to stdout and succeed.
+            return if e.use_stderr() {
+                ExitCode::from(EX_USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    init_tracing(&cli.log);
+    let config = match cli.validate() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("kubenft: invalid configuration: {e}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
+    match kubenft::cli::run(&config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kubenft: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to stderr so `render` output on stdout stays clean. RUST_LOG, when set, overrides
+/// the -v level.
+fn init_tracing(flags: &LogFlags) {
+    let level = match flags.verbose {
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match flags.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
 }

@@ -1,0 +1,254 @@
+//! The subcommands' glue: read the inputs, build the desired tables, then print or apply them.
+//!
+//! Guarantees: every skipped manifest and every rejected object is logged as a warning naming
+//! it; `sync --once` and `cleanup` change the kernel in exactly one transaction; `cleanup`
+//! touches only our `ip` and `ip6` tables.
+
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use crate::config::Config;
+use crate::proxier::{NodePortAddresses, ProxyConfig};
+use crate::source::local_addrs::{self, LocalAddrError};
+use crate::source::manifests::{self, ManifestError};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("loading manifests: {0}")]
+    Manifests(#[source] ManifestError),
+    #[error("reading local addresses for --nodeport-addresses: {0}")]
+    LocalAddresses(#[source] LocalAddrError),
+    #[error("writing the rendered tables: {0}")]
+    Output(#[source] std::io::Error),
+    #[error("opening the nf_tables netlink socket: {0}")]
+    Open(#[source] BoxError),
+    #[error("{command}: applying the transaction ({ops} operations): {source}")]
+    Apply {
+        command: &'static str,
+        ops: usize,
+        #[source]
+        source: BoxError,
+    },
+    #[error("{command}: this build does not include the planner and netlink layers yet")]
+    NotBuilt { command: &'static str },
+}
+
+/// The objects a build starts from.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    pub services: Vec<Service>,
+    pub endpoint_slices: Vec<EndpointSlice>,
+    /// The Node named like this host, when the manifests have one.
+    pub node: Option<Node>,
+}
+
+/// Loads `path`, logs each skipped document as a warning, and picks this node's Node object.
+pub fn load_inputs(path: &Path, hostname: &str) -> Result<Inputs, CliError> {
+    let (m, warnings) = manifests::load(path).map_err(CliError::Manifests)?;
+    for w in &warnings {
+        tracing::warn!(
+            file = %w.file.display(),
+            document = w.document,
+            item = ?w.item,
+            kind = w.kind.as_deref().unwrap_or(""),
+            name = w.name.as_deref().unwrap_or(""),
+            reason = %w.reason,
+            "skipped a manifest document"
+        );
+    }
+    let mut named_here = m
+        .nodes
+        .into_iter()
+        .filter(|n| n.metadata.name.as_deref() == Some(hostname));
+    let node = named_here.next();
+    if named_here.next().is_some() {
+        tracing::warn!(
+            node = hostname,
+            "several Nodes with this name; using the first"
+        );
+    }
+    if node.is_none() {
+        tracing::warn!(
+            node = hostname,
+            "no Node with this name in the manifests: node addresses and podCIDRs are unknown"
+        );
+    }
+    Ok(Inputs {
+        services: m.services,
+        endpoint_slices: m.endpoint_slices,
+        node,
+    })
+}
+
+/// Fills `config.local_addresses` when `--nodeport-addresses` lists CIDRs, the only case in
+/// which the planner needs them. Loopback never serves NodePorts, so it is left out.
+pub fn add_local_addresses(config: &mut ProxyConfig) -> Result<(), CliError> {
+    if let NodePortAddresses::Cidrs(_) = config.nodeport_addresses {
+        let addrs = local_addrs::local_addresses().map_err(CliError::LocalAddresses)?;
+        config.local_addresses = addrs
+            .into_iter()
+            .map(|(ip, _)| ip)
+            .filter(|ip| !ip.is_loopback())
+            .collect();
+    }
+    Ok(())
+}
+
+/// Runs the validated subcommand.
+#[cfg(not(any()))]
+pub fn run(config: &Config) -> Result<(), CliError> {
+    // Until the merge enables the glue below, say so instead of pretending to work.
+    let command = match config.command {
+        crate::config::Command::Render => "render",
+        crate::config::Command::Sync { .. } => "sync",
+        crate::config::Command::Cleanup => "cleanup",
+    };
+    Err(CliError::NotBuilt { command })
+}
+
+// enabled at merge: depends on proxier/render/netlink
+// (delete the `#[cfg(not(any()))]` `run` above and the `#[cfg(any())]` below).
+#[cfg(any())]
+pub use glue::run;
+
+// enabled at merge: depends on proxier/render/netlink
+#[cfg(any())]
+mod glue {
+    use std::io::Write;
+
+    use super::*;
+    use crate::config::Command;
+    use crate::nft::model::Table;
+    use crate::nft::netlink::Nftables;
+    use crate::nft::transaction::Transaction;
+
+    /// Runs the validated subcommand.
+    pub fn run(config: &Config) -> Result<(), CliError> {
+        match config.command {
+            Command::Render => {
+                let tables = build_tables(config)?;
+                let mut out = std::io::stdout().lock();
+                for table in &tables {
+                    write!(out, "{}", crate::nft::render::render_table(table))
+                        .map_err(CliError::Output)?;
+                }
+                out.flush().map_err(CliError::Output)
+            }
+            Command::Sync { .. } => {
+                let tables = build_tables(config)?;
+                apply("sync", &crate::sync::full_sync_transaction(&tables))
+            }
+            Command::Cleanup => apply(
+                "cleanup",
+                &crate::sync::cleanup_transaction(&config.proxy.table_name),
+            ),
+        }
+    }
+
+    /// Manifests → cluster state → desired tables, warning about every rejected object.
+    fn build_tables(config: &Config) -> Result<Vec<Table>, CliError> {
+        let mut proxy = config.proxy.clone();
+        add_local_addresses(&mut proxy)?;
+        let path = config
+            .manifests
+            .as_deref()
+            .expect("validation requires --manifests for render and sync");
+        let inputs = load_inputs(path, &proxy.hostname)?;
+        let (state, rejected) = crate::model::ClusterState::from_objects(
+            &inputs.services,
+            &inputs.endpoint_slices,
+            inputs.node.as_ref(),
+        );
+        for r in &rejected {
+            tracing::warn!(
+                kind = ?r.kind,
+                namespace = ?r.namespace,
+                name = ?r.name,
+                reason = %r.reason,
+                "rejected an object"
+            );
+        }
+        Ok(crate::proxier::build(&state, &proxy))
+    }
+
+    fn apply(command: &'static str, tx: &Transaction) -> Result<(), CliError> {
+        let mut nft = Nftables::open().map_err(|e| CliError::Open(e.into()))?;
+        nft.apply(tx).map_err(|e| CliError::Apply {
+            command,
+            ops: tx.ops.len(),
+            source: e.into(),
+        })?;
+        tracing::info!(command, ops = tx.ops.len(), "transaction applied");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NODES: &str = "\
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Node, metadata: {name: other}}
+- {apiVersion: v1, kind: Node, metadata: {name: node-a}, spec: {podCIDRs: [10.244.1.0/24]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+";
+
+    #[test]
+    fn inputs_pick_the_node_named_like_this_host() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("c.yaml"), NODES).unwrap();
+        let inputs = load_inputs(dir.path(), "node-a").unwrap();
+        let node = inputs.node.expect("node-a is in the manifests");
+        assert_eq!(node.metadata.name.as_deref(), Some("node-a"));
+        assert_eq!(inputs.services.len(), 1);
+        let none = load_inputs(dir.path(), "node-z").unwrap();
+        assert!(none.node.is_none());
+    }
+
+    #[test]
+    fn a_missing_manifests_path_is_reported_as_a_loading_error() {
+        let err = load_inputs(Path::new("/nonexistent/kubenft"), "n").unwrap_err();
+        assert!(err.to_string().starts_with("loading manifests: "), "{err}");
+    }
+
+    #[test]
+    fn local_addresses_are_read_only_for_nodeport_cidrs() {
+        let mut primary = ProxyConfig::default();
+        add_local_addresses(&mut primary).unwrap();
+        assert!(primary.local_addresses.is_empty());
+        if !crate::netns::can_create() {
+            eprintln!("skipped the CIDR half: creating network namespaces needs root");
+            return;
+        }
+        let ns = crate::netns::Netns::create("cliaddrs").unwrap();
+        ns.exec(&[
+            "ip", "link", "add", "kveth0", "type", "veth", "peer", "name", "kveth1",
+        ])
+        .unwrap();
+        ns.exec(&["ip", "addr", "add", "192.0.2.9/24", "dev", "kveth0"])
+            .unwrap();
+        let got = ns
+            .run(|| {
+                let mut c = ProxyConfig {
+                    nodeport_addresses: NodePortAddresses::Cidrs(vec![
+                        "0.0.0.0/0".parse().unwrap(),
+                    ]),
+                    ..ProxyConfig::default()
+                };
+                add_local_addresses(&mut c).map(|()| c.local_addresses)
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(got, vec!["192.0.2.9".parse::<std::net::IpAddr>().unwrap()]);
+    }
+}

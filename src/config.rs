@@ -1,0 +1,831 @@
+//! Command-line flags, spelled and parsed as kube-proxy spells them, and their validation into
+//! one `Config`.
+//!
+//! Guarantees: a `Config` only exists if every flag was valid; a `ConfigError` names the flag,
+//! the offending value and the reason, so `main` can print it and exit 64 before touching
+//! anything.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use ipnet::IpNet;
+
+use crate::proxier::{DetectLocal, NodePortAddresses, ProxyConfig};
+
+/// kubenft: a Kubernetes service proxy that programs nftables over netlink.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "kubenft", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    #[command(flatten)]
+    pub log: LogFlags,
+    #[command(flatten)]
+    pub proxy: ProxyFlags,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum Command {
+    /// Print the nftables tables built from --manifests, in `nft -f` syntax; changes nothing.
+    Render,
+    /// Build the tables from --manifests and apply them in one atomic transaction.
+    Sync {
+        /// Apply once and exit (the only mode so far).
+        #[arg(long)]
+        once: bool,
+    },
+    /// Delete this proxy's `ip` and `ip6` tables (missing ones are fine) and nothing else.
+    Cleanup,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LogFlags {
+    /// Log line format (logs go to stderr).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// More detail: -v debug, -vv trace. RUST_LOG, when set, takes precedence.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+/// kube-proxy's `--detect-local-mode` values, spelled exactly as kube-proxy accepts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum DetectLocalMode {
+    #[default]
+    #[value(name = "ClusterCIDR")]
+    ClusterCidr,
+    #[value(name = "NodeCIDR")]
+    NodeCidr,
+    #[value(name = "BridgeInterface")]
+    BridgeInterface,
+    #[value(name = "InterfaceNamePrefix")]
+    InterfaceNamePrefix,
+}
+
+/// The proxy's flags as typed. Lists stay strings here so that validation, not clap, explains
+/// what is wrong with them, in one style.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ProxyFlags {
+    /// Use this name instead of the host name to find this node's Node object and endpoints.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub hostname_override: Option<String>,
+    /// Primary node IP(s): one IPv4 and/or one IPv6 address, comma-separated.
+    #[arg(long, global = true, value_name = "IP[,IP]")]
+    pub node_ip: Option<String>,
+    /// Pod network CIDR(s): one, or a dual-stack pair, comma-separated.
+    #[arg(long, global = true, value_name = "CIDR[,CIDR]")]
+    pub cluster_cidr: Option<String>,
+    /// Service ClusterIP range(s), comma-separated.
+    #[arg(long, global = true, value_name = "CIDR[,...]")]
+    pub service_cidr: Option<String>,
+    /// Addresses that accept NodePort traffic: `primary` (the node IPs) or comma-separated CIDRs.
+    #[arg(long, global = true, value_name = "primary|CIDR[,...]")]
+    pub nodeport_addresses: Option<String>,
+    /// Masquerade all traffic sent to ClusterIPs.
+    #[arg(long, global = true)]
+    pub masquerade_all: bool,
+    /// Bit of the packet mark that requests masquerading (0..=31).
+    #[arg(
+        long,
+        global = true,
+        alias = "iptables-masquerade-bit",
+        default_value_t = 14
+    )]
+    pub masquerade_bit: u32,
+    /// How traffic from local pods is recognised.
+    #[arg(long, global = true, value_enum, default_value_t = DetectLocalMode::ClusterCidr)]
+    pub detect_local_mode: DetectLocalMode,
+    /// Pod bridge interface (with --detect-local-mode BridgeInterface).
+    #[arg(long, global = true, value_name = "IFNAME")]
+    pub pod_bridge_interface: Option<String>,
+    /// Pod interface name prefix (with --detect-local-mode InterfaceNamePrefix).
+    #[arg(long, global = true, value_name = "PREFIX")]
+    pub pod_interface_name_prefix: Option<String>,
+    /// nftables table name, used for both the `ip` and the `ip6` table.
+    #[arg(long, global = true, default_value = "kubenft")]
+    pub table_name: String,
+    /// A YAML file or a directory of YAML files (`kubectl get -o yaml` output) to read
+    /// Services, EndpointSlices and Nodes from.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub manifests: Option<PathBuf>,
+}
+
+/// Everything a subcommand needs, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub command: Command,
+    pub proxy: ProxyConfig,
+    /// Set for `render` and `sync`, which read their objects from it.
+    pub manifests: Option<PathBuf>,
+    /// Accepted but probably not what the operator meant (logged once tracing is up).
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--{flag}: empty entry in {value:?}")]
+    EmptyEntry { flag: &'static str, value: String },
+    #[error("--{flag}: {entry:?} is not a CIDR: {source}")]
+    Cidr {
+        flag: &'static str,
+        entry: String,
+        #[source]
+        source: ipnet::AddrParseError,
+    },
+    #[error("--{flag}: {entry:?} is not an IP address: {source}")]
+    Ip {
+        flag: &'static str,
+        entry: String,
+        #[source]
+        source: std::net::AddrParseError,
+    },
+    #[error("--{flag}: {entry} is an unspecified address, not a node IP")]
+    UnspecifiedIp { flag: &'static str, entry: String },
+    #[error("--{flag}: two {family} {what} given ({first}, {second}), at most one per family")]
+    TwoOfAFamily {
+        flag: &'static str,
+        family: &'static str,
+        what: &'static str,
+        first: String,
+        second: String,
+    },
+    #[error("--nodeport-addresses: {value:?}: `primary` cannot be combined with CIDRs")]
+    PrimaryWithCidrs { value: String },
+    #[error("--masquerade-bit: {value} is out of range, must be 0..=31")]
+    MasqueradeBit { value: u32 },
+    #[error("--detect-local-mode {mode}: needs --{flag}")]
+    DetectLocalNeeds {
+        mode: &'static str,
+        flag: &'static str,
+    },
+    #[error("--{flag}: {value:?} is not a usable interface name: {reason}")]
+    InterfaceName {
+        flag: &'static str,
+        value: String,
+        reason: &'static str,
+    },
+    #[error("--table-name: {value:?} is not an nftables identifier: {reason}")]
+    TableName { value: String, reason: String },
+    #[error("--hostname-override not given and the host name could not be read: {0}")]
+    Hostname(#[source] std::io::Error),
+    #[error("the node name is empty (--hostname-override {value:?}, or the host name)")]
+    EmptyHostname { value: String },
+    #[error("{command}: --manifests PATH is required (no Kubernetes API source yet)")]
+    ManifestsRequired { command: &'static str },
+    #[error("sync: only `sync --once` is available so far")]
+    SyncNeedsOnce,
+}
+
+impl Cli {
+    /// Validates flags, taking the host name from the system when not overridden.
+    pub fn validate(&self) -> Result<Config, ConfigError> {
+        self.validate_with(system_hostname)
+    }
+
+    /// Validates flags; `hostname` is asked only when `--hostname-override` is absent.
+    pub fn validate_with(
+        &self,
+        hostname: impl FnOnce() -> std::io::Result<String>,
+    ) -> Result<Config, ConfigError> {
+        let needs_manifests = match self.command {
+            Command::Render => Some("render"),
+            Command::Sync { once: true } => Some("sync"),
+            Command::Sync { once: false } => return Err(ConfigError::SyncNeedsOnce),
+            Command::Cleanup => None,
+        };
+        if let Some(command) = needs_manifests
+            && self.proxy.manifests.is_none()
+        {
+            return Err(ConfigError::ManifestsRequired { command });
+        }
+        let (proxy, warnings) = self.proxy.validate_with(hostname)?;
+        Ok(Config {
+            command: self.command.clone(),
+            proxy,
+            manifests: self.proxy.manifests.clone(),
+            warnings,
+        })
+    }
+}
+
+impl ProxyFlags {
+    /// Turns the flags into the planner's configuration, plus warnings for settings that are
+    /// valid but probably unintended. `local_addresses` is left empty: the caller reads them.
+    pub fn validate_with(
+        &self,
+        hostname: impl FnOnce() -> std::io::Result<String>,
+    ) -> Result<(ProxyConfig, Vec<String>), ConfigError> {
+        let mut warnings = Vec::new();
+        let table_name = validate_table_name(&self.table_name)?;
+        let raw_hostname = match &self.hostname_override {
+            Some(h) => h.clone(),
+            None => hostname().map_err(ConfigError::Hostname)?,
+        };
+        // kube-proxy's GetHostname: trimmed and lowercased, because Node names are.
+        let hostname = raw_hostname.trim().to_lowercase();
+        if hostname.is_empty() {
+            return Err(ConfigError::EmptyHostname {
+                value: raw_hostname,
+            });
+        }
+
+        let node_ips = match &self.node_ip {
+            Some(v) => parse_node_ips(v)?,
+            None => Vec::new(),
+        };
+        let cluster_cidrs = match &self.cluster_cidr {
+            Some(v) => one_per_family("cluster-cidr", parse_cidrs("cluster-cidr", v)?)?,
+            None => Vec::new(),
+        };
+        let service_cidrs = match &self.service_cidr {
+            Some(v) => parse_cidrs("service-cidr", v)?,
+            None => Vec::new(),
+        };
+        let nodeport_addresses = match &self.nodeport_addresses {
+            Some(v) => parse_nodeport_addresses(v)?,
+            None => NodePortAddresses::Primary,
+        };
+        if self.masquerade_bit > 31 {
+            return Err(ConfigError::MasqueradeBit {
+                value: self.masquerade_bit,
+            });
+        }
+
+        let detect_local = match self.detect_local_mode {
+            DetectLocalMode::ClusterCidr => {
+                if cluster_cidrs.is_empty() {
+                    // kube-proxy accepts this too (it is the default) and simply cannot tell
+                    // local pods apart, so it is a warning rather than an error.
+                    warnings.push(
+                        "--detect-local-mode ClusterCIDR without --cluster-cidr: \
+                         traffic from local pods cannot be recognised"
+                            .to_string(),
+                    );
+                }
+                DetectLocal::ClusterCidr
+            }
+            DetectLocalMode::NodeCidr => DetectLocal::NodeCidr,
+            DetectLocalMode::BridgeInterface => DetectLocal::BridgeInterface(interface_flag(
+                "BridgeInterface",
+                "pod-bridge-interface",
+                &self.pod_bridge_interface,
+            )?),
+            DetectLocalMode::InterfaceNamePrefix => {
+                DetectLocal::InterfaceNamePrefix(interface_flag(
+                    "InterfaceNamePrefix",
+                    "pod-interface-name-prefix",
+                    &self.pod_interface_name_prefix,
+                )?)
+            }
+        };
+        if self.pod_bridge_interface.is_some()
+            && self.detect_local_mode != DetectLocalMode::BridgeInterface
+        {
+            warnings.push(
+                "--pod-bridge-interface is ignored unless --detect-local-mode BridgeInterface"
+                    .to_string(),
+            );
+        }
+        if self.pod_interface_name_prefix.is_some()
+            && self.detect_local_mode != DetectLocalMode::InterfaceNamePrefix
+        {
+            warnings.push(
+                "--pod-interface-name-prefix is ignored unless --detect-local-mode \
+                 InterfaceNamePrefix"
+                    .to_string(),
+            );
+        }
+
+        let config = ProxyConfig {
+            table_name,
+            hostname,
+            node_ips,
+            cluster_cidrs,
+            service_cidrs,
+            nodeport_addresses,
+            local_addresses: Vec::new(),
+            masquerade_all: self.masquerade_all,
+            masquerade_bit: self.masquerade_bit as u8,
+            detect_local,
+        };
+        Ok((config, warnings))
+    }
+}
+
+/// Splits a comma-separated flag value; surrounding blanks are tolerated, empty entries are not.
+fn entries<'v>(flag: &'static str, value: &'v str) -> Result<Vec<&'v str>, ConfigError> {
+    value
+        .split(',')
+        .map(str::trim)
+        .map(|e| {
+            if e.is_empty() {
+                Err(ConfigError::EmptyEntry {
+                    flag,
+                    value: value.to_string(),
+                })
+            } else {
+                Ok(e)
+            }
+        })
+        .collect()
+}
+
+/// Parses CIDRs; host bits are cleared (`10.0.0.1/8` is `10.0.0.0/8`) as Go's ParseCIDR does
+/// for kube-proxy.
+fn parse_cidrs(flag: &'static str, value: &str) -> Result<Vec<IpNet>, ConfigError> {
+    entries(flag, value)?
+        .into_iter()
+        .map(|e| {
+            e.parse::<IpNet>()
+                .map(|n| n.trunc())
+                .map_err(|source| ConfigError::Cidr {
+                    flag,
+                    entry: e.to_string(),
+                    source,
+                })
+        })
+        .collect()
+}
+
+fn family_name(ip: &IpAddr) -> &'static str {
+    if ip.is_ipv4() { "IPv4" } else { "IPv6" }
+}
+
+fn one_per_family(flag: &'static str, cidrs: Vec<IpNet>) -> Result<Vec<IpNet>, ConfigError> {
+    for (i, a) in cidrs.iter().enumerate() {
+        if let Some(b) = cidrs[i + 1..]
+            .iter()
+            .find(|b| b.addr().is_ipv4() == a.addr().is_ipv4())
+        {
+            return Err(ConfigError::TwoOfAFamily {
+                flag,
+                family: family_name(&a.addr()),
+                what: "CIDRs",
+                first: a.to_string(),
+                second: b.to_string(),
+            });
+        }
+    }
+    Ok(cidrs)
+}
+
+fn parse_node_ips(value: &str) -> Result<Vec<IpAddr>, ConfigError> {
+    const FLAG: &str = "node-ip";
+    let mut ips: Vec<IpAddr> = Vec::new();
+    for e in entries(FLAG, value)? {
+        let ip: IpAddr = e.parse().map_err(|source| ConfigError::Ip {
+            flag: FLAG,
+            entry: e.to_string(),
+            source,
+        })?;
+        if ip.is_unspecified() {
+            return Err(ConfigError::UnspecifiedIp {
+                flag: FLAG,
+                entry: e.to_string(),
+            });
+        }
+        if let Some(first) = ips.iter().find(|i| i.is_ipv4() == ip.is_ipv4()) {
+            return Err(ConfigError::TwoOfAFamily {
+                flag: FLAG,
+                family: family_name(&ip),
+                what: "addresses",
+                first: first.to_string(),
+                second: ip.to_string(),
+            });
+        }
+        ips.push(ip);
+    }
+    Ok(ips)
+}
+
+fn parse_nodeport_addresses(value: &str) -> Result<NodePortAddresses, ConfigError> {
+    const FLAG: &str = "nodeport-addresses";
+    let list = entries(FLAG, value)?;
+    if list.contains(&"primary") {
+        return if list.len() == 1 {
+            Ok(NodePortAddresses::Primary)
+        } else {
+            Err(ConfigError::PrimaryWithCidrs {
+                value: value.to_string(),
+            })
+        };
+    }
+    Ok(NodePortAddresses::Cidrs(parse_cidrs(FLAG, value)?))
+}
+
+/// The interface name a detect-local mode requires, checked like the kernel checks names
+/// (`dev_valid_name`): 1..=15 bytes, no `/`, `:` or whitespace, not `.` or `..`.
+fn interface_flag(
+    mode: &'static str,
+    flag: &'static str,
+    value: &Option<String>,
+) -> Result<String, ConfigError> {
+    let Some(name) = value.as_deref().filter(|v| !v.is_empty()) else {
+        return Err(ConfigError::DetectLocalNeeds { mode, flag });
+    };
+    let reason = if name.len() > 15 {
+        Some("longer than 15 bytes (IFNAMSIZ)")
+    } else if name == "." || name == ".." {
+        Some("`.` and `..` are not interface names")
+    } else if name
+        .chars()
+        .any(|c| c == '/' || c == ':' || c.is_whitespace())
+    {
+        Some("contains `/`, `:` or whitespace")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(ConfigError::InterfaceName {
+            flag,
+            value: name.to_string(),
+            reason,
+        }),
+        None => Ok(name.to_string()),
+    }
+}
+
+/// nft's identifier grammar (scanner.l `string`): a letter, `_` or `.`, then letters, digits,
+/// `/`, `-`, `_` or `.`; at most 255 bytes (the kernel's NFT_NAME_MAXLEN minus the NUL).
+fn validate_table_name(name: &str) -> Result<String, ConfigError> {
+    let err = |reason: String| ConfigError::TableName {
+        value: name.to_string(),
+        reason,
+    };
+    let mut chars = name.chars();
+    match chars.next() {
+        None => return Err(err("empty".into())),
+        Some(c) if !(c.is_ascii_alphabetic() || c == '_' || c == '.') => {
+            return Err(err(format!(
+                "must start with a letter, `_` or `.`, not {c:?}"
+            )));
+        }
+        Some(_) => {}
+    }
+    if let Some(c) = chars.find(|&c| !(c.is_ascii_alphanumeric() || "/-_.".contains(c))) {
+        return Err(err(format!(
+            "{c:?} is not allowed (letters, digits, `/`, `-`, `_`, `.`)"
+        )));
+    }
+    if name.len() > 255 {
+        return Err(err(format!("{} bytes, at most 255", name.len())));
+    }
+    Ok(name.to_string())
+}
+
+/// The machine's host name (gethostname(2)), as kube-proxy's default node name.
+pub fn system_hostname() -> std::io::Result<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // POSIX leaves truncation unterminated; the last byte stays 0 because Linux names are <= 64.
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8(buf[..len].to_vec())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        let mut argv = vec!["kubenft"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).unwrap()
+    }
+
+    fn host() -> std::io::Result<String> {
+        Ok("Node-A.Example\n".into())
+    }
+
+    fn validate(args: &[&str]) -> Result<Config, ConfigError> {
+        parse(args).validate_with(host)
+    }
+
+    fn error(args: &[&str]) -> String {
+        validate(args).unwrap_err().to_string()
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn net(s: &str) -> IpNet {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn defaults_match_kube_proxy() {
+        let c = validate(&["cleanup"]).unwrap();
+        let p = &c.proxy;
+        assert_eq!(p.table_name, "kubenft");
+        assert_eq!(p.hostname, "node-a.example");
+        assert_eq!(p.masquerade_bit, 14);
+        assert_eq!(p.masquerade_mark(), 0x4000);
+        assert!(!p.masquerade_all);
+        assert_eq!(p.nodeport_addresses, NodePortAddresses::Primary);
+        assert_eq!(p.detect_local, DetectLocal::ClusterCidr);
+        assert!(p.node_ips.is_empty() && p.cluster_cidrs.is_empty() && p.service_cidrs.is_empty());
+        assert_eq!(c.manifests, None);
+        assert_eq!(
+            c.warnings.len(),
+            1,
+            "ClusterCIDR without a CIDR warns: {:?}",
+            c.warnings
+        );
+    }
+
+    #[test]
+    fn every_flag_is_parsed_into_the_proxy_config() {
+        let c = validate(&[
+            "render",
+            "--manifests",
+            "/tmp/m",
+            "--hostname-override",
+            " Worker-1 ",
+            "--node-ip",
+            "192.168.1.10, fd00::10",
+            "--cluster-cidr",
+            "10.244.0.0/16,fd00:10:244::/56",
+            "--service-cidr",
+            "10.96.0.0/12,10.100.0.0/16,fd00:10:96::/112",
+            "--nodeport-addresses",
+            "192.168.1.0/24,fd00::/64",
+            "--masquerade-all",
+            "--masquerade-bit",
+            "5",
+            "--detect-local-mode",
+            "InterfaceNamePrefix",
+            "--pod-interface-name-prefix",
+            "veth",
+            "--table-name",
+            "kube_proxy.2",
+        ])
+        .unwrap();
+        assert_eq!(c.command, Command::Render);
+        assert_eq!(c.manifests, Some(PathBuf::from("/tmp/m")));
+        assert_eq!(c.warnings, Vec::<String>::new());
+        let want = ProxyConfig {
+            table_name: "kube_proxy.2".into(),
+            hostname: "worker-1".into(),
+            node_ips: vec![ip("192.168.1.10"), ip("fd00::10")],
+            cluster_cidrs: vec![net("10.244.0.0/16"), net("fd00:10:244::/56")],
+            service_cidrs: vec![
+                net("10.96.0.0/12"),
+                net("10.100.0.0/16"),
+                net("fd00:10:96::/112"),
+            ],
+            nodeport_addresses: NodePortAddresses::Cidrs(vec![
+                net("192.168.1.0/24"),
+                net("fd00::/64"),
+            ]),
+            local_addresses: vec![],
+            masquerade_all: true,
+            masquerade_bit: 5,
+            detect_local: DetectLocal::InterfaceNamePrefix("veth".into()),
+        };
+        assert_eq!(c.proxy, want);
+    }
+
+    #[test]
+    fn flags_may_come_before_the_subcommand_too() {
+        let c = parse(&[
+            "--table-name",
+            "t1",
+            "-vv",
+            "--log-format",
+            "json",
+            "cleanup",
+        ]);
+        assert_eq!(c.proxy.table_name, "t1");
+        assert_eq!(c.log.verbose, 2);
+        assert_eq!(c.log.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn the_iptables_spelling_of_the_masquerade_bit_is_accepted() {
+        let c = validate(&["cleanup", "--iptables-masquerade-bit", "0"]).unwrap();
+        assert_eq!(c.proxy.masquerade_mark(), 1);
+    }
+
+    #[test]
+    fn host_bits_of_a_cidr_are_cleared_like_go_parse_cidr() {
+        let c = validate(&["cleanup", "--cluster-cidr", "10.244.3.7/16"]).unwrap();
+        assert_eq!(c.proxy.cluster_cidrs, vec![net("10.244.0.0/16")]);
+    }
+
+    #[test]
+    fn the_host_name_is_read_only_without_an_override() {
+        let c = parse(&["cleanup", "--hostname-override", "n1"])
+            .validate_with(|| panic!("host name must not be read"))
+            .unwrap();
+        assert_eq!(c.proxy.hostname, "n1");
+    }
+
+    #[test]
+    fn the_system_host_name_is_readable_and_not_empty() {
+        let name = system_hostname().unwrap();
+        assert!(!name.is_empty() && !name.contains('\0'), "{name:?}");
+    }
+
+    #[test]
+    fn detect_local_modes_carry_their_interface() {
+        let c = validate(&[
+            "cleanup",
+            "--detect-local-mode",
+            "BridgeInterface",
+            "--pod-bridge-interface",
+            "cni0",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.proxy.detect_local,
+            DetectLocal::BridgeInterface("cni0".into())
+        );
+        let c = validate(&["cleanup", "--detect-local-mode", "NodeCIDR"]).unwrap();
+        assert_eq!(c.proxy.detect_local, DetectLocal::NodeCidr);
+        assert_eq!(c.warnings, Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_unknown_detect_local_mode_is_refused_by_the_parser() {
+        let argv = ["kubenft", "cleanup", "--detect-local-mode", "clustercidr"];
+        assert!(Cli::try_parse_from(argv).is_err());
+    }
+
+    #[test]
+    fn an_interface_flag_for_another_mode_is_a_warning() {
+        let c = validate(&[
+            "cleanup",
+            "--cluster-cidr",
+            "10.0.0.0/8",
+            "--pod-bridge-interface",
+            "cni0",
+            "--pod-interface-name-prefix",
+            "veth",
+        ])
+        .unwrap();
+        assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+        assert!(c.warnings[0].starts_with("--pod-bridge-interface is ignored"));
+        assert!(c.warnings[1].starts_with("--pod-interface-name-prefix is ignored"));
+    }
+
+    #[test]
+    fn every_invalid_value_is_explained_with_its_flag() {
+        let cases: &[(&[&str], &str)] = &[
+            (
+                &["--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"],
+                "--cluster-cidr: two IPv4 CIDRs given (10.0.0.0/8, 10.1.0.0/16), at most one per family",
+            ),
+            (
+                &["--cluster-cidr", "fd00::/48,10.0.0.0/8,fd01::/48"],
+                "--cluster-cidr: two IPv6 CIDRs given (fd00::/48, fd01::/48), at most one per family",
+            ),
+            (
+                &["--cluster-cidr", "10.0.0.0"],
+                "--cluster-cidr: \"10.0.0.0\" is not a CIDR: ",
+            ),
+            (
+                &["--service-cidr", "10.96.0.0/33"],
+                "--service-cidr: \"10.96.0.0/33\" is not a CIDR: ",
+            ),
+            (
+                &["--service-cidr", "10.96.0.0/12,"],
+                "--service-cidr: empty entry in \"10.96.0.0/12,\"",
+            ),
+            (
+                &["--node-ip", "10.0.0.1,10.0.0.2"],
+                "--node-ip: two IPv4 addresses given (10.0.0.1, 10.0.0.2), at most one per family",
+            ),
+            (
+                &["--node-ip", "node-a"],
+                "--node-ip: \"node-a\" is not an IP address: ",
+            ),
+            (
+                &["--node-ip", "::"],
+                "--node-ip: :: is an unspecified address, not a node IP",
+            ),
+            (
+                &["--nodeport-addresses", "primary,10.0.0.0/8"],
+                "--nodeport-addresses: \"primary,10.0.0.0/8\": `primary` cannot be combined with CIDRs",
+            ),
+            (
+                &["--nodeport-addresses", "eth0"],
+                "--nodeport-addresses: \"eth0\" is not a CIDR: ",
+            ),
+            (
+                &["--masquerade-bit", "32"],
+                "--masquerade-bit: 32 is out of range, must be 0..=31",
+            ),
+            (
+                &["--detect-local-mode", "BridgeInterface"],
+                "--detect-local-mode BridgeInterface: needs --pod-bridge-interface",
+            ),
+            (
+                &[
+                    "--detect-local-mode",
+                    "InterfaceNamePrefix",
+                    "--pod-interface-name-prefix",
+                    "",
+                ],
+                "--detect-local-mode InterfaceNamePrefix: needs --pod-interface-name-prefix",
+            ),
+            (
+                &[
+                    "--detect-local-mode",
+                    "BridgeInterface",
+                    "--pod-bridge-interface",
+                    "a-very-long-bridge",
+                ],
+                "--pod-bridge-interface: \"a-very-long-bridge\" is not a usable interface name: longer than 15 bytes (IFNAMSIZ)",
+            ),
+            (
+                &[
+                    "--detect-local-mode",
+                    "InterfaceNamePrefix",
+                    "--pod-interface-name-prefix",
+                    "ve/th",
+                ],
+                "--pod-interface-name-prefix: \"ve/th\" is not a usable interface name: contains `/`, `:` or whitespace",
+            ),
+            (
+                &[
+                    "--detect-local-mode",
+                    "BridgeInterface",
+                    "--pod-bridge-interface",
+                    "..",
+                ],
+                "--pod-bridge-interface: \"..\" is not a usable interface name: `.` and `..` are not interface names",
+            ),
+            (
+                &["--table-name", ""],
+                "--table-name: \"\" is not an nftables identifier: empty",
+            ),
+            (
+                &["--table-name", "9lives"],
+                "--table-name: \"9lives\" is not an nftables identifier: must start with a letter, `_` or `.`, not '9'",
+            ),
+            (
+                &["--table-name", "kube proxy"],
+                "--table-name: \"kube proxy\" is not an nftables identifier: ' ' is not allowed",
+            ),
+            (
+                &["--hostname-override", "  "],
+                "the node name is empty (--hostname-override \"  \"",
+            ),
+        ];
+        for (args, want) in cases {
+            let mut argv = vec!["cleanup"];
+            argv.extend_from_slice(args);
+            let got = error(&argv);
+            assert!(
+                got.starts_with(want),
+                "{args:?}:\n got: {got}\nwant: {want}"
+            );
+        }
+        let long = "t".repeat(256);
+        let got = error(&["cleanup", "--table-name", &long]);
+        assert!(got.ends_with("256 bytes, at most 255"), "{got}");
+        assert!(validate(&["cleanup", "--table-name", &long[..255]]).is_ok());
+    }
+
+    #[test]
+    fn an_unreadable_host_name_is_an_error() {
+        let err = parse(&["cleanup"])
+            .validate_with(|| Err(std::io::Error::other("no uts")))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--hostname-override not given and the host name could not be read: no uts"
+        );
+    }
+
+    #[test]
+    fn render_and_sync_need_manifests_and_sync_needs_once() {
+        assert_eq!(
+            error(&["render"]),
+            "render: --manifests PATH is required (no Kubernetes API source yet)"
+        );
+        assert_eq!(
+            error(&["sync", "--once"]),
+            "sync: --manifests PATH is required (no Kubernetes API source yet)"
+        );
+        assert_eq!(
+            error(&["sync", "--manifests", "d"]),
+            "sync: only `sync --once` is available so far"
+        );
+        let c = validate(&["sync", "--once", "--manifests", "d"]).unwrap();
+        assert_eq!(c.command, Command::Sync { once: true });
+    }
+}

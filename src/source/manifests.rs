@@ -1,0 +1,570 @@
+//! Reads Services, EndpointSlices and Nodes from YAML files as `kubectl get -o yaml` prints them.
+//!
+//! Guarantees: files are read in sorted name order, documents in file order and `List` items in
+//! list order, so the same directory always yields the same `Manifests`. A malformed document is
+//! skipped with a `ManifestWarning` naming the file, the document and (when it can be read) the
+//! object; it never hides the documents around it. Only I/O failures are errors.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde_yaml::Value;
+
+/// The objects the proxy cares about, in the order they were read.
+#[derive(Debug, Clone, Default)]
+pub struct Manifests {
+    pub services: Vec<Service>,
+    pub endpoint_slices: Vec<EndpointSlice>,
+    pub nodes: Vec<Node>,
+}
+
+/// A document (or `List` item) that was skipped, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestWarning {
+    pub file: PathBuf,
+    /// 1-based position of the YAML document in its file, as an editor would count.
+    pub document: usize,
+    /// 0-based index in the document's `items` when the document is a `List`.
+    pub item: Option<usize>,
+    /// `kind` of the object, when the document got far enough to have one.
+    pub kind: Option<String>,
+    /// `namespace/name` (or `name` for cluster-scoped objects), when known.
+    pub name: Option<String>,
+    pub reason: String,
+}
+
+impl fmt::Display for ManifestWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} document {}", self.file.display(), self.document)?;
+        if let Some(item) = self.item {
+            write!(f, " item {item}")?;
+        }
+        match (&self.kind, &self.name) {
+            (Some(kind), Some(name)) => write!(f, " ({kind} {name})")?,
+            (Some(kind), None) => write!(f, " ({kind})")?,
+            (None, Some(name)) => write!(f, " ({name})")?,
+            (None, None) => {}
+        }
+        write!(f, ": {}", self.reason)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("reading manifests path {path}: {source}", path = path.display())]
+    Stat {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("listing manifests directory {path}: {source}", path = path.display())]
+    ReadDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("reading manifest file {path}: {source}", path = path.display())]
+    ReadFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// File name endings `kubectl apply -f DIR` reads; other files in a directory are ignored.
+const EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
+
+/// Loads `path`: a single file (whatever its name), or every `*.yaml`, `*.yml` and `*.json`
+/// file directly inside a directory (not recursive, like `kubectl apply -f DIR`).
+pub fn load(path: &Path) -> Result<(Manifests, Vec<ManifestWarning>), ManifestError> {
+    let meta = std::fs::metadata(path).map_err(|source| ManifestError::Stat {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let files = if meta.is_dir() {
+        list_dir(path)?
+    } else {
+        vec![path.to_path_buf()]
+    };
+    let mut manifests = Manifests::default();
+    let mut warnings = Vec::new();
+    for file in files {
+        let bytes = std::fs::read(&file).map_err(|source| ManifestError::ReadFile {
+            path: file.clone(),
+            source,
+        })?;
+        match String::from_utf8(bytes) {
+            Ok(text) => parse_file(&file, &text, &mut manifests, &mut warnings),
+            Err(e) => warnings.push(ManifestWarning {
+                file,
+                document: 1,
+                item: None,
+                kind: None,
+                name: None,
+                reason: format!("not UTF-8 text: {e}"),
+            }),
+        }
+    }
+    Ok((manifests, warnings))
+}
+
+fn list_dir(dir: &Path) -> Result<Vec<PathBuf>, ManifestError> {
+    let read_dir_error = |source| ManifestError::ReadDir {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(read_dir_error)? {
+        let path = entry.map_err(read_dir_error)?.path();
+        let wanted = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| EXTENSIONS.contains(&e));
+        // metadata() follows symlinks, so a link to a manifest counts like the file itself.
+        if wanted && path.metadata().is_ok_and(|m| m.is_file()) {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Parses every document of one file's text into `out`, recording skipped ones in `warnings`.
+pub fn parse_file(
+    file: &Path,
+    text: &str,
+    out: &mut Manifests,
+    warnings: &mut Vec<ManifestWarning>,
+) {
+    for (i, doc) in split_documents(text).into_iter().enumerate() {
+        let mut at = Location {
+            file,
+            document: i + 1,
+            item: None,
+        };
+        let value: Value = match serde_yaml::from_str(doc) {
+            Ok(v) => v,
+            Err(e) => {
+                warnings.push(at.warning(None, None, format!("invalid YAML: {e}")));
+                continue;
+            }
+        };
+        if value.is_null() {
+            continue; // an empty document: only comments, or `---` twice
+        }
+        let kind = str_field(&value, "kind");
+        if kind.is_some_and(|k| k.ends_with("List")) && value.get("items").is_some() {
+            let no_items = Vec::new();
+            // `items:` with nothing after it is YAML null: an empty list, not an error.
+            let items = match value.get("items") {
+                Some(Value::Null) => Some(&no_items),
+                other => other.and_then(Value::as_sequence),
+            };
+            let Some(items) = items else {
+                warnings.push(at.warning(
+                    kind.map(str::to_string),
+                    None,
+                    "`items` is not a list".into(),
+                ));
+                continue;
+            };
+            // A typed list straight from the API (`ServiceList`) leaves kind and apiVersion off
+            // its items; `kind: List` from kubectl keeps them.
+            let item_kind = kind
+                .and_then(|k| k.strip_suffix("List"))
+                .filter(|k| !k.is_empty());
+            let item_api_version = str_field(&value, "apiVersion");
+            for (j, item) in items.iter().enumerate() {
+                at.item = Some(j);
+                let mut item = item.clone();
+                if let (Some(k), Value::Mapping(m)) = (item_kind, &mut item) {
+                    m.entry("kind".into()).or_insert_with(|| k.into());
+                    if let Some(v) = item_api_version {
+                        m.entry("apiVersion".into()).or_insert_with(|| v.into());
+                    }
+                }
+                parse_object(&at, item, out, warnings);
+            }
+        } else {
+            parse_object(&at, value, out, warnings);
+        }
+    }
+}
+
+/// Where a document or item came from, for warnings.
+struct Location<'a> {
+    file: &'a Path,
+    document: usize,
+    item: Option<usize>,
+}
+
+impl Location<'_> {
+    fn warning(
+        &self,
+        kind: Option<String>,
+        name: Option<String>,
+        reason: String,
+    ) -> ManifestWarning {
+        ManifestWarning {
+            file: self.file.to_path_buf(),
+            document: self.document,
+            item: self.item,
+            kind,
+            name,
+            reason,
+        }
+    }
+}
+
+fn parse_object(
+    at: &Location<'_>,
+    value: Value,
+    out: &mut Manifests,
+    warnings: &mut Vec<ManifestWarning>,
+) {
+    if !value.is_mapping() {
+        warnings.push(at.warning(None, None, "not a Kubernetes object (not a mapping)".into()));
+        return;
+    }
+    let name = object_name(&value);
+    let (Some(api_version), Some(kind)) =
+        (str_field(&value, "apiVersion"), str_field(&value, "kind"))
+    else {
+        let kind = str_field(&value, "kind").map(str::to_string);
+        warnings.push(at.warning(
+            kind,
+            name,
+            "not a Kubernetes object (apiVersion or kind missing)".into(),
+        ));
+        return;
+    };
+    let kind = kind.to_string();
+    let result = match (api_version, kind.as_str()) {
+        ("v1", "Service") => serde_yaml::from_value(value).map(|s| out.services.push(s)),
+        ("discovery.k8s.io/v1", "EndpointSlice") => {
+            serde_yaml::from_value(value).map(|s| out.endpoint_slices.push(s))
+        }
+        ("v1", "Node") => serde_yaml::from_value(value).map(|n| out.nodes.push(n)),
+        _ => {
+            tracing::debug!(
+                file = %at.file.display(),
+                document = at.document,
+                api_version,
+                kind,
+                name = name.as_deref().unwrap_or(""),
+                "ignoring a kind the proxy does not use"
+            );
+            return;
+        }
+    };
+    if let Err(e) = result {
+        warnings.push(at.warning(Some(kind), name, e.to_string()));
+    }
+}
+
+fn str_field<'v>(value: &'v Value, key: &str) -> Option<&'v str> {
+    value.get(key).and_then(Value::as_str)
+}
+
+/// `namespace/name`, or `name` alone for cluster-scoped objects.
+fn object_name(value: &Value) -> Option<String> {
+    let meta = value.get("metadata")?;
+    let name = str_field(meta, "name")?;
+    Some(match str_field(meta, "namespace") {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    })
+}
+
+/// Splits a multi-document YAML stream the way kubectl does: a line starting with `---` and
+/// followed by nothing but blanks or a comment separates documents. Splitting by lines (rather
+/// than letting the YAML parser walk the stream) keeps a syntax error in one document from
+/// swallowing the documents after it.
+fn split_documents(text: &str) -> Vec<&str> {
+    let mut docs = Vec::new();
+    let mut start = 0;
+    let mut pos = 0;
+    for line in text.split_inclusive('\n') {
+        if let Some(rest) = line.strip_prefix("---") {
+            let rest = rest.trim();
+            if rest.is_empty() || rest.starts_with('#') {
+                docs.push(&text[start..pos]);
+                start = pos + line.len();
+            }
+        }
+        pos += line.len();
+    }
+    docs.push(&text[start..]);
+    // A leading `---` opens the first document rather than closing an empty one.
+    if text.starts_with("---") && docs.first().is_some_and(|d| d.trim().is_empty()) {
+        docs.remove(0);
+    }
+    docs
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::Metadata;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+
+    const SERVICE: &str = "\
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: shop
+spec:
+  clusterIP: 10.96.0.10
+  ports:
+  - name: http
+    port: 80
+    protocol: TCP
+    targetPort: 8080
+";
+
+    const SLICE: &str = "\
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-abc12
+  namespace: shop
+  labels:
+    kubernetes.io/service-name: web
+addressType: IPv4
+endpoints:
+- addresses: [10.244.1.5]
+  conditions: {ready: true}
+  nodeName: node-a
+ports:
+- name: http
+  port: 8080
+  protocol: TCP
+";
+
+    const NODE: &str = "\
+apiVersion: v1
+kind: Node
+metadata:
+  name: node-a
+spec:
+  podCIDRs: [10.244.1.0/24]
+status:
+  addresses:
+  - type: InternalIP
+    address: 192.168.1.10
+";
+
+    fn write(dir: &Path, name: &str, text: &str) {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+
+    fn names<T: Metadata<Ty = ObjectMeta>>(objs: &[T]) -> Vec<String> {
+        objs.iter()
+            .map(|o| o.metadata().name.clone().unwrap_or_default())
+            .collect()
+    }
+
+    #[test]
+    fn a_multi_document_file_yields_every_known_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "all.yaml",
+            &format!("---\n{SERVICE}---\n{SLICE}--- # node\n{NODE}"),
+        );
+        let (m, warnings) = load(dir.path()).unwrap();
+        assert_eq!(warnings, vec![]);
+        assert_eq!(names(&m.services), ["web"]);
+        assert_eq!(names(&m.endpoint_slices), ["web-abc12"]);
+        assert_eq!(names(&m.nodes), ["node-a"]);
+        let svc = &m.services[0];
+        assert_eq!(svc.metadata.namespace.as_deref(), Some("shop"));
+        let spec = svc.spec.as_ref().unwrap();
+        assert_eq!(spec.cluster_ip.as_deref(), Some("10.96.0.10"));
+        assert_eq!(spec.ports.as_ref().unwrap()[0].port, 80);
+        assert_eq!(m.endpoint_slices[0].endpoints[0].addresses, ["10.244.1.5"]);
+    }
+
+    #[test]
+    fn a_kubectl_list_is_unpacked_item_by_item() {
+        let indent = |s: &str| s.replace('\n', "\n  ");
+        let text = format!(
+            "apiVersion: v1\nkind: List\nmetadata: {{resourceVersion: \"\"}}\nitems:\n- {}\n- {}\n",
+            indent(SLICE),
+            indent(SERVICE)
+        );
+        let mut m = Manifests::default();
+        let mut warnings = Vec::new();
+        parse_file(Path::new("list.yaml"), &text, &mut m, &mut warnings);
+        assert_eq!(warnings, vec![]);
+        assert_eq!(names(&m.services), ["web"]);
+        assert_eq!(names(&m.endpoint_slices), ["web-abc12"]);
+    }
+
+    #[test]
+    fn items_of_a_typed_api_list_get_their_kind_from_the_list() {
+        let text = "\
+apiVersion: v1
+kind: NodeList
+items:
+- metadata: {name: node-b}
+- metadata: {name: node-c}
+";
+        let mut m = Manifests::default();
+        let mut warnings = Vec::new();
+        parse_file(Path::new("nodes.yaml"), text, &mut m, &mut warnings);
+        assert_eq!(warnings, vec![]);
+        assert_eq!(names(&m.nodes), ["node-b", "node-c"]);
+    }
+
+    #[test]
+    fn files_are_read_in_sorted_name_order_and_other_files_are_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let svc = |name: &str| SERVICE.replace("name: web", &format!("name: {name}"));
+        write(dir.path(), "b.yml", &svc("second"));
+        write(dir.path(), "a.yaml", &svc("first"));
+        write(
+            dir.path(),
+            "c.json",
+            r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"third"}}"#,
+        );
+        write(dir.path(), "README.md", &svc("ignored"));
+        std::fs::create_dir(dir.path().join("sub.yaml")).unwrap();
+        let (m, warnings) = load(dir.path()).unwrap();
+        assert_eq!(warnings, vec![]);
+        assert_eq!(names(&m.services), ["first", "second", "third"]);
+    }
+
+    #[test]
+    fn a_single_file_path_is_read_whatever_its_extension() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("cluster.txt");
+        std::fs::write(&file, NODE).unwrap();
+        let (m, _) = load(&file).unwrap();
+        assert_eq!(names(&m.nodes), ["node-a"]);
+    }
+
+    #[test]
+    fn a_malformed_document_is_skipped_with_a_warning_and_the_rest_is_kept() {
+        let broken_yaml = "apiVersion: v1\nkind: Service\nmetadata: {name: [unclosed\n";
+        let wrong_type = "apiVersion: v1\nkind: Service\nmetadata: {name: bad, namespace: shop}\nspec:\n  ports: not-a-list\n";
+        let text = format!("{SERVICE}---\n{broken_yaml}---\n{wrong_type}---\n{NODE}");
+        let mut m = Manifests::default();
+        let mut warnings = Vec::new();
+        parse_file(Path::new("mixed.yaml"), &text, &mut m, &mut warnings);
+        assert_eq!(names(&m.services), ["web"]);
+        assert_eq!(names(&m.nodes), ["node-a"]);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert_eq!(warnings[0].document, 2);
+        assert_eq!(warnings[0].kind, None);
+        assert!(
+            warnings[0].reason.starts_with("invalid YAML"),
+            "{}",
+            warnings[0]
+        );
+        assert_eq!(warnings[1].document, 3);
+        assert_eq!(warnings[1].kind.as_deref(), Some("Service"));
+        assert_eq!(warnings[1].name.as_deref(), Some("shop/bad"));
+        let shown = warnings[1].to_string();
+        assert!(
+            shown.starts_with("mixed.yaml document 3 (Service shop/bad): "),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn a_bad_list_item_names_its_index() {
+        let text = "\
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Node, metadata: {name: good}}
+- {apiVersion: v1, kind: Node, metadata: {name: bad}, spec: {podCIDRs: 7}}
+- just a string
+";
+        let mut m = Manifests::default();
+        let mut warnings = Vec::new();
+        parse_file(Path::new("l.yaml"), text, &mut m, &mut warnings);
+        assert_eq!(names(&m.nodes), ["good"]);
+        let at: Vec<_> = warnings.iter().map(|w| (w.item, w.name.clone())).collect();
+        assert_eq!(at, [(Some(1), Some("bad".into())), (Some(2), None)]);
+    }
+
+    #[test]
+    fn an_empty_list_is_fine_and_a_list_with_non_list_items_is_reported() {
+        let text =
+            "apiVersion: v1\nkind: List\nitems:\n---\napiVersion: v1\nkind: List\nitems: 3\n";
+        let mut m = Manifests::default();
+        let mut warnings = Vec::new();
+        parse_file(Path::new("e.yaml"), text, &mut m, &mut warnings);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert_eq!(warnings[0].document, 2);
+        assert_eq!(warnings[0].reason, "`items` is not a list");
+    }
+
+    #[test]
+    fn other_kinds_and_versions_are_ignored_without_warnings() {
+        let text = "\
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: c}
+---
+apiVersion: serving.knative.dev/v1
+kind: Service
+metadata: {name: k}
+---
+# only a comment
+";
+        let mut m = Manifests::default();
+        let mut warnings = Vec::new();
+        parse_file(Path::new("o.yaml"), text, &mut m, &mut warnings);
+        assert_eq!(warnings, vec![]);
+        assert!(m.services.is_empty());
+    }
+
+    #[test]
+    fn a_document_without_kind_is_reported() {
+        let mut m = Manifests::default();
+        let mut warnings = Vec::new();
+        parse_file(
+            Path::new("x.yaml"),
+            "metadata: {name: lost}\n",
+            &mut m,
+            &mut warnings,
+        );
+        assert_eq!(warnings.len(), 1);
+        assert_eq!(warnings[0].name.as_deref(), Some("lost"));
+        assert!(warnings[0].reason.contains("kind missing"));
+    }
+
+    #[test]
+    fn a_separator_needs_to_stand_alone_on_its_line() {
+        assert_eq!(split_documents("a: 1\n---\nb: 2\n"), ["a: 1\n", "b: 2\n"]);
+        assert_eq!(split_documents("---\na: 1\n"), ["a: 1\n"]);
+        assert_eq!(split_documents("a: ---x\n---x\n"), ["a: ---x\n---x\n"]);
+        assert_eq!(split_documents("a: 1\n---   # c\nb: 2"), ["a: 1\n", "b: 2"]);
+    }
+
+    #[test]
+    fn a_missing_path_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = load(&dir.path().join("nope")).unwrap_err();
+        assert!(matches!(err, ManifestError::Stat { .. }), "{err}");
+    }
+
+    #[test]
+    fn an_unreadable_directory_is_an_error() {
+        // Root ignores directory permissions, so "cannot be listed" is produced with a file
+        // (ENOTDIR), which read_dir fails on just the same.
+        let dir = tempfile::tempdir().unwrap();
+        let not_a_dir = dir.path().join("file.yaml");
+        std::fs::write(&not_a_dir, "").unwrap();
+        let err = list_dir(&not_a_dir).unwrap_err();
+        assert!(matches!(err, ManifestError::ReadDir { .. }), "{err}");
+        assert!(err.to_string().contains("file.yaml"), "{err}");
+    }
+}
