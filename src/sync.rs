@@ -21,8 +21,16 @@ use crate::nft::transaction::{Op, TableRef, Transaction};
 /// verdict-map elements jump to them), then sets, then elements (which may name chains), then
 /// rules (which may look up sets). Empty sets get no `AddElements`.
 pub fn full_sync_transaction(tables: &[Table]) -> Transaction {
+    Transaction {
+        ops: tables.iter().flat_map(replace_table_ops).collect(),
+        expected_generation: None,
+    }
+}
+
+/// The ops that swap one table for `table` wholesale (see `full_sync_transaction`).
+fn replace_table_ops(table: &Table) -> Vec<Op> {
     let mut ops = Vec::new();
-    for table in tables {
+    {
         let tref = TableRef {
             family: table.family,
             name: table.name.clone(),
@@ -67,9 +75,54 @@ pub fn full_sync_transaction(tables: &[Table]) -> Transaction {
             }
         }
     }
+    ops
+}
+
+/// What the kernel holds of one of our tables, as read before a sync.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    /// The table does not exist.
+    Absent,
+    /// The table was read and decoded.
+    Read(Table),
+    /// The table exists but could not be decoded (someone else wrote into it, or an older
+    /// kubenft wrote a construct this one does not know): it is replaced wholesale.
+    Unreadable,
+}
+
+/// One transaction that turns what the kernel holds into `desired`, touching only what differs.
+///
+/// `observed` holds our tables as read from the kernel, for every family we may own (a table
+/// we own that is no longer desired is deleted). Readable tables get a minimal diff
+/// (`nft::diff::plan`), so restarting on an unchanged cluster sends no operation and dynamic
+/// affinity sets keep their entries; unreadable ones are replaced in the same atomic batch.
+pub fn reconcile_transaction(
+    observed: &[(TableRef, Observed)],
+    desired: &[Table],
+    expected_generation: Option<u32>,
+) -> Transaction {
+    let mut ops = Vec::new();
+    for table in desired {
+        let tref = table.table_ref();
+        match observed.iter().find(|(r, _)| *r == tref).map(|(_, o)| o) {
+            Some(Observed::Read(current)) => {
+                ops.extend(crate::nft::diff::plan(Some(current), table))
+            }
+            Some(Observed::Unreadable) => ops.extend(replace_table_ops(table)),
+            Some(Observed::Absent) | None => ops.extend(crate::nft::diff::plan(None, table)),
+        }
+    }
+    for (tref, o) in observed {
+        let still_desired = desired.iter().any(|t| t.table_ref() == *tref);
+        if !still_desired && *o != Observed::Absent {
+            ops.push(Op::DeleteTable {
+                table: tref.clone(),
+            });
+        }
+    }
     Transaction {
         ops,
-        expected_generation: None,
+        expected_generation,
     }
 }
 
@@ -245,5 +298,132 @@ mod tests {
             ]
         });
         assert_eq!(tx.ops, want.collect::<Vec<_>>());
+    }
+}
+
+#[cfg(test)]
+mod reconcile_tests {
+    use super::*;
+    use crate::nft::fake::FakeKernel;
+    use crate::nft::model::{Chain, DataType, Element, Set, Value};
+
+    fn desired(ports: &[u16]) -> Table {
+        let mut t = Table {
+            family: Family::Ip,
+            name: "kubenft".into(),
+            ..Table::default()
+        };
+        t.chains.insert(
+            "services".into(),
+            Chain {
+                name: "services".into(),
+                base: None,
+                comment: None,
+                rules: vec![],
+            },
+        );
+        t.sets.insert(
+            "ports".into(),
+            Set {
+                name: "ports".into(),
+                key: vec![DataType::InetService],
+                data: None,
+                interval: false,
+                dynamic: false,
+                timeout: None,
+                comment: None,
+                elements: ports
+                    .iter()
+                    .map(|p| Element {
+                        key: vec![Value::Port(*p)],
+                        data: None,
+                        comment: None,
+                    })
+                    .collect(),
+            },
+        );
+        t
+    }
+
+    fn observe(kernel: &FakeKernel, family: Family) -> (TableRef, Observed) {
+        let r = TableRef {
+            family,
+            name: "kubenft".into(),
+        };
+        let o = kernel
+            .table(&r)
+            .cloned()
+            .map_or(Observed::Absent, Observed::Read);
+        (r, o)
+    }
+
+    #[test]
+    fn reconciling_an_unchanged_kernel_sends_nothing() {
+        let mut kernel = FakeKernel::new();
+        kernel
+            .apply(&reconcile_transaction(&[], &[desired(&[80, 443])], None))
+            .unwrap();
+        let tx = reconcile_transaction(
+            &[observe(&kernel, Family::Ip)],
+            &[desired(&[80, 443])],
+            Some(7),
+        );
+        assert!(tx.ops.is_empty(), "{:?}", tx.ops);
+        assert_eq!(tx.expected_generation, Some(7));
+    }
+
+    #[test]
+    fn a_family_no_longer_desired_is_deleted_and_others_are_diffed() {
+        let mut kernel = FakeKernel::new();
+        let mut v6 = desired(&[53]);
+        v6.family = Family::Ip6;
+        kernel
+            .apply(&reconcile_transaction(&[], &[desired(&[80]), v6], None))
+            .unwrap();
+        let observed = [observe(&kernel, Family::Ip), observe(&kernel, Family::Ip6)];
+        let tx = reconcile_transaction(&observed, &[desired(&[80, 8080])], None);
+        kernel.apply(&tx).unwrap();
+        assert_eq!(
+            tx.ops.len(),
+            2,
+            "one element added, one table deleted: {:?}",
+            tx.ops
+        );
+        assert!(
+            kernel
+                .table(&TableRef {
+                    family: Family::Ip6,
+                    name: "kubenft".into()
+                })
+                .is_none()
+        );
+        assert_eq!(
+            kernel.table(&desired(&[]).table_ref()).unwrap().sets["ports"]
+                .elements
+                .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn an_unreadable_table_is_replaced_in_the_same_transaction() {
+        let mut kernel = FakeKernel::new();
+        kernel
+            .apply(&reconcile_transaction(&[], &[desired(&[80])], None))
+            .unwrap();
+        let r = desired(&[]).table_ref();
+        let tx = reconcile_transaction(
+            &[(r.clone(), Observed::Unreadable)],
+            &[desired(&[443])],
+            None,
+        );
+        assert!(matches!(tx.ops[1], Op::DeleteTable { .. }));
+        kernel.apply(&tx).unwrap();
+        let ports: Vec<_> = kernel.table(&r).unwrap().sets["ports"]
+            .elements
+            .iter()
+            .map(|e| e.key.clone())
+            .collect();
+        assert_eq!(ports, vec![vec![Value::Port(443)]]);
     }
 }
