@@ -2,4 +2,7 @@
 //! kernel error to the operation that caused it, and decode dumps back into the model.
 
 pub mod attr;
+pub mod socket;
 pub mod sys;
+
+pub use socket::{NetlinkSocket, SocketError};
