@@ -11,9 +11,10 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Address family of a table (`NFPROTO_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub enum Family {
     /// `ip` (NFPROTO_IPV4)
+    #[default]
     Ip,
     /// `ip6` (NFPROTO_IPV6)
     Ip6,
@@ -29,12 +30,6 @@ pub struct Table {
     pub comment: Option<String>,
     pub chains: BTreeMap<String, Chain>,
     pub sets: BTreeMap<String, Set>,
-}
-
-impl Default for Family {
-    fn default() -> Self {
-        Family::Ip
-    }
 }
 
 /// A chain: regular (jump/goto target) or base (attached to a hook).
