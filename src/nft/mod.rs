@@ -2,6 +2,10 @@
 //! applied as one atomic netlink batch, and dumps that decode the kernel's state back into the
 //! same model. Knows nothing of Kubernetes.
 
+pub mod corpus;
+pub mod inspect;
 pub mod model;
+mod model_ext;
 pub mod netlink;
+pub mod render;
 pub mod transaction;
