@@ -2,9 +2,13 @@
 //! applied as one atomic netlink batch, and dumps that decode the kernel's state back into the
 //! same model. Knows nothing of Kubernetes.
 
+pub mod corpus;
 pub mod diff;
 pub mod fake;
+pub mod inspect;
 pub mod model;
+mod model_ext;
 pub mod netlink;
 pub mod refs;
+pub mod render;
 pub mod transaction;

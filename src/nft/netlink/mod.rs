@@ -2,4 +2,13 @@
 //! kernel error to the operation that caused it, and decode dumps back into the model.
 
 pub mod attr;
+pub mod decode;
+pub mod dump;
+pub mod socket;
 pub mod sys;
+
+pub use dump::{DumpError, dump_table, generation};
+pub use socket::{NetlinkSocket, SocketError};
+
+#[cfg(test)]
+mod dump_tests;

@@ -1,0 +1,1392 @@
+//! A shared test corpus: named tables that together use every construct of the model in all
+//! three families, plus a synthetic kube-proxy-shaped table of any size for benchmarks.
+//!
+//! Every table here is accepted by nft 1.0.6 and kernel 6.x (tests/render.rs applies each one in
+//! a fresh namespace), so encoders, dumps and the diff can be checked against it.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use super::model::{
+    AddrType, BaseChain, Chain, ChainType, CmpOp, CtState, DataType, Element, Family, Hook, MapRef,
+    MarkOp, Policy, RateUnit, RejectKind, Rule, Selector, Set, Stmt, Table, Value, Verdict,
+};
+use super::transaction::{Op, TableRef, Transaction};
+
+/// The masquerade mark bit, as kube-proxy uses it.
+const MASQ_BIT: u32 = 0x4000;
+
+/// Every named corpus table, each already normalized.
+pub fn corpus() -> Vec<(&'static str, Table)> {
+    let mut all = vec![
+        ("ip-kube-layout", kube_layout(Family::Ip)),
+        ("ip6-kube-layout", kube_layout(Family::Ip6)),
+        ("inet-everything", inet_everything()),
+        ("ip-route-and-misc", ip_route_and_misc()),
+        ("ip6-misc", ip6_misc()),
+        ("ip-kube-like-small", kube_like(3, 2)),
+    ];
+    for (_, t) in &mut all {
+        t.normalize();
+    }
+    all
+}
+
+/// A transaction that creates `t` from nothing: table, sets, elements, all chains, then rules
+/// (chains first so jumps and gotos resolve regardless of order).
+pub fn creation_transaction(t: &Table) -> Transaction {
+    let table = TableRef {
+        family: t.family,
+        name: t.name.clone(),
+    };
+    let mut ops = vec![Op::AddTable {
+        table: table.clone(),
+        comment: t.comment.clone(),
+    }];
+    for set in t.sets.values() {
+        ops.push(Op::AddSet {
+            table: table.clone(),
+            set: Set {
+                elements: Vec::new(),
+                ..set.clone()
+            },
+        });
+    }
+    for chain in t.chains.values() {
+        ops.push(Op::AddChain {
+            table: table.clone(),
+            chain: Chain {
+                rules: Vec::new(),
+                ..chain.clone()
+            },
+        });
+    }
+    for set in t.sets.values().filter(|s| !s.elements.is_empty()) {
+        ops.push(Op::AddElements {
+            table: table.clone(),
+            set: set.name.clone(),
+            elements: set.elements.clone(),
+        });
+    }
+    for chain in t.chains.values() {
+        for rule in &chain.rules {
+            ops.push(Op::AddRule {
+                table: table.clone(),
+                chain: chain.name.clone(),
+                rule: rule.clone(),
+            });
+        }
+    }
+    Transaction {
+        ops,
+        expected_generation: None,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small builders: the corpus reads as data.
+
+fn rule(stmts: Vec<Stmt>, comment: &str) -> Rule {
+    Rule {
+        stmts,
+        comment: (!comment.is_empty()).then(|| comment.to_string()),
+        handle: None,
+    }
+}
+
+fn m(left: Selector, right: Value) -> Stmt {
+    Stmt::Match {
+        left,
+        mask: None,
+        op: CmpOp::Eq,
+        right,
+    }
+}
+
+fn ne(left: Selector, right: Value) -> Stmt {
+    Stmt::Match {
+        left,
+        mask: None,
+        op: CmpOp::Ne,
+        right,
+    }
+}
+
+fn v(verdict: Verdict) -> Stmt {
+    Stmt::Verdict(verdict)
+}
+
+fn jump(c: &str) -> Verdict {
+    Verdict::Jump(c.to_string())
+}
+
+fn goto(c: &str) -> Verdict {
+    Verdict::Goto(c.to_string())
+}
+
+fn ct_new() -> Stmt {
+    m(Selector::CtState, Value::CtState(CtState::NEW))
+}
+
+fn base(kind: ChainType, hook: Hook, priority: i32) -> Option<BaseChain> {
+    Some(BaseChain {
+        kind,
+        hook,
+        priority,
+        policy: Policy::Accept,
+    })
+}
+
+fn chain(name: &str, base: Option<BaseChain>, comment: &str, rules: Vec<Rule>) -> Chain {
+    Chain {
+        name: name.to_string(),
+        base,
+        comment: (!comment.is_empty()).then(|| comment.to_string()),
+        rules,
+    }
+}
+
+fn set(name: &str, key: Vec<DataType>, data: Option<DataType>, comment: &str) -> Set {
+    Set {
+        name: name.to_string(),
+        key,
+        data,
+        interval: false,
+        dynamic: false,
+        timeout: None,
+        comment: (!comment.is_empty()).then(|| comment.to_string()),
+        elements: Vec::new(),
+    }
+}
+
+fn el(key: Vec<Value>, data: Option<Verdict>, comment: &str) -> Element {
+    Element {
+        key,
+        data,
+        comment: (!comment.is_empty()).then(|| comment.to_string()),
+    }
+}
+
+fn table(family: Family, name: &str, comment: &str, chains: Vec<Chain>, sets: Vec<Set>) -> Table {
+    Table {
+        family,
+        name: name.to_string(),
+        comment: (!comment.is_empty()).then(|| comment.to_string()),
+        chains: chains.into_iter().map(|c| (c.name.clone(), c)).collect(),
+        sets: sets.into_iter().map(|s| (s.name.clone(), s)).collect(),
+    }
+}
+
+/// Address selectors and types of an ip or ip6 table.
+struct Addrs {
+    saddr: Selector,
+    daddr: Selector,
+    ty: DataType,
+}
+
+fn addrs(family: Family) -> Addrs {
+    match family {
+        Family::Ip6 => Addrs {
+            saddr: Selector::Ip6Saddr,
+            daddr: Selector::Ip6Daddr,
+            ty: DataType::Ipv6Addr,
+        },
+        _ => Addrs {
+            saddr: Selector::IpSaddr,
+            daddr: Selector::IpDaddr,
+            ty: DataType::Ipv4Addr,
+        },
+    }
+}
+
+fn v4(a: [u8; 4]) -> Ipv4Addr {
+    Ipv4Addr::from(a)
+}
+
+fn v6(s: &str) -> Ipv6Addr {
+    s.parse().expect("corpus IPv6 literal")
+}
+
+/// The fixed part of the kube-proxy layout (design §3): every base chain with its hook and
+/// priority, the dispatch chains, masquerading, and the sets and maps, for ip or ip6.
+fn kube_layout(family: Family) -> Table {
+    let a = addrs(family);
+    let is6 = family == Family::Ip6;
+    let addr = |n: u8| -> Value {
+        if is6 {
+            Value::Ipv6(v6(&format!("fd00:96::{n:x}")))
+        } else {
+            Value::Ipv4(v4([10, 96, 0, n]))
+        }
+    };
+    let pod = |n: u8| -> IpAddr {
+        if is6 {
+            IpAddr::V6(v6(&format!("fd00:100::{n:x}")))
+        } else {
+            IpAddr::V4(v4([10, 100, 0, n]))
+        }
+    };
+    let pod_value = |n: u8| -> Value {
+        match pod(n) {
+            IpAddr::V4(x) => Value::Ipv4(x),
+            IpAddr::V6(x) => Value::Ipv6(x),
+        }
+    };
+    let cluster_cidr = if is6 {
+        Value::Ipv6Net("fd00:100::/56".parse().expect("cidr"))
+    } else {
+        Value::Ipv4Net("10.100.0.0/16".parse().expect("cidr"))
+    };
+    let service_cidr = if is6 {
+        Value::Ipv6Net("fd00:96::/112".parse().expect("cidr"))
+    } else {
+        Value::Ipv4Net("10.96.0.0/16".parse().expect("cidr"))
+    };
+    let svc = "service-ULMVA6XW-ns1/svc1/tcp/p80";
+    let ep1 = if is6 {
+        "endpoint-5OJB2KTY-ns1/svc1/tcp/p80__fd00.100..1/80"
+    } else {
+        "endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.100.0.1/80"
+    };
+    let ep2 = if is6 {
+        "endpoint-ZYF2DKQR-ns1/svc1/tcp/p80__fd00.100..2/80"
+    } else {
+        "endpoint-ZYF2DKQR-ns1/svc1/tcp/p80__10.100.0.2/80"
+    };
+    let ext = "external-ULMVA6XW-ns1/svc1/tcp/p80";
+    let fw = "firewall-ULMVA6XW-ns1/svc1/tcp/p80";
+    let affinity = if is6 {
+        "affinity-5OJB2KTY-ns1/svc1/tcp/p80__fd00.100..1/80"
+    } else {
+        "affinity-5OJB2KTY-ns1/svc1/tcp/p80__10.100.0.1/80"
+    };
+    let tcp = Value::Proto(6);
+    let udp = Value::Proto(17);
+    let sctp = Value::Proto(132);
+    let svc_key = vec![a.daddr, Selector::L4Proto, Selector::ThDport];
+    let port_key = vec![Selector::L4Proto, Selector::ThDport];
+
+    let endpoint = |name: &str, n: u8, with_affinity: bool| -> Chain {
+        let mut rules = vec![rule(
+            vec![m(a.saddr, pod_value(n)), v(jump("mark-for-masquerade"))],
+            "hairpin: the endpoint talks to itself through the service",
+        )];
+        if with_affinity {
+            rules.push(rule(
+                vec![Stmt::Update {
+                    set: affinity.to_string(),
+                    key: vec![a.saddr],
+                }],
+                "",
+            ));
+        }
+        rules.push(rule(
+            vec![
+                m(Selector::L4Proto, tcp.clone()),
+                Stmt::Dnat {
+                    addr: pod(n),
+                    port: Some(80),
+                },
+            ],
+            "",
+        ));
+        chain(name, None, "ns1/svc1:p80 endpoint", rules)
+    };
+
+    let chains = vec![
+        chain(
+            "filter-prerouting-pre-dnat",
+            base(ChainType::Filter, Hook::Prerouting, -110),
+            "source ranges of load balancers, before DNAT",
+            vec![rule(vec![ct_new(), v(jump("firewall-check"))], "")],
+        ),
+        chain(
+            "filter-output-pre-dnat",
+            base(ChainType::Filter, Hook::Output, -110),
+            "",
+            vec![rule(vec![ct_new(), v(jump("firewall-check"))], "")],
+        ),
+        chain(
+            "nat-prerouting",
+            base(ChainType::Nat, Hook::Prerouting, -100),
+            "",
+            vec![rule(vec![v(jump("services"))], "dispatch to services")],
+        ),
+        chain(
+            "nat-output",
+            base(ChainType::Nat, Hook::Output, -100),
+            "",
+            vec![rule(vec![v(jump("services"))], "")],
+        ),
+        chain(
+            "filter-forward",
+            base(ChainType::Filter, Hook::Forward, 0),
+            "",
+            vec![
+                rule(vec![ct_new(), v(jump("service-endpoints-check"))], ""),
+                rule(vec![ct_new(), v(jump("cluster-ips-check"))], ""),
+            ],
+        ),
+        chain(
+            "filter-input",
+            base(ChainType::Filter, Hook::Input, 0),
+            "",
+            vec![
+                rule(vec![ct_new(), v(jump("nodeport-endpoints-check"))], ""),
+                rule(vec![ct_new(), v(jump("service-endpoints-check"))], ""),
+            ],
+        ),
+        chain(
+            "filter-output",
+            base(ChainType::Filter, Hook::Output, 0),
+            "",
+            vec![
+                rule(vec![ct_new(), v(jump("service-endpoints-check"))], ""),
+                rule(vec![ct_new(), v(jump("cluster-ips-check"))], ""),
+            ],
+        ),
+        chain(
+            "nat-postrouting",
+            base(ChainType::Nat, Hook::Postrouting, 100),
+            "",
+            vec![rule(vec![v(jump("masquerading"))], "")],
+        ),
+        chain(
+            "services",
+            None,
+            "ClusterIP, external IP and load balancer dispatch",
+            vec![
+                rule(
+                    vec![Stmt::VMap {
+                        key: svc_key.clone(),
+                        map: MapRef::Named("service-ips".into()),
+                    }],
+                    "",
+                ),
+                rule(
+                    vec![
+                        m(Selector::FibDaddrType, Value::AddrType(AddrType::Local)),
+                        Stmt::VMap {
+                            key: port_key.clone(),
+                            map: MapRef::Named("service-nodeports".into()),
+                        },
+                    ],
+                    "node ports on local addresses",
+                ),
+            ],
+        ),
+        chain(
+            "firewall-check",
+            None,
+            "",
+            vec![rule(
+                vec![Stmt::VMap {
+                    key: svc_key.clone(),
+                    map: MapRef::Named("firewall-ips".into()),
+                }],
+                "",
+            )],
+        ),
+        chain(
+            "service-endpoints-check",
+            None,
+            "",
+            vec![rule(
+                vec![Stmt::VMap {
+                    key: svc_key.clone(),
+                    map: MapRef::Named("no-endpoint-services".into()),
+                }],
+                "",
+            )],
+        ),
+        chain(
+            "nodeport-endpoints-check",
+            None,
+            "",
+            vec![rule(
+                vec![
+                    m(Selector::FibDaddrType, Value::AddrType(AddrType::Local)),
+                    Stmt::VMap {
+                        key: port_key.clone(),
+                        map: MapRef::Named("no-endpoint-nodeports".into()),
+                    },
+                ],
+                "",
+            )],
+        ),
+        chain(
+            "cluster-ips-check",
+            None,
+            "",
+            vec![
+                rule(
+                    vec![
+                        Stmt::Lookup {
+                            key: vec![a.daddr],
+                            set: "cluster-ips".into(),
+                            negate: false,
+                        },
+                        v(goto("reject-chain")),
+                    ],
+                    "reject traffic to an active ClusterIP on an unused port",
+                ),
+                rule(
+                    vec![m(a.daddr, service_cidr), v(Verdict::Drop)],
+                    "drop traffic to unallocated ClusterIPs",
+                ),
+            ],
+        ),
+        chain(
+            "reject-chain",
+            None,
+            "helper for reject verdicts from maps",
+            vec![rule(vec![Stmt::Reject(RejectKind::Default)], "")],
+        ),
+        chain(
+            "mark-for-masquerade",
+            None,
+            "",
+            vec![rule(vec![Stmt::SetMark(MarkOp::Or(MASQ_BIT))], "")],
+        ),
+        chain(
+            "masquerading",
+            None,
+            "",
+            vec![
+                rule(
+                    vec![
+                        Stmt::Match {
+                            left: Selector::Mark,
+                            mask: Some(MASQ_BIT),
+                            op: CmpOp::Eq,
+                            right: Value::Mark(0),
+                        },
+                        v(Verdict::Return),
+                    ],
+                    "",
+                ),
+                rule(vec![Stmt::SetMark(MarkOp::Xor(MASQ_BIT))], ""),
+                rule(vec![Stmt::Masquerade { fully_random: true }], ""),
+            ],
+        ),
+        chain(
+            svc,
+            None,
+            "ns1/svc1:p80 cluster IP",
+            vec![
+                rule(
+                    vec![ne(a.saddr, cluster_cidr), v(jump("mark-for-masquerade"))],
+                    "",
+                ),
+                rule(
+                    vec![Stmt::VMap {
+                        key: vec![a.saddr],
+                        map: MapRef::Anonymous(vec![(vec![pod_value(9)], goto(ep1))]),
+                    }],
+                    "",
+                ),
+                rule(
+                    vec![Stmt::Lookup {
+                        key: vec![a.saddr],
+                        set: affinity.to_string(),
+                        negate: false,
+                    }],
+                    "",
+                ),
+                rule(
+                    vec![Stmt::NumgenVMap {
+                        modulus: 2,
+                        map: MapRef::Anonymous(vec![
+                            (vec![Value::Mark(0)], goto(ep1)),
+                            (vec![Value::Mark(1)], goto(ep2)),
+                        ]),
+                    }],
+                    "",
+                ),
+            ],
+        ),
+        chain(
+            ext,
+            None,
+            "",
+            vec![
+                rule(
+                    vec![v(jump("mark-for-masquerade"))],
+                    "masquerade traffic from outside the cluster",
+                ),
+                rule(vec![v(goto(svc))], ""),
+            ],
+        ),
+        chain(
+            fw,
+            None,
+            "",
+            vec![rule(
+                vec![
+                    Stmt::Lookup {
+                        key: vec![a.saddr],
+                        set: "firewall-allow".into(),
+                        negate: true,
+                    },
+                    v(Verdict::Drop),
+                ],
+                "",
+            )],
+        ),
+        endpoint(ep1, 1, true),
+        endpoint(ep2, 2, false),
+    ];
+
+    let mut cluster_ips = set("cluster-ips", vec![a.ty], None, "active ClusterIPs");
+    cluster_ips.elements = vec![el(vec![addr(1)], None, ""), el(vec![addr(2)], None, "")];
+    let mut nodeport_ips = set("nodeport-ips", vec![a.ty], None, "");
+    nodeport_ips.elements = vec![el(
+        vec![if is6 {
+            Value::Ipv6(v6("fd00:1::10"))
+        } else {
+            Value::Ipv4(v4([192, 168, 1, 10]))
+        }],
+        None,
+        "",
+    )];
+    let svc_map_key = vec![a.ty, DataType::InetProto, DataType::InetService];
+    let mut service_ips = set(
+        "service-ips",
+        svc_map_key.clone(),
+        Some(DataType::Verdict),
+        "ClusterIP, ExternalIP and LoadBalancer IP traffic",
+    );
+    service_ips.elements = vec![
+        el(
+            vec![addr(1), tcp.clone(), Value::Port(80)],
+            Some(goto(svc)),
+            "ns1/svc1:p80",
+        ),
+        el(
+            vec![addr(3), tcp.clone(), Value::Port(80)],
+            Some(goto(ext)),
+            "ns1/svc1:p80 external IP",
+        ),
+    ];
+    let mut service_nodeports = set(
+        "service-nodeports",
+        vec![DataType::InetProto, DataType::InetService],
+        Some(DataType::Verdict),
+        "NodePort traffic",
+    );
+    service_nodeports.elements = vec![
+        el(
+            vec![tcp.clone(), Value::Port(30080)],
+            Some(goto(ext)),
+            "ns1/svc1:p80",
+        ),
+        el(
+            vec![udp.clone(), Value::Port(30053)],
+            Some(Verdict::Drop),
+            "",
+        ),
+    ];
+    let mut no_endpoint_services = set(
+        "no-endpoint-services",
+        svc_map_key.clone(),
+        Some(DataType::Verdict),
+        "vmap to drop or reject packets to services with no endpoints",
+    );
+    no_endpoint_services.elements = vec![
+        el(
+            vec![addr(2), udp.clone(), Value::Port(53)],
+            Some(goto("reject-chain")),
+            "ns2/dns:dns has no endpoints",
+        ),
+        el(
+            vec![addr(2), sctp.clone(), Value::Port(9)],
+            Some(Verdict::Drop),
+            "ns2/dns:sctp has no local endpoints",
+        ),
+    ];
+    let mut no_endpoint_nodeports = set(
+        "no-endpoint-nodeports",
+        vec![DataType::InetProto, DataType::InetService],
+        Some(DataType::Verdict),
+        "",
+    );
+    no_endpoint_nodeports.elements = vec![el(
+        vec![udp.clone(), Value::Port(30053)],
+        Some(goto("reject-chain")),
+        "",
+    )];
+    let mut firewall_ips = set(
+        "firewall-ips",
+        svc_map_key,
+        Some(DataType::Verdict),
+        "destinations that are subject to LoadBalancerSourceRanges",
+    );
+    firewall_ips.elements = vec![el(
+        vec![addr(3), tcp.clone(), Value::Port(80)],
+        Some(goto(fw)),
+        "",
+    )];
+    let mut firewall_allow = set("firewall-allow", vec![a.ty], None, "");
+    firewall_allow.interval = true;
+    firewall_allow.elements = if is6 {
+        vec![
+            el(
+                vec![Value::Ipv6Net("2001:db8::/32".parse().expect("cidr"))],
+                None,
+                "",
+            ),
+            el(vec![Value::Ipv6(v6("2001:db9::1"))], None, ""),
+        ]
+    } else {
+        vec![
+            el(
+                vec![Value::Ipv4Net("203.0.113.0/24".parse().expect("cidr"))],
+                None,
+                "",
+            ),
+            el(
+                vec![Value::Ipv4Net("198.51.100.0/25".parse().expect("cidr"))],
+                None,
+                "",
+            ),
+            el(vec![Value::Ipv4(v4([192, 0, 2, 7]))], None, ""),
+        ]
+    };
+    let mut aff = set(
+        affinity,
+        vec![a.ty],
+        None,
+        "ClientIP affinity for ns1/svc1:p80",
+    );
+    aff.dynamic = true;
+    aff.timeout = Some(10_800);
+
+    let name = if is6 { "kubenft6" } else { "kubenft" };
+    table(
+        family,
+        name,
+        "rules for kube-proxy replacement kubenft",
+        chains,
+        vec![
+            cluster_ips,
+            nodeport_ips,
+            service_ips,
+            service_nodeports,
+            no_endpoint_services,
+            no_endpoint_nodeports,
+            firewall_ips,
+            firewall_allow,
+            aff,
+        ],
+    )
+}
+
+/// An inet table using the constructs that only inet has (meta nfproto, `dnat ip`/`dnat ip6`,
+/// icmpx rejects) and everything else at least once.
+fn inet_everything() -> Table {
+    let tcp = Value::Proto(6);
+    let chains = vec![
+        chain(
+            "prerouting",
+            base(ChainType::Nat, Hook::Prerouting, -100),
+            "inet nat entry",
+            vec![
+                rule(
+                    vec![
+                        m(Selector::NfProto, Value::NfProto(2)),
+                        Stmt::VMap {
+                            key: vec![Selector::IpDaddr, Selector::L4Proto, Selector::ThDport],
+                            map: MapRef::Named("services4".into()),
+                        },
+                    ],
+                    "IPv4 services",
+                ),
+                rule(
+                    vec![
+                        m(Selector::NfProto, Value::NfProto(10)),
+                        Stmt::VMap {
+                            key: vec![Selector::Ip6Daddr, Selector::L4Proto, Selector::ThDport],
+                            map: MapRef::Named("services6".into()),
+                        },
+                    ],
+                    "IPv6 services",
+                ),
+                rule(
+                    vec![Stmt::VMap {
+                        key: vec![Selector::L4Proto, Selector::ThDport],
+                        map: MapRef::Anonymous(vec![
+                            (vec![tcp.clone(), Value::Port(30080)], jump("dnat4")),
+                            (vec![Value::Proto(17), Value::Port(30053)], jump("dnat6")),
+                        ]),
+                    }],
+                    "",
+                ),
+            ],
+        ),
+        chain(
+            "postrouting",
+            base(ChainType::Nat, Hook::Postrouting, 100),
+            "",
+            vec![
+                rule(
+                    vec![
+                        Stmt::Match {
+                            left: Selector::Mark,
+                            mask: Some(MASQ_BIT),
+                            op: CmpOp::Ne,
+                            right: Value::Mark(0),
+                        },
+                        Stmt::Masquerade {
+                            fully_random: false,
+                        },
+                    ],
+                    "",
+                ),
+                rule(
+                    vec![
+                        Stmt::Lookup {
+                            key: vec![Selector::Mark],
+                            set: "marks".into(),
+                            negate: false,
+                        },
+                        Stmt::Masquerade { fully_random: true },
+                    ],
+                    "",
+                ),
+            ],
+        ),
+        chain(
+            "forward",
+            Some(BaseChain {
+                kind: ChainType::Filter,
+                hook: Hook::Forward,
+                priority: 0,
+                policy: Policy::Drop,
+            }),
+            "default drop forward chain",
+            vec![
+                rule(
+                    vec![
+                        m(
+                            Selector::CtState,
+                            Value::CtState(CtState(CtState::ESTABLISHED.0 | CtState::RELATED.0)),
+                        ),
+                        v(Verdict::Accept),
+                    ],
+                    "",
+                ),
+                rule(
+                    vec![
+                        m(Selector::CtState, Value::CtState(CtState::INVALID)),
+                        v(Verdict::Drop),
+                    ],
+                    "",
+                ),
+                rule(
+                    vec![
+                        ne(Selector::CtState, Value::CtState(CtState::UNTRACKED)),
+                        Stmt::Match {
+                            left: Selector::CtState,
+                            mask: Some(CtState::NEW.0),
+                            op: CmpOp::Eq,
+                            right: Value::CtState(CtState::NEW),
+                        },
+                        v(jump("checks")),
+                    ],
+                    "",
+                ),
+                rule(
+                    vec![
+                        m(Selector::IifName, Value::IfName("veth*".into())),
+                        ne(Selector::OifName, Value::IfName("eth0".into())),
+                        v(Verdict::Accept),
+                    ],
+                    "pod traffic",
+                ),
+                rule(
+                    vec![
+                        Stmt::Lookup {
+                            key: vec![Selector::IifName],
+                            set: "trusted-ifaces".into(),
+                            negate: false,
+                        },
+                        v(Verdict::Accept),
+                    ],
+                    "",
+                ),
+            ],
+        ),
+        chain(
+            "input",
+            base(ChainType::Filter, Hook::Input, 0),
+            "",
+            vec![
+                rule(
+                    vec![
+                        m(Selector::FibSaddrType, Value::AddrType(AddrType::Broadcast)),
+                        v(Verdict::Drop),
+                    ],
+                    "",
+                ),
+                rule(
+                    vec![
+                        m(Selector::FibDaddrType, Value::AddrType(AddrType::Multicast)),
+                        v(Verdict::Drop),
+                    ],
+                    "",
+                ),
+                rule(
+                    vec![
+                        ne(Selector::FibSaddrType, Value::AddrType(AddrType::Unicast)),
+                        Stmt::Counter,
+                        v(Verdict::Continue),
+                    ],
+                    "",
+                ),
+                rule(
+                    vec![
+                        m(Selector::L4Proto, tcp.clone()),
+                        m(Selector::ThSport, Value::Port(53)),
+                        Stmt::Limit {
+                            rate: 10,
+                            unit: RateUnit::Second,
+                            burst: 5,
+                        },
+                        v(Verdict::Accept),
+                    ],
+                    "",
+                ),
+                rule(
+                    vec![
+                        Stmt::Limit {
+                            rate: 100,
+                            unit: RateUnit::Minute,
+                            burst: 20,
+                        },
+                        Stmt::Limit {
+                            rate: 1000,
+                            unit: RateUnit::Hour,
+                            burst: 1,
+                        },
+                        Stmt::Limit {
+                            rate: 5,
+                            unit: RateUnit::Day,
+                            burst: 50,
+                        },
+                        Stmt::Reject(RejectKind::IcmpPortUnreachable),
+                    ],
+                    "",
+                ),
+            ],
+        ),
+        chain(
+            "checks",
+            None,
+            "",
+            vec![
+                rule(
+                    vec![
+                        m(
+                            Selector::IpSaddr,
+                            Value::Ipv4Net("10.0.0.0/8".parse().expect("cidr")),
+                        ),
+                        m(Selector::L4Proto, tcp.clone()),
+                        Stmt::Reject(RejectKind::TcpReset),
+                    ],
+                    "",
+                ),
+                rule(
+                    vec![
+                        ne(
+                            Selector::Ip6Saddr,
+                            Value::Ipv6Net("fd00::/8".parse().expect("cidr")),
+                        ),
+                        Stmt::Reject(RejectKind::Default),
+                    ],
+                    "",
+                ),
+                rule(
+                    vec![
+                        Stmt::Lookup {
+                            key: vec![Selector::Ip6Daddr],
+                            set: "blocked6".into(),
+                            negate: true,
+                        },
+                        v(Verdict::Return),
+                    ],
+                    "",
+                ),
+                rule(
+                    vec![
+                        m(Selector::Mark, Value::Mark(0x10)),
+                        Stmt::SetMark(MarkOp::And(!MASQ_BIT)),
+                        Stmt::SetMark(MarkOp::Set(0x20)),
+                    ],
+                    "",
+                ),
+            ],
+        ),
+        chain(
+            "dnat4",
+            None,
+            "",
+            vec![
+                rule(
+                    vec![Stmt::Update {
+                        set: "recent4".into(),
+                        key: vec![Selector::IpSaddr, Selector::ThDport],
+                    }],
+                    "",
+                ),
+                rule(
+                    vec![
+                        m(Selector::L4Proto, tcp.clone()),
+                        Stmt::Dnat {
+                            addr: IpAddr::V4(v4([10, 1, 0, 2])),
+                            port: Some(80),
+                        },
+                    ],
+                    "",
+                ),
+            ],
+        ),
+        chain(
+            "dnat6",
+            None,
+            "",
+            vec![
+                rule(
+                    vec![
+                        m(Selector::L4Proto, Value::Proto(17)),
+                        Stmt::Dnat {
+                            addr: IpAddr::V6(v6("fd00::1")),
+                            port: Some(53),
+                        },
+                    ],
+                    "",
+                ),
+                rule(
+                    vec![Stmt::Dnat {
+                        addr: IpAddr::V6(v6("fd00::2")),
+                        port: None,
+                    }],
+                    "",
+                ),
+            ],
+        ),
+        chain(
+            "pick",
+            None,
+            "numgen over a named map",
+            vec![rule(
+                vec![Stmt::NumgenVMap {
+                    modulus: 2,
+                    map: MapRef::Named("pick-map".into()),
+                }],
+                "",
+            )],
+        ),
+    ];
+
+    let mut services4 = set(
+        "services4",
+        vec![
+            DataType::Ipv4Addr,
+            DataType::InetProto,
+            DataType::InetService,
+        ],
+        Some(DataType::Verdict),
+        "",
+    );
+    services4.elements = vec![el(
+        vec![
+            Value::Ipv4(v4([10, 96, 0, 1])),
+            tcp.clone(),
+            Value::Port(80),
+        ],
+        Some(goto("dnat4")),
+        "ns/svc:http",
+    )];
+    let mut services6 = set(
+        "services6",
+        vec![
+            DataType::Ipv6Addr,
+            DataType::InetProto,
+            DataType::InetService,
+        ],
+        Some(DataType::Verdict),
+        "",
+    );
+    services6.elements = vec![el(
+        vec![
+            Value::Ipv6(v6("fd00:96::1")),
+            Value::Proto(17),
+            Value::Port(53),
+        ],
+        Some(goto("dnat6")),
+        "ns/dns:dns",
+    )];
+    let mut marks = set("marks", vec![DataType::Mark], None, "");
+    marks.elements = vec![
+        el(vec![Value::Mark(MASQ_BIT)], None, ""),
+        el(vec![Value::Mark(0x8000)], None, ""),
+    ];
+    let mut trusted = set("trusted-ifaces", vec![DataType::IfName], None, "");
+    trusted.elements = vec![
+        el(vec![Value::IfName("cni0".into())], None, ""),
+        el(vec![Value::IfName("lo".into())], None, "loopback"),
+    ];
+    let mut blocked6 = set("blocked6", vec![DataType::Ipv6Addr], None, "");
+    blocked6.interval = true;
+    blocked6.elements = vec![el(
+        vec![Value::Ipv6Net("2001:db8::/32".parse().expect("cidr"))],
+        None,
+        "",
+    )];
+    let mut recent4 = set(
+        "recent4",
+        vec![DataType::Ipv4Addr, DataType::InetService],
+        None,
+        "",
+    );
+    recent4.dynamic = true;
+    recent4.timeout = Some(5_430);
+    let mut pick = set(
+        "pick-map",
+        vec![DataType::Integer],
+        Some(DataType::Verdict),
+        "",
+    );
+    pick.elements = vec![
+        el(vec![Value::Mark(0)], Some(goto("dnat4")), ""),
+        el(vec![Value::Mark(1)], Some(goto("dnat6")), ""),
+    ];
+
+    table(
+        Family::Inet,
+        "kubenft",
+        "",
+        chains,
+        vec![
+            services4, services6, marks, trusted, blocked6, recent4, pick,
+        ],
+    )
+}
+
+/// An ip table with a route chain and the remaining rarely used pieces.
+fn ip_route_and_misc() -> Table {
+    let chains = vec![
+        chain(
+            "output-route",
+            base(ChainType::Route, Hook::Output, -150),
+            "re-route marked packets",
+            vec![rule(
+                vec![
+                    m(Selector::Mark, Value::Mark(1)),
+                    Stmt::SetMark(MarkOp::Set(2)),
+                ],
+                "",
+            )],
+        ),
+        chain(
+            "input",
+            base(ChainType::Filter, Hook::Input, 10),
+            "",
+            vec![rule(
+                vec![
+                    Stmt::Lookup {
+                        key: vec![Selector::IpSaddr, Selector::L4Proto, Selector::ThDport],
+                        set: "pairs".into(),
+                        negate: false,
+                    },
+                    Stmt::Reject(RejectKind::IcmpPortUnreachable),
+                ],
+                "",
+            )],
+        ),
+        chain(
+            "nat-in",
+            base(ChainType::Nat, Hook::Input, 100),
+            "source NAT of locally delivered packets (nat on the input hook)",
+            vec![rule(vec![Stmt::Counter, v(Verdict::Accept)], "")],
+        ),
+        chain(
+            "nat-out",
+            base(ChainType::Nat, Hook::Output, -100),
+            "",
+            vec![rule(
+                vec![Stmt::Dnat {
+                    addr: IpAddr::V4(v4([10, 1, 0, 3])),
+                    port: None,
+                }],
+                "dnat without a port needs no protocol match",
+            )],
+        ),
+    ];
+    let mut pairs = set(
+        "pairs",
+        vec![
+            DataType::Ipv4Addr,
+            DataType::InetProto,
+            DataType::InetService,
+        ],
+        None,
+        "concatenated plain set",
+    );
+    pairs.interval = true;
+    pairs.elements = vec![
+        el(
+            vec![
+                Value::Ipv4Net("10.0.0.0/8".parse().expect("cidr")),
+                Value::Proto(6),
+                Value::Port(22),
+            ],
+            None,
+            "",
+        ),
+        el(
+            vec![
+                Value::Ipv4(v4([192, 0, 2, 1])),
+                Value::Proto(17),
+                Value::Port(53),
+            ],
+            None,
+            "one host",
+        ),
+    ];
+    table(Family::Ip, "misc", "odds and ends", chains, vec![pairs])
+}
+
+/// An ip6 table with the ip6-specific spellings (`reject with icmpv6`, `dnat to [addr]:port`).
+fn ip6_misc() -> Table {
+    let chains = vec![
+        chain(
+            "out",
+            base(ChainType::Nat, Hook::Output, -100),
+            "",
+            vec![
+                rule(
+                    vec![
+                        m(Selector::Ip6Daddr, Value::Ipv6(v6("fd00:96::10"))),
+                        m(Selector::L4Proto, Value::Proto(6)),
+                        Stmt::Dnat {
+                            addr: IpAddr::V6(v6("fd00:100::5")),
+                            port: Some(8443),
+                        },
+                    ],
+                    "ns/web:https",
+                ),
+                rule(
+                    vec![
+                        m(Selector::Ip6Daddr, Value::Ipv6(v6("fd00:96::11"))),
+                        Stmt::Dnat {
+                            addr: IpAddr::V6(v6("fd00:100::6")),
+                            port: None,
+                        },
+                    ],
+                    "",
+                ),
+            ],
+        ),
+        chain(
+            "in",
+            base(ChainType::Filter, Hook::Input, 0),
+            "",
+            vec![rule(
+                vec![
+                    m(
+                        Selector::Ip6Saddr,
+                        Value::Ipv6Net("2001:db8::/48".parse().expect("cidr")),
+                    ),
+                    Stmt::Reject(RejectKind::IcmpPortUnreachable),
+                ],
+                "",
+            )],
+        ),
+    ];
+    table(Family::Ip6, "misc6", "", chains, vec![])
+}
+
+// ---------------------------------------------------------------------------------------------
+// Synthetic kube-proxy-shaped table
+
+/// A kube-proxy-shaped ip table with `services` ClusterIP services of `endpoints_per_service`
+/// endpoints each: a `service-ips` element per service, a service chain with masquerade check
+/// and a `numgen` vmap, and an endpoint chain per endpoint (hairpin mark + dnat). Services with
+/// no endpoints map to `goto reject-chain`. Service i has ClusterIP 10.96.0.0 + i + 1 and port
+/// 80; endpoints live in 10.128.0.0/9 on port 8080. The result is normalized.
+pub fn kube_like(services: usize, endpoints_per_service: usize) -> Table {
+    let mut chains = vec![
+        chain(
+            "nat-prerouting",
+            base(ChainType::Nat, Hook::Prerouting, -100),
+            "",
+            vec![rule(vec![v(jump("services"))], "")],
+        ),
+        chain(
+            "nat-output",
+            base(ChainType::Nat, Hook::Output, -100),
+            "",
+            vec![rule(vec![v(jump("services"))], "")],
+        ),
+        chain(
+            "nat-postrouting",
+            base(ChainType::Nat, Hook::Postrouting, 100),
+            "",
+            vec![rule(vec![v(jump("masquerading"))], "")],
+        ),
+        chain(
+            "services",
+            None,
+            "",
+            vec![rule(
+                vec![Stmt::VMap {
+                    key: vec![Selector::IpDaddr, Selector::L4Proto, Selector::ThDport],
+                    map: MapRef::Named("service-ips".into()),
+                }],
+                "",
+            )],
+        ),
+        chain(
+            "mark-for-masquerade",
+            None,
+            "",
+            vec![rule(vec![Stmt::SetMark(MarkOp::Or(MASQ_BIT))], "")],
+        ),
+        chain(
+            "masquerading",
+            None,
+            "",
+            vec![
+                rule(
+                    vec![
+                        Stmt::Match {
+                            left: Selector::Mark,
+                            mask: Some(MASQ_BIT),
+                            op: CmpOp::Eq,
+                            right: Value::Mark(0),
+                        },
+                        v(Verdict::Return),
+                    ],
+                    "",
+                ),
+                rule(vec![Stmt::SetMark(MarkOp::Xor(MASQ_BIT))], ""),
+                rule(vec![Stmt::Masquerade { fully_random: true }], ""),
+            ],
+        ),
+        chain(
+            "reject-chain",
+            None,
+            "helper for reject verdicts from maps",
+            vec![rule(vec![Stmt::Reject(RejectKind::Default)], "")],
+        ),
+    ];
+    let cluster_cidr = Value::Ipv4Net("10.128.0.0/9".parse().expect("cidr"));
+    let mut elements = Vec::with_capacity(services);
+    let mut endpoint_index: u32 = 0;
+    for i in 0..services {
+        let cluster_ip = Ipv4Addr::from(u32::from(v4([10, 96, 0, 0])) + i as u32 + 1);
+        let path = format!("ns{}/svc{}/tcp/p80", i % 16, i);
+        let svc_chain = format!("service-{:08X}-{path}", short_hash(&path));
+        let verdict = if endpoints_per_service == 0 {
+            goto("reject-chain")
+        } else {
+            goto(&svc_chain)
+        };
+        elements.push(el(
+            vec![Value::Ipv4(cluster_ip), Value::Proto(6), Value::Port(80)],
+            Some(verdict),
+            &format!("ns{}/svc{}:p80", i % 16, i),
+        ));
+        if endpoints_per_service == 0 {
+            continue;
+        }
+        let mut picks = Vec::with_capacity(endpoints_per_service);
+        for j in 0..endpoints_per_service {
+            endpoint_index += 1;
+            let ep = Ipv4Addr::from(u32::from(v4([10, 128, 0, 0])) + endpoint_index);
+            let ep_path = format!("{path}__{ep}/8080");
+            let ep_chain = format!("endpoint-{:08X}-{ep_path}", short_hash(&ep_path));
+            chains.push(chain(
+                &ep_chain,
+                None,
+                "",
+                vec![
+                    rule(
+                        vec![
+                            m(Selector::IpSaddr, Value::Ipv4(ep)),
+                            v(jump("mark-for-masquerade")),
+                        ],
+                        "",
+                    ),
+                    rule(
+                        vec![
+                            m(Selector::L4Proto, Value::Proto(6)),
+                            Stmt::Dnat {
+                                addr: IpAddr::V4(ep),
+                                port: Some(8080),
+                            },
+                        ],
+                        "",
+                    ),
+                ],
+            ));
+            picks.push((vec![Value::Mark(j as u32)], goto(&ep_chain)));
+        }
+        chains.push(chain(
+            &svc_chain,
+            None,
+            "",
+            vec![
+                rule(
+                    vec![
+                        m(Selector::IpDaddr, Value::Ipv4(cluster_ip)),
+                        ne(Selector::IpSaddr, cluster_cidr.clone()),
+                        v(jump("mark-for-masquerade")),
+                    ],
+                    "",
+                ),
+                rule(
+                    vec![Stmt::NumgenVMap {
+                        modulus: endpoints_per_service as u32,
+                        map: MapRef::Anonymous(picks),
+                    }],
+                    "",
+                ),
+            ],
+        ));
+    }
+    let mut service_ips = set(
+        "service-ips",
+        vec![
+            DataType::Ipv4Addr,
+            DataType::InetProto,
+            DataType::InetService,
+        ],
+        Some(DataType::Verdict),
+        "ClusterIP, ExternalIP and LoadBalancer IP traffic",
+    );
+    service_ips.elements = elements;
+    let mut t = table(
+        Family::Ip,
+        "kubenft",
+        "rules for kube-proxy replacement kubenft",
+        chains,
+        vec![service_ips],
+    );
+    t.normalize();
+    t
+}
+
+/// FNV-1a: a short deterministic hash so synthetic chain names look like kube-proxy's.
+fn short_hash(s: &str) -> u32 {
+    s.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// Names of the chains of `t` in render order; handy for tests that check listings.
+pub fn chain_names(t: &Table) -> Vec<&str> {
+    let map: &BTreeMap<String, Chain> = &t.chains;
+    map.keys().map(String::as_str).collect()
+}

@@ -1,0 +1,219 @@
+//! The kernel's view of a table through the `nft` binary, normalised so that two kernels holding
+//! the same ruleset give `==` JSON. For tests and debugging only: the daemon never runs `nft`.
+//!
+//! Normalisation drops what differs between equal rulesets: `metainfo`, every `handle`, counter
+//! values and element `expires`. Sets and maps are sorted by name with their elements sorted,
+//! chains by name each followed by its rules in chain order (rule order is semantics), and the
+//! elements of anonymous sets inside rules are sorted.
+
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+
+use serde_json::{Map, Value};
+
+use super::model::Family;
+use super::render::family_keyword;
+use crate::netns::{Netns, NetnsError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error("listing table {table}")]
+    List {
+        table: String,
+        #[source]
+        source: NetnsError,
+    },
+    #[error("parsing `nft -j` output of table {table}")]
+    Parse {
+        table: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("`nft -j` output of table {table} has an unexpected shape: {detail}")]
+    Shape { table: String, detail: String },
+    #[error("starting `nft -f -` in namespace {ns}")]
+    Spawn {
+        ns: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("nft -f rejected the script in namespace {ns}: {stderr}")]
+    Apply { ns: String, stderr: String },
+}
+
+/// `nft -j list table <family> <name>` inside `ns`, normalised (see the module comment).
+pub fn list_table_json(ns: &Netns, family: Family, name: &str) -> Result<Value, InspectError> {
+    let table = format!("{} {name}", family_keyword(family));
+    let out = ns
+        .exec(&["nft", "-j", "list", "table", family_keyword(family), name])
+        .map_err(|source| InspectError::List {
+            table: table.clone(),
+            source,
+        })?;
+    let raw: Value = serde_json::from_slice(&out.stdout).map_err(|source| InspectError::Parse {
+        table: table.clone(),
+        source,
+    })?;
+    normalize_listing(raw).map_err(|detail| InspectError::Shape { table, detail })
+}
+
+/// `nft list table <family> <name>` text inside `ns` (for readable assertions and failures).
+pub fn list_table_text(ns: &Netns, family: Family, name: &str) -> Result<String, InspectError> {
+    let out = ns
+        .exec(&["nft", "list", "table", family_keyword(family), name])
+        .map_err(|source| InspectError::List {
+            table: format!("{} {name}", family_keyword(family)),
+            source,
+        })?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Feeds `script` to `nft -f -` inside `ns`; nft applies it as one transaction.
+pub fn apply_script(ns: &Netns, script: &str) -> Result<(), InspectError> {
+    let spawn_err = |source| InspectError::Spawn {
+        ns: ns.name().to_string(),
+        source,
+    };
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns.name(), "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(spawn_err)?;
+    // Write then drop stdin so nft sees EOF; nft reads all input before answering, so a big
+    // script cannot deadlock against its (small) output.
+    let write = child
+        .stdin
+        .take()
+        .expect("stdin was piped")
+        .write_all(script.as_bytes());
+    let out = child.wait_with_output().map_err(spawn_err)?;
+    if !out.status.success() {
+        return Err(InspectError::Apply {
+            ns: ns.name().to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    write.map_err(spawn_err)
+}
+
+/// Normalises the parsed output of `nft -j list table` (see the module comment).
+pub fn normalize_listing(raw: Value) -> Result<Value, String> {
+    let Value::Object(mut top) = raw else {
+        return Err("top level is not an object".into());
+    };
+    let Some(Value::Array(objects)) = top.remove("nftables") else {
+        return Err("no `nftables` array".into());
+    };
+    let mut tables = Vec::new();
+    let mut sets = Vec::new();
+    let mut chains = Vec::new();
+    let mut rules: Vec<(String, Value)> = Vec::new();
+    let mut others = Vec::new();
+    for mut obj in objects {
+        strip(&mut obj);
+        let Value::Object(map) = &obj else {
+            return Err(format!("list entry is not an object: {obj}"));
+        };
+        let Some((kind, body)) = map.iter().next() else {
+            continue;
+        };
+        let name = body.get("name").and_then(Value::as_str).unwrap_or("");
+        match kind.as_str() {
+            "metainfo" => {}
+            "table" => tables.push(obj.clone()),
+            "set" | "map" => sets.push((name.to_string(), obj.clone())),
+            "chain" => chains.push((name.to_string(), obj.clone())),
+            "rule" => {
+                let chain = body.get("chain").and_then(Value::as_str).unwrap_or("");
+                rules.push((chain.to_string(), obj.clone()));
+            }
+            _ => others.push(obj.clone()),
+        }
+    }
+    sets.sort_by(|a, b| a.0.cmp(&b.0));
+    chains.sort_by(|a, b| a.0.cmp(&b.0));
+    others.sort_by_key(|o| o.to_string());
+    let mut out = tables;
+    out.extend(sets.into_iter().map(|(_, s)| s));
+    for (name, chain) in chains {
+        out.push(chain);
+        // A stable filter keeps the kernel's rule order within the chain.
+        out.extend(
+            rules
+                .iter()
+                .filter(|(c, _)| *c == name)
+                .map(|(_, r)| r.clone()),
+        );
+    }
+    out.extend(others);
+    let mut result = Map::new();
+    result.insert("nftables".into(), Value::Array(out));
+    Ok(Value::Object(result))
+}
+
+/// Removes handles, zeroes counters, drops `expires`, sorts element lists; recursively.
+fn strip(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            map.remove("handle");
+            map.remove("expires");
+            if let Some(Value::Object(counter)) = map.get_mut("counter") {
+                for key in ["packets", "bytes"] {
+                    if counter.contains_key(key) {
+                        counter.insert(key.into(), Value::from(0));
+                    }
+                }
+            }
+            for (key, child) in map.iter_mut() {
+                strip(child);
+                // `elem` of named sets, and `set` of anonymous sets inside rules: order is the
+                // kernel's hashing detail, not semantics.
+                if (key == "elem" || key == "set")
+                    && let Value::Array(items) = child
+                {
+                    items.sort_by_key(|i| i.to_string());
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn normalising_drops_handles_and_sorts_objects_but_keeps_rule_order() {
+        let raw = json!({"nftables": [
+            {"metainfo": {"version": "1.0.6"}},
+            {"table": {"family": "ip", "name": "t", "handle": 1}},
+            {"chain": {"family": "ip", "table": "t", "name": "z", "handle": 3}},
+            {"chain": {"family": "ip", "table": "t", "name": "a", "handle": 2}},
+            {"set": {"family": "ip", "name": "s", "table": "t", "handle": 4,
+                     "elem": ["10.0.0.2", "10.0.0.1"]}},
+            {"rule": {"chain": "z", "handle": 9, "expr": [{"drop": null}]}},
+            {"rule": {"chain": "a", "handle": 7, "expr": [{"counter": {"packets": 5, "bytes": 300}}]}},
+            {"rule": {"chain": "z", "handle": 8, "expr": [{"accept": null}]}},
+        ]});
+        let expected = json!({"nftables": [
+            {"table": {"family": "ip", "name": "t"}},
+            {"set": {"family": "ip", "name": "s", "table": "t", "elem": ["10.0.0.1", "10.0.0.2"]}},
+            {"chain": {"family": "ip", "table": "t", "name": "a"}},
+            {"rule": {"chain": "a", "expr": [{"counter": {"packets": 0, "bytes": 0}}]}},
+            {"chain": {"family": "ip", "table": "t", "name": "z"}},
+            {"rule": {"chain": "z", "expr": [{"drop": null}]}},
+            {"rule": {"chain": "z", "expr": [{"accept": null}]}},
+        ]});
+        assert_eq!(normalize_listing(raw).unwrap(), expected);
+    }
+
+    #[test]
+    fn normalising_rejects_output_without_the_nftables_array() {
+        assert!(normalize_listing(json!({"other": []})).is_err());
+    }
+}

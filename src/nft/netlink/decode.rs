@@ -1,0 +1,1550 @@
+//! Decoding of nf_tables dump messages into the model: attributes are parsed strictly (a
+//! malformed message is an error, never a panic), and a rule's kernel expression list is lifted
+//! back into the high-level `Stmt`s that `nft -f` would have compiled into exactly that list.
+//!
+//! Lifting is the inverse of nft's code generation: an expression sequence nft would not produce
+//! for one of our statements is an error naming the chain, rule handle and expression, so the
+//! caller can fall back to a full resync instead of trusting a guess.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use super::attr::{Attr, AttrError, AttrIter};
+use super::sys::*;
+use crate::nft::model::{
+    AddrType, BaseChain, ChainType, CmpOp, CtState, DataType, Family, Hook, MapRef, MarkOp, Policy,
+    RateUnit, RejectKind, Selector, Stmt, Value, Verdict,
+};
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("decoding {what}: {source}")]
+    Attr {
+        what: &'static str,
+        #[source]
+        source: AttrError,
+    },
+    #[error("{what} has no {attr}")]
+    Missing {
+        what: &'static str,
+        attr: &'static str,
+    },
+    #[error("{what}: unsupported {detail}")]
+    Unsupported { what: String, detail: String },
+    #[error("chain {chain}, rule handle {handle}: cannot lift `{expr}`: {reason}")]
+    Lift {
+        chain: String,
+        handle: u64,
+        expr: String,
+        reason: String,
+    },
+}
+
+fn attrs<'a>(
+    what: &'static str,
+    buf: &'a [u8],
+) -> impl Iterator<Item = Result<Attr<'a>, DecodeError>> {
+    AttrIter::new(buf).map(move |r| r.map_err(|source| DecodeError::Attr { what, source }))
+}
+
+fn at<T>(what: &'static str, r: Result<T, AttrError>) -> Result<T, DecodeError> {
+    r.map_err(|source| DecodeError::Attr { what, source })
+}
+
+/// A comment from libnftnl userdata: TLVs of (u8 type, u8 len, value), the comment being a
+/// NUL-terminated string under `kind` (0 for tables, chains, rules and elements; 7 for sets).
+pub fn udata_comment(udata: &[u8], kind: u8) -> Option<String> {
+    let mut i = 0;
+    while i + 2 <= udata.len() {
+        let (t, len) = (udata[i], udata[i + 1] as usize);
+        let value = udata.get(i + 2..i + 2 + len)?;
+        if t == kind {
+            let v = value.strip_suffix(&[0]).unwrap_or(value);
+            return std::str::from_utf8(v).ok().map(str::to_owned);
+        }
+        i += 2 + len;
+    }
+    None
+}
+
+pub const UDATA_TABLE_COMMENT: u8 = 0;
+pub const UDATA_CHAIN_COMMENT: u8 = 0;
+pub const UDATA_RULE_COMMENT: u8 = 0;
+pub const UDATA_SET_COMMENT: u8 = 7;
+pub const UDATA_SET_ELEM_COMMENT: u8 = 0;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawTable {
+    pub name: String,
+    pub flags: u32,
+    pub comment: Option<String>,
+}
+
+pub fn table(attr_bytes: &[u8]) -> Result<RawTable, DecodeError> {
+    const W: &str = "table";
+    let (mut name, mut flags, mut comment) = (None, 0, None);
+    for a in attrs(W, attr_bytes) {
+        let a = a?;
+        match a.kind {
+            NFTA_TABLE_NAME => name = Some(at(W, a.string())?.to_owned()),
+            NFTA_TABLE_FLAGS => flags = at(W, a.be32())?,
+            NFTA_TABLE_USERDATA => comment = udata_comment(a.value, UDATA_TABLE_COMMENT),
+            _ => {}
+        }
+    }
+    Ok(RawTable {
+        name: name.ok_or(DecodeError::Missing {
+            what: W,
+            attr: "NFTA_TABLE_NAME",
+        })?,
+        flags,
+        comment,
+    })
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawChain {
+    pub table: String,
+    pub name: String,
+    pub handle: u64,
+    pub base: Option<BaseChain>,
+    pub comment: Option<String>,
+}
+
+pub fn chain(attr_bytes: &[u8]) -> Result<RawChain, DecodeError> {
+    const W: &str = "chain";
+    let (mut table, mut name, mut handle, mut comment) = (None, None, 0, None);
+    let (mut hook, mut prio, mut kind, mut policy) = (None, None, None, None);
+    for a in attrs(W, attr_bytes) {
+        let a = a?;
+        match a.kind {
+            NFTA_CHAIN_TABLE => table = Some(at(W, a.string())?.to_owned()),
+            NFTA_CHAIN_NAME => name = Some(at(W, a.string())?.to_owned()),
+            NFTA_CHAIN_HANDLE => handle = at(W, a.be64())?,
+            NFTA_CHAIN_TYPE => kind = Some(at(W, a.string())?.to_owned()),
+            NFTA_CHAIN_POLICY => policy = Some(at(W, a.be32())?),
+            NFTA_CHAIN_USERDATA => comment = udata_comment(a.value, UDATA_CHAIN_COMMENT),
+            NFTA_CHAIN_HOOK => {
+                for h in attrs(W, a.value) {
+                    let h = h?;
+                    match h.kind {
+                        NFTA_HOOK_HOOKNUM => hook = Some(at(W, h.be32())?),
+                        NFTA_HOOK_PRIORITY => prio = Some(at(W, h.be32())? as i32),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let name = name.ok_or(DecodeError::Missing {
+        what: W,
+        attr: "NFTA_CHAIN_NAME",
+    })?;
+    let base = match hook {
+        None => None,
+        Some(hooknum) => {
+            let unsupported = |detail: String| DecodeError::Unsupported {
+                what: format!("chain {name}"),
+                detail,
+            };
+            let hook = match hooknum {
+                0 => Hook::Prerouting,
+                1 => Hook::Input,
+                2 => Hook::Forward,
+                3 => Hook::Output,
+                4 => Hook::Postrouting,
+                n => return Err(unsupported(format!("hook {n}"))),
+            };
+            let kind = match kind.as_deref() {
+                Some("filter") => ChainType::Filter,
+                Some("nat") => ChainType::Nat,
+                Some("route") => ChainType::Route,
+                other => return Err(unsupported(format!("chain type {other:?}"))),
+            };
+            let policy = match policy.map(|p| p as i32) {
+                None | Some(NF_ACCEPT) => Policy::Accept,
+                Some(NF_DROP) => Policy::Drop,
+                Some(p) => return Err(unsupported(format!("policy {p}"))),
+            };
+            Some(BaseChain {
+                kind,
+                hook,
+                priority: prio.unwrap_or(0),
+                policy,
+            })
+        }
+    };
+    Ok(RawChain {
+        table: table.ok_or(DecodeError::Missing {
+            what: W,
+            attr: "NFTA_CHAIN_TABLE",
+        })?,
+        name,
+        handle,
+        base,
+        comment,
+    })
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawSet {
+    pub table: String,
+    pub name: String,
+    pub flags: u32,
+    pub key_type: u32,
+    pub key_len: u32,
+    pub data_type: Option<u32>,
+    pub timeout_ms: Option<u64>,
+    /// Per-field key lengths from NFTA_SET_DESC_CONCAT (empty for a single-field key).
+    pub field_lens: Vec<u32>,
+    pub comment: Option<String>,
+}
+
+impl RawSet {
+    pub fn is_anonymous(&self) -> bool {
+        self.flags & NFT_SET_ANONYMOUS != 0
+    }
+}
+
+pub fn set(attr_bytes: &[u8]) -> Result<RawSet, DecodeError> {
+    const W: &str = "set";
+    let mut s = RawSet {
+        table: String::new(),
+        name: String::new(),
+        flags: 0,
+        key_type: 0,
+        key_len: 0,
+        data_type: None,
+        timeout_ms: None,
+        field_lens: Vec::new(),
+        comment: None,
+    };
+    let (mut have_table, mut have_name) = (false, false);
+    for a in attrs(W, attr_bytes) {
+        let a = a?;
+        match a.kind {
+            NFTA_SET_TABLE => {
+                s.table = at(W, a.string())?.to_owned();
+                have_table = true;
+            }
+            NFTA_SET_NAME => {
+                s.name = at(W, a.string())?.to_owned();
+                have_name = true;
+            }
+            NFTA_SET_FLAGS => s.flags = at(W, a.be32())?,
+            NFTA_SET_KEY_TYPE => s.key_type = at(W, a.be32())?,
+            NFTA_SET_KEY_LEN => s.key_len = at(W, a.be32())?,
+            NFTA_SET_DATA_TYPE => s.data_type = Some(at(W, a.be32())?),
+            NFTA_SET_TIMEOUT => s.timeout_ms = Some(at(W, a.be64())?),
+            NFTA_SET_USERDATA => s.comment = udata_comment(a.value, UDATA_SET_COMMENT),
+            NFTA_SET_DESC => {
+                for d in attrs(W, a.value) {
+                    let d = d?;
+                    if d.kind != NFTA_SET_DESC_CONCAT {
+                        continue;
+                    }
+                    for elem in attrs(W, d.value) {
+                        for f in attrs(W, elem?.value) {
+                            let f = f?;
+                            if f.kind == NFTA_SET_FIELD_LEN {
+                                s.field_lens.push(at(W, f.be32())?);
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if !have_table || !have_name {
+        return Err(DecodeError::Missing {
+            what: W,
+            attr: if have_table {
+                "NFTA_SET_NAME"
+            } else {
+                "NFTA_SET_TABLE"
+            },
+        });
+    }
+    Ok(s)
+}
+
+/// nft's datatype ids (src/datatype.h `enum datatypes`), concatenations being
+/// `(a << 6) | b` folded left (TYPE_BITS = 6).
+pub fn data_types(what: &str, id: u32) -> Result<Vec<DataType>, DecodeError> {
+    let mut out = Vec::new();
+    let mut rest = id;
+    while rest != 0 {
+        let t = match rest & 0x3f {
+            1 => DataType::Verdict,
+            4 => DataType::Integer,
+            7 => DataType::Ipv4Addr,
+            8 => DataType::Ipv6Addr,
+            12 => DataType::InetProto,
+            13 => DataType::InetService,
+            19 => DataType::Mark,
+            41 => DataType::IfName,
+            n => {
+                return Err(DecodeError::Unsupported {
+                    what: what.to_owned(),
+                    detail: format!("datatype {n} in type id {id:#x}"),
+                });
+            }
+        };
+        out.push(t);
+        rest >>= 6;
+    }
+    out.reverse();
+    if out.is_empty() {
+        return Err(DecodeError::Unsupported {
+            what: what.to_owned(),
+            detail: "datatype 0".into(),
+        });
+    }
+    Ok(out)
+}
+
+/// Key bytes one field of this type occupies in a register or set key (before 4-byte padding).
+pub fn type_len(t: DataType) -> usize {
+    match t {
+        DataType::Ipv4Addr | DataType::Mark | DataType::Integer => 4,
+        DataType::Ipv6Addr | DataType::IfName => 16,
+        DataType::InetProto => 1,
+        DataType::InetService => 2,
+        DataType::Verdict => 0,
+    }
+}
+
+/// Decodes one key field.
+pub fn value(t: DataType, bytes: &[u8]) -> Option<Value> {
+    Some(match t {
+        DataType::Ipv4Addr => Value::Ipv4(Ipv4Addr::from(<[u8; 4]>::try_from(bytes).ok()?)),
+        DataType::Ipv6Addr => Value::Ipv6(Ipv6Addr::from(<[u8; 16]>::try_from(bytes).ok()?)),
+        DataType::InetProto => Value::Proto(*bytes.first()?),
+        DataType::InetService => Value::Port(u16::from_be_bytes(bytes.get(..2)?.try_into().ok()?)),
+        // Marks and numgen results live in host byte order.
+        DataType::Mark | DataType::Integer => {
+            Value::Mark(u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?))
+        }
+        DataType::IfName => Value::IfName(ifname(bytes)),
+        DataType::Verdict => return None,
+    })
+}
+
+/// An interface name compared in a register: exact names are NUL-padded to 16 bytes, a prefix
+/// match (`veth*`) compares only the prefix bytes.
+fn ifname(bytes: &[u8]) -> String {
+    match bytes.iter().position(|&b| b == 0) {
+        Some(n) => String::from_utf8_lossy(&bytes[..n]).into_owned(),
+        None if bytes.len() < 16 => format!("{}*", String::from_utf8_lossy(bytes)),
+        None => String::from_utf8_lossy(bytes).into_owned(),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawData {
+    Value(Vec<u8>),
+    Verdict(Verdict),
+}
+
+/// NFTA_DATA_VALUE / NFTA_DATA_VERDICT.
+pub fn data(what: &'static str, buf: &[u8]) -> Result<RawData, DecodeError> {
+    for a in attrs(what, buf) {
+        let a = a?;
+        match a.kind {
+            NFTA_DATA_VALUE => return Ok(RawData::Value(a.value.to_vec())),
+            NFTA_DATA_VERDICT => return verdict(what, a.value).map(RawData::Verdict),
+            _ => {}
+        }
+    }
+    Err(DecodeError::Missing {
+        what,
+        attr: "NFTA_DATA_VALUE or NFTA_DATA_VERDICT",
+    })
+}
+
+fn verdict(what: &'static str, buf: &[u8]) -> Result<Verdict, DecodeError> {
+    let (mut code, mut chain) = (None, None);
+    for a in attrs(what, buf) {
+        let a = a?;
+        match a.kind {
+            NFTA_VERDICT_CODE => code = Some(at(what, a.be32())? as i32),
+            NFTA_VERDICT_CHAIN => chain = Some(at(what, a.string())?.to_owned()),
+            _ => {}
+        }
+    }
+    let code = code.ok_or(DecodeError::Missing {
+        what,
+        attr: "NFTA_VERDICT_CODE",
+    })?;
+    let need_chain = || {
+        chain.clone().ok_or(DecodeError::Missing {
+            what,
+            attr: "NFTA_VERDICT_CHAIN",
+        })
+    };
+    Ok(match code {
+        NF_ACCEPT => Verdict::Accept,
+        NF_DROP => Verdict::Drop,
+        NFT_CONTINUE => Verdict::Continue,
+        NFT_RETURN => Verdict::Return,
+        NFT_JUMP => Verdict::Jump(need_chain()?),
+        NFT_GOTO => Verdict::Goto(need_chain()?),
+        c => {
+            return Err(DecodeError::Unsupported {
+                what: what.to_owned(),
+                detail: format!("verdict code {c}"),
+            });
+        }
+    })
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawElem {
+    pub key: Vec<u8>,
+    pub key_end: Option<Vec<u8>>,
+    pub data: Option<RawData>,
+    pub flags: u32,
+    pub comment: Option<String>,
+}
+
+/// The elements of one NEWSETELEM dump message: (set name, elements).
+pub fn set_elems(attr_bytes: &[u8]) -> Result<(String, Vec<RawElem>), DecodeError> {
+    const W: &str = "set element";
+    let mut set = None;
+    let mut out = Vec::new();
+    for a in attrs(W, attr_bytes) {
+        let a = a?;
+        match a.kind {
+            NFTA_SET_ELEM_LIST_SET => set = Some(at(W, a.string())?.to_owned()),
+            NFTA_SET_ELEM_LIST_ELEMENTS => {
+                for e in attrs(W, a.value) {
+                    out.push(set_elem(e?.value)?);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok((
+        set.ok_or(DecodeError::Missing {
+            what: W,
+            attr: "NFTA_SET_ELEM_LIST_SET",
+        })?,
+        out,
+    ))
+}
+
+fn set_elem(buf: &[u8]) -> Result<RawElem, DecodeError> {
+    const W: &str = "set element";
+    let mut e = RawElem {
+        key: Vec::new(),
+        key_end: None,
+        data: None,
+        flags: 0,
+        comment: None,
+    };
+    let mut have_key = false;
+    for a in attrs(W, buf) {
+        let a = a?;
+        match a.kind {
+            NFTA_SET_ELEM_KEY => {
+                if let RawData::Value(v) = data(W, a.value)? {
+                    e.key = v;
+                    have_key = true;
+                }
+            }
+            NFTA_SET_ELEM_KEY_END => {
+                if let RawData::Value(v) = data(W, a.value)? {
+                    e.key_end = Some(v);
+                }
+            }
+            NFTA_SET_ELEM_DATA => e.data = Some(data(W, a.value)?),
+            NFTA_SET_ELEM_FLAGS => e.flags = at(W, a.be32())?,
+            NFTA_SET_ELEM_USERDATA => e.comment = udata_comment(a.value, UDATA_SET_ELEM_COMMENT),
+            _ => {}
+        }
+    }
+    if !have_key && e.flags & NFT_SET_ELEM_CATCHALL == 0 {
+        return Err(DecodeError::Missing {
+            what: W,
+            attr: "NFTA_SET_ELEM_KEY",
+        });
+    }
+    Ok(e)
+}
+
+/// One kernel expression, as listed by `nft --debug=netlink`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expr {
+    Payload {
+        base: u32,
+        offset: u32,
+        len: u32,
+        dreg: u32,
+    },
+    Meta {
+        key: u32,
+        dreg: Option<u32>,
+        sreg: Option<u32>,
+    },
+    Ct {
+        key: u32,
+        dreg: Option<u32>,
+        direction: Option<u8>,
+    },
+    Cmp {
+        sreg: u32,
+        op: u32,
+        data: Vec<u8>,
+    },
+    Bitwise {
+        sreg: u32,
+        dreg: u32,
+        op: u32,
+        mask: Vec<u8>,
+        xor: Vec<u8>,
+    },
+    Lookup {
+        set: String,
+        sreg: u32,
+        dreg: Option<u32>,
+        inverted: bool,
+    },
+    Immediate {
+        dreg: u32,
+        data: RawData,
+    },
+    Numgen {
+        dreg: u32,
+        modulus: u32,
+        kind: u32,
+        offset: u32,
+    },
+    Nat {
+        kind: u32,
+        family: u32,
+        addr_min: Option<u32>,
+        addr_max: Option<u32>,
+        proto_min: Option<u32>,
+        proto_max: Option<u32>,
+        flags: u32,
+    },
+    Masq {
+        flags: u32,
+        proto_min: Option<u32>,
+    },
+    Counter,
+    Reject {
+        kind: u32,
+        code: u8,
+    },
+    Fib {
+        dreg: u32,
+        result: u32,
+        flags: u32,
+    },
+    Dynset {
+        set: String,
+        op: u32,
+        sreg_key: u32,
+        sreg_data: Option<u32>,
+        timeout: Option<u64>,
+        has_exprs: bool,
+    },
+    Limit {
+        rate: u64,
+        unit: u64,
+        burst: u32,
+        kind: u32,
+        flags: u32,
+    },
+    /// An expression we do not lift (its kernel name).
+    Other(String),
+}
+
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        match self {
+            Expr::Payload {
+                base,
+                offset,
+                len,
+                dreg,
+            } => write!(
+                f,
+                "payload load {len}b @ base {base} + {offset} => reg {dreg}"
+            ),
+            Expr::Meta { key, dreg, sreg } => match (dreg, sreg) {
+                (Some(d), _) => write!(f, "meta load {key} => reg {d}"),
+                (_, Some(s)) => write!(f, "meta set {key} with reg {s}"),
+                _ => write!(f, "meta {key}"),
+            },
+            Expr::Ct { key, dreg, .. } => write!(f, "ct load {key} => reg {dreg:?}"),
+            Expr::Cmp { sreg, op, data } => write!(f, "cmp op {op} reg {sreg} 0x{}", hex(data)),
+            Expr::Bitwise {
+                sreg,
+                dreg,
+                mask,
+                xor,
+                ..
+            } => write!(
+                f,
+                "bitwise reg {dreg} = (reg {sreg} & 0x{}) ^ 0x{}",
+                hex(mask),
+                hex(xor)
+            ),
+            Expr::Lookup {
+                set,
+                sreg,
+                dreg,
+                inverted,
+            } => write!(
+                f,
+                "lookup reg {sreg} set {set} dreg {dreg:?}{}",
+                if *inverted { " inverted" } else { "" }
+            ),
+            Expr::Immediate { dreg, data } => write!(f, "immediate reg {dreg} {data:?}"),
+            Expr::Numgen {
+                dreg,
+                modulus,
+                kind,
+                offset,
+            } => write!(
+                f,
+                "numgen reg {dreg} = type {kind} mod {modulus} offset {offset}"
+            ),
+            Expr::Nat { kind, flags, .. } => write!(f, "nat type {kind} flags {flags:#x}"),
+            Expr::Masq { flags, .. } => write!(f, "masq flags {flags:#x}"),
+            Expr::Counter => write!(f, "counter"),
+            Expr::Reject { kind, code } => write!(f, "reject type {kind} code {code}"),
+            Expr::Fib {
+                dreg,
+                result,
+                flags,
+            } => write!(f, "fib result {result} flags {flags:#x} => reg {dreg}"),
+            Expr::Dynset { set, op, .. } => write!(f, "dynset op {op} set {set}"),
+            Expr::Limit {
+                rate, unit, burst, ..
+            } => write!(f, "limit rate {rate}/{unit}s burst {burst}"),
+            Expr::Other(name) => write!(f, "{name}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawRule {
+    pub table: String,
+    pub chain: String,
+    pub handle: u64,
+    pub exprs: Vec<Expr>,
+    pub comment: Option<String>,
+}
+
+pub fn rule(attr_bytes: &[u8]) -> Result<RawRule, DecodeError> {
+    const W: &str = "rule";
+    let (mut table, mut chain, mut handle, mut comment) = (None, None, 0, None);
+    let mut exprs = Vec::new();
+    for a in attrs(W, attr_bytes) {
+        let a = a?;
+        match a.kind {
+            NFTA_RULE_TABLE => table = Some(at(W, a.string())?.to_owned()),
+            NFTA_RULE_CHAIN => chain = Some(at(W, a.string())?.to_owned()),
+            NFTA_RULE_HANDLE => handle = at(W, a.be64())?,
+            NFTA_RULE_USERDATA => comment = udata_comment(a.value, UDATA_RULE_COMMENT),
+            NFTA_RULE_EXPRESSIONS => {
+                for e in attrs(W, a.value) {
+                    exprs.push(expr(e?.value)?);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(RawRule {
+        table: table.ok_or(DecodeError::Missing {
+            what: W,
+            attr: "NFTA_RULE_TABLE",
+        })?,
+        chain: chain.ok_or(DecodeError::Missing {
+            what: W,
+            attr: "NFTA_RULE_CHAIN",
+        })?,
+        handle,
+        exprs,
+        comment,
+    })
+}
+
+/// Attribute values of one expression's NFTA_EXPR_DATA, by type.
+struct Fields<'a>(BTreeMap<u16, Attr<'a>>);
+
+impl<'a> Fields<'a> {
+    fn parse(buf: &'a [u8]) -> Result<Self, DecodeError> {
+        let mut m = BTreeMap::new();
+        for a in attrs("expression", buf) {
+            let a = a?;
+            m.insert(a.kind, a);
+        }
+        Ok(Fields(m))
+    }
+    fn u32(&self, kind: u16) -> Result<Option<u32>, DecodeError> {
+        self.0
+            .get(&kind)
+            .map(|a| at("expression", a.be32()))
+            .transpose()
+    }
+    fn need32(&self, name: &'static str, kind: u16) -> Result<u32, DecodeError> {
+        self.u32(kind)?.ok_or(DecodeError::Missing {
+            what: "expression",
+            attr: name,
+        })
+    }
+    fn u64(&self, kind: u16) -> Result<Option<u64>, DecodeError> {
+        self.0
+            .get(&kind)
+            .map(|a| at("expression", a.be64()))
+            .transpose()
+    }
+    fn bytes(&self, kind: u16) -> Option<&'a [u8]> {
+        self.0.get(&kind).map(|a| a.value)
+    }
+    fn string(&self, name: &'static str, kind: u16) -> Result<String, DecodeError> {
+        let a = self.0.get(&kind).ok_or(DecodeError::Missing {
+            what: "expression",
+            attr: name,
+        })?;
+        Ok(at("expression", a.string())?.to_owned())
+    }
+    /// A nested NFTA_DATA_VALUE.
+    fn value(&self, name: &'static str, kind: u16) -> Result<Vec<u8>, DecodeError> {
+        match self
+            .bytes(kind)
+            .map(|b| data("expression", b))
+            .transpose()?
+        {
+            Some(RawData::Value(v)) => Ok(v),
+            _ => Err(DecodeError::Missing {
+                what: "expression",
+                attr: name,
+            }),
+        }
+    }
+}
+
+fn expr(buf: &[u8]) -> Result<Expr, DecodeError> {
+    const W: &str = "expression";
+    let (mut name, mut body) = (None, &[][..]);
+    for a in attrs(W, buf) {
+        let a = a?;
+        match a.kind {
+            NFTA_EXPR_NAME => name = Some(at(W, a.string())?.to_owned()),
+            NFTA_EXPR_DATA => body = a.value,
+            _ => {}
+        }
+    }
+    let name = name.ok_or(DecodeError::Missing {
+        what: W,
+        attr: "NFTA_EXPR_NAME",
+    })?;
+    let f = Fields::parse(body)?;
+    Ok(match name.as_str() {
+        "payload" => {
+            if f.u32(NFTA_PAYLOAD_SREG)?.is_some() {
+                return Ok(Expr::Other("payload set".into()));
+            }
+            Expr::Payload {
+                base: f.need32("NFTA_PAYLOAD_BASE", NFTA_PAYLOAD_BASE)?,
+                offset: f.need32("NFTA_PAYLOAD_OFFSET", NFTA_PAYLOAD_OFFSET)?,
+                len: f.need32("NFTA_PAYLOAD_LEN", NFTA_PAYLOAD_LEN)?,
+                dreg: f.need32("NFTA_PAYLOAD_DREG", NFTA_PAYLOAD_DREG)?,
+            }
+        }
+        "meta" => Expr::Meta {
+            key: f.need32("NFTA_META_KEY", NFTA_META_KEY)?,
+            dreg: f.u32(NFTA_META_DREG)?,
+            sreg: f.u32(NFTA_META_SREG)?,
+        },
+        "ct" => {
+            if f.u32(NFTA_CT_SREG)?.is_some() {
+                return Ok(Expr::Other("ct set".into()));
+            }
+            Expr::Ct {
+                key: f.need32("NFTA_CT_KEY", NFTA_CT_KEY)?,
+                dreg: f.u32(NFTA_CT_DREG)?,
+                direction: f.bytes(NFTA_CT_DIRECTION).and_then(|b| b.first().copied()),
+            }
+        }
+        "cmp" => Expr::Cmp {
+            sreg: f.need32("NFTA_CMP_SREG", NFTA_CMP_SREG)?,
+            op: f.need32("NFTA_CMP_OP", NFTA_CMP_OP)?,
+            data: f.value("NFTA_CMP_DATA", NFTA_CMP_DATA)?,
+        },
+        "bitwise" => {
+            let op = f.u32(NFTA_BITWISE_OP)?.unwrap_or(NFT_BITWISE_MASK_XOR);
+            Expr::Bitwise {
+                sreg: f.need32("NFTA_BITWISE_SREG", NFTA_BITWISE_SREG)?,
+                dreg: f.need32("NFTA_BITWISE_DREG", NFTA_BITWISE_DREG)?,
+                op,
+                mask: if op == NFT_BITWISE_MASK_XOR {
+                    f.value("NFTA_BITWISE_MASK", NFTA_BITWISE_MASK)?
+                } else {
+                    Vec::new()
+                },
+                xor: if op == NFT_BITWISE_MASK_XOR {
+                    f.value("NFTA_BITWISE_XOR", NFTA_BITWISE_XOR)?
+                } else {
+                    Vec::new()
+                },
+            }
+        }
+        "lookup" => Expr::Lookup {
+            set: f.string("NFTA_LOOKUP_SET", NFTA_LOOKUP_SET)?,
+            sreg: f.need32("NFTA_LOOKUP_SREG", NFTA_LOOKUP_SREG)?,
+            dreg: f.u32(NFTA_LOOKUP_DREG)?,
+            inverted: f.u32(NFTA_LOOKUP_FLAGS)?.unwrap_or(0) & NFT_LOOKUP_F_INV != 0,
+        },
+        "immediate" => Expr::Immediate {
+            dreg: f.need32("NFTA_IMMEDIATE_DREG", NFTA_IMMEDIATE_DREG)?,
+            data: data(
+                W,
+                f.bytes(NFTA_IMMEDIATE_DATA).ok_or(DecodeError::Missing {
+                    what: W,
+                    attr: "NFTA_IMMEDIATE_DATA",
+                })?,
+            )?,
+        },
+        "numgen" => Expr::Numgen {
+            dreg: f.need32("NFTA_NG_DREG", NFTA_NG_DREG)?,
+            modulus: f.need32("NFTA_NG_MODULUS", NFTA_NG_MODULUS)?,
+            kind: f.need32("NFTA_NG_TYPE", NFTA_NG_TYPE)?,
+            offset: f.u32(NFTA_NG_OFFSET)?.unwrap_or(0),
+        },
+        "nat" => Expr::Nat {
+            kind: f.need32("NFTA_NAT_TYPE", NFTA_NAT_TYPE)?,
+            family: f.need32("NFTA_NAT_FAMILY", NFTA_NAT_FAMILY)?,
+            addr_min: f.u32(NFTA_NAT_REG_ADDR_MIN)?,
+            addr_max: f.u32(NFTA_NAT_REG_ADDR_MAX)?,
+            proto_min: f.u32(NFTA_NAT_REG_PROTO_MIN)?,
+            proto_max: f.u32(NFTA_NAT_REG_PROTO_MAX)?,
+            flags: f.u32(NFTA_NAT_FLAGS)?.unwrap_or(0),
+        },
+        "masq" => Expr::Masq {
+            flags: f.u32(NFTA_MASQ_FLAGS)?.unwrap_or(0),
+            proto_min: f.u32(NFTA_MASQ_REG_PROTO_MIN)?,
+        },
+        "counter" => Expr::Counter,
+        "reject" => Expr::Reject {
+            kind: f.need32("NFTA_REJECT_TYPE", NFTA_REJECT_TYPE)?,
+            code: f
+                .bytes(NFTA_REJECT_ICMP_CODE)
+                .and_then(|b| b.first().copied())
+                .unwrap_or(0),
+        },
+        "fib" => Expr::Fib {
+            dreg: f.need32("NFTA_FIB_DREG", NFTA_FIB_DREG)?,
+            result: f.need32("NFTA_FIB_RESULT", NFTA_FIB_RESULT)?,
+            flags: f.need32("NFTA_FIB_FLAGS", NFTA_FIB_FLAGS)?,
+        },
+        "dynset" => Expr::Dynset {
+            set: f.string("NFTA_DYNSET_SET_NAME", NFTA_DYNSET_SET_NAME)?,
+            op: f.need32("NFTA_DYNSET_OP", NFTA_DYNSET_OP)?,
+            sreg_key: f.need32("NFTA_DYNSET_SREG_KEY", NFTA_DYNSET_SREG_KEY)?,
+            sreg_data: f.u32(NFTA_DYNSET_SREG_DATA)?,
+            timeout: f.u64(NFTA_DYNSET_TIMEOUT)?.filter(|&t| t != 0),
+            has_exprs: f.bytes(NFTA_DYNSET_EXPR).is_some()
+                || f.bytes(NFTA_DYNSET_EXPRESSIONS).is_some(),
+        },
+        "limit" => Expr::Limit {
+            rate: f.u64(NFTA_LIMIT_RATE)?.unwrap_or(0),
+            unit: f.u64(NFTA_LIMIT_UNIT)?.unwrap_or(0),
+            burst: f.u32(NFTA_LIMIT_BURST)?.unwrap_or(0),
+            kind: f.u32(NFTA_LIMIT_TYPE)?.unwrap_or(NFT_LIMIT_PKTS),
+            flags: f.u32(NFTA_LIMIT_FLAGS)?.unwrap_or(0),
+        },
+        _ => Expr::Other(name),
+    })
+}
+
+/// What the lifter needs to know about the table's sets to lift lookups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetInfo {
+    pub key: Vec<DataType>,
+    /// For anonymous sets: their (key, verdict) pairs, inlined into the rule.
+    pub anonymous: Option<Vec<(Vec<Value>, Verdict)>>,
+}
+
+/// Byte offset of a register in the register file: `NFT_REG_1..4` are 16-byte registers,
+/// `NFT_REG32_00..15` 4-byte ones over the same storage.
+fn reg_offset(reg: u32) -> Option<u32> {
+    match reg {
+        NFT_REG_1..=NFT_REG_4 => Some((reg - NFT_REG_1) * 16),
+        NFT_REG32_00..=NFT_REG32_15 => Some((reg - NFT_REG32_00) * 4),
+        _ => None,
+    }
+}
+
+/// What a register holds while lifting a rule.
+#[derive(Debug, Clone)]
+enum Reg {
+    /// A selector loaded with `len` bytes (fewer than the full width for byte-aligned prefixes).
+    Load {
+        sel: Selector,
+        len: u32,
+    },
+    /// A loaded selector after `& mask ^ xor`.
+    Masked {
+        sel: Selector,
+        len: u32,
+        mask: Vec<u8>,
+        xor: Vec<u8>,
+    },
+    /// Adjacent header fields loaded at once (the last one possibly a byte-aligned prefix).
+    Merged(Vec<(Selector, u32)>),
+    Numgen(u32),
+    Imm(Vec<u8>),
+}
+
+struct Lifter<'a> {
+    family: Family,
+    chain: &'a str,
+    handle: u64,
+    sets: &'a BTreeMap<String, SetInfo>,
+    regs: BTreeMap<u32, Reg>,
+    stmts: Vec<Stmt>,
+}
+
+/// Lifts one rule's expressions into statements.
+pub fn lift_rule(
+    family: Family,
+    rule: &RawRule,
+    sets: &BTreeMap<String, SetInfo>,
+) -> Result<Vec<Stmt>, DecodeError> {
+    let mut l = Lifter {
+        family,
+        chain: &rule.chain,
+        handle: rule.handle,
+        sets,
+        regs: BTreeMap::new(),
+        stmts: Vec::new(),
+    };
+    for e in &rule.exprs {
+        l.step(e)?;
+    }
+    if let Some((_, r)) = l.regs.iter().find(|(_, r)| !matches!(r, Reg::Imm(_))) {
+        return Err(DecodeError::Lift {
+            chain: rule.chain.clone(),
+            handle: rule.handle,
+            expr: format!("{r:?}"),
+            reason: "a loaded value is never used".into(),
+        });
+    }
+    Ok(l.stmts)
+}
+
+impl Lifter<'_> {
+    fn err(&self, e: &Expr, reason: impl Into<String>) -> DecodeError {
+        DecodeError::Lift {
+            chain: self.chain.to_owned(),
+            handle: self.handle,
+            expr: e.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    fn off(&self, e: &Expr, reg: u32) -> Result<u32, DecodeError> {
+        reg_offset(reg).ok_or_else(|| self.err(e, format!("register {reg} is not a data register")))
+    }
+
+    fn load(&mut self, e: &Expr, dreg: u32, reg: Reg) -> Result<(), DecodeError> {
+        let o = self.off(e, dreg)?;
+        self.regs.insert(o, reg);
+        Ok(())
+    }
+
+    fn take(&mut self, e: &Expr, reg: u32) -> Result<Reg, DecodeError> {
+        let o = self.off(e, reg)?;
+        self.regs
+            .remove(&o)
+            .ok_or_else(|| self.err(e, format!("register {reg} was never loaded")))
+    }
+
+    /// The concatenated key starting at `sreg`: `n` selector loads at consecutive,
+    /// 4-byte aligned offsets.
+    fn key(&mut self, e: &Expr, sreg: u32, n: usize) -> Result<Vec<Selector>, DecodeError> {
+        let mut off = self.off(e, sreg)?;
+        let mut key = Vec::with_capacity(n);
+        for _ in 0..n {
+            match self.regs.remove(&off) {
+                Some(Reg::Load { sel, len }) if len == full_len(sel) => {
+                    key.push(sel);
+                    off += (len + 3) & !3;
+                }
+                other => {
+                    return Err(
+                        self.err(e, format!("key part at register offset {off} is {other:?}"))
+                    );
+                }
+            }
+        }
+        Ok(key)
+    }
+
+    fn set(&self, e: &Expr, name: &str) -> Result<&SetInfo, DecodeError> {
+        self.sets
+            .get(name)
+            .ok_or_else(|| self.err(e, format!("set {name} is not in the table")))
+    }
+
+    fn step(&mut self, e: &Expr) -> Result<(), DecodeError> {
+        match e {
+            Expr::Payload {
+                base,
+                offset,
+                len,
+                dreg,
+            } => {
+                let reg = match self.payload_selector(e, *base, *offset, *len) {
+                    Ok(sel) => Reg::Load { sel, len: *len },
+                    // nft merges adjacent equality matches on one header into one load.
+                    Err(err) => Reg::Merged(self.merged_fields(*base, *offset, *len).ok_or(err)?),
+                };
+                let first = match &reg {
+                    Reg::Load { sel, .. } => *sel,
+                    Reg::Merged(fields) => fields[0].0,
+                    _ => unreachable!("payload loads are Load or Merged"),
+                };
+                // In inet tables nft prefixes ip/ip6 header matches with `meta nfproto`;
+                // it is implied by the match itself, so it is not a statement of ours.
+                if self.family == Family::Inet && *base == NFT_PAYLOAD_NETWORK_HEADER {
+                    let want = match first {
+                        Selector::IpSaddr | Selector::IpDaddr => NFPROTO_IPV4,
+                        _ => NFPROTO_IPV6,
+                    };
+                    if let Some(Stmt::Match {
+                        left: Selector::NfProto,
+                        mask: None,
+                        op: CmpOp::Eq,
+                        right: Value::NfProto(p),
+                    }) = self.stmts.last()
+                        && *p == want
+                    {
+                        self.stmts.pop();
+                    }
+                }
+                self.load(e, *dreg, reg)
+            }
+            Expr::Meta {
+                key,
+                dreg: Some(dreg),
+                sreg: None,
+            } => {
+                let sel = match *key {
+                    NFT_META_L4PROTO => Selector::L4Proto,
+                    NFT_META_NFPROTO => Selector::NfProto,
+                    NFT_META_MARK => Selector::Mark,
+                    NFT_META_IIFNAME => Selector::IifName,
+                    NFT_META_OIFNAME => Selector::OifName,
+                    _ => return Err(self.err(e, "meta key has no selector")),
+                };
+                self.load(
+                    e,
+                    *dreg,
+                    Reg::Load {
+                        sel,
+                        len: full_len(sel),
+                    },
+                )
+            }
+            Expr::Meta {
+                key: NFT_META_MARK,
+                dreg: None,
+                sreg: Some(sreg),
+            } => {
+                let op = match self.take(e, *sreg)? {
+                    Reg::Imm(v) => MarkOp::Set(ne32(&v).ok_or_else(|| self.err(e, "mark width"))?),
+                    Reg::Masked {
+                        sel: Selector::Mark,
+                        mask,
+                        xor,
+                        ..
+                    } => {
+                        let (m, x) = (ne32(&mask), ne32(&xor));
+                        match (m, x) {
+                            (Some(m), Some(x)) if m == !x && x != 0 => MarkOp::Or(x),
+                            (Some(u32::MAX), Some(x)) => MarkOp::Xor(x),
+                            (Some(m), Some(0)) => MarkOp::And(m),
+                            _ => return Err(self.err(e, "mark arithmetic is not or/xor/and")),
+                        }
+                    }
+                    other => return Err(self.err(e, format!("mark set from {other:?}"))),
+                };
+                self.stmts.push(Stmt::SetMark(op));
+                Ok(())
+            }
+            Expr::Ct {
+                key: NFT_CT_STATE,
+                dreg: Some(dreg),
+                direction: None,
+            } => self.load(
+                e,
+                *dreg,
+                Reg::Load {
+                    sel: Selector::CtState,
+                    len: 4,
+                },
+            ),
+            Expr::Fib {
+                dreg,
+                result: NFT_FIB_RESULT_ADDRTYPE,
+                flags,
+            } => {
+                let sel = match *flags as u16 {
+                    NFTA_FIB_F_SADDR => Selector::FibSaddrType,
+                    NFTA_FIB_F_DADDR => Selector::FibDaddrType,
+                    _ => return Err(self.err(e, "fib flags other than saddr/daddr")),
+                };
+                self.load(e, *dreg, Reg::Load { sel, len: 4 })
+            }
+            Expr::Bitwise {
+                sreg,
+                dreg,
+                op: NFT_BITWISE_MASK_XOR,
+                mask,
+                xor,
+            } => match self.take(e, *sreg)? {
+                Reg::Load { sel, len } if mask.len() == len as usize => {
+                    let (mask, xor) = (mask.clone(), xor.clone());
+                    self.load(
+                        e,
+                        *dreg,
+                        Reg::Masked {
+                            sel,
+                            len,
+                            mask,
+                            xor,
+                        },
+                    )
+                }
+                other => Err(self.err(e, format!("bitwise on {other:?}"))),
+            },
+            Expr::Cmp { sreg, op, data } => {
+                let op = match *op {
+                    NFT_CMP_EQ => CmpOp::Eq,
+                    NFT_CMP_NEQ => CmpOp::Ne,
+                    _ => return Err(self.err(e, "only == and != are lifted")),
+                };
+                let reg = self.take(e, *sreg)?;
+                if let Reg::Merged(fields) = reg {
+                    if op != CmpOp::Eq {
+                        return Err(self.err(e, "nft merges only equality matches"));
+                    }
+                    let mut rest = &data[..];
+                    for (sel, len) in fields {
+                        let Some((part, tail)) = rest.split_at_checked(len as usize) else {
+                            return Err(self.err(e, "merged compare is shorter than its load"));
+                        };
+                        rest = tail;
+                        let load = Reg::Load { sel, len };
+                        let stmt = self
+                            .cmp(load, op, part)
+                            .ok_or_else(|| self.err(e, "merged field has no model equivalent"))?;
+                        self.stmts.push(stmt);
+                    }
+                    if !rest.is_empty() {
+                        return Err(self.err(e, "merged compare is longer than its load"));
+                    }
+                    return Ok(());
+                }
+                let stmt = self
+                    .cmp(reg, op, data)
+                    .ok_or_else(|| self.err(e, "comparison has no model equivalent"))?;
+                self.stmts.push(stmt);
+                Ok(())
+            }
+            Expr::Lookup {
+                set,
+                sreg,
+                dreg,
+                inverted,
+            } => {
+                let info = self.set(e, set)?.clone();
+                // numgen feeds a one-field map from its own register.
+                if let Some(Reg::Numgen(modulus)) = self.regs.get(&self.off(e, *sreg)?).cloned() {
+                    if *dreg != Some(NFT_REG_VERDICT) || *inverted {
+                        return Err(self.err(e, "numgen only feeds verdict maps"));
+                    }
+                    self.take(e, *sreg)?;
+                    let map = map_ref(set, &info);
+                    self.stmts.push(Stmt::NumgenVMap { modulus, map });
+                    return Ok(());
+                }
+                let key = self.key(e, *sreg, info.key.len())?;
+                match dreg {
+                    Some(NFT_REG_VERDICT) if !inverted => {
+                        let map = map_ref(set, &info);
+                        self.stmts.push(Stmt::VMap { key, map });
+                    }
+                    None if info.anonymous.is_none() => self.stmts.push(Stmt::Lookup {
+                        key,
+                        set: set.clone(),
+                        negate: *inverted,
+                    }),
+                    _ => return Err(self.err(e, "lookup shape has no model equivalent")),
+                }
+                Ok(())
+            }
+            Expr::Immediate {
+                dreg: NFT_REG_VERDICT,
+                data: RawData::Verdict(v),
+            } => {
+                self.stmts.push(Stmt::Verdict(v.clone()));
+                Ok(())
+            }
+            Expr::Immediate {
+                dreg,
+                data: RawData::Value(v),
+            } => self.load(e, *dreg, Reg::Imm(v.clone())),
+            Expr::Numgen {
+                dreg,
+                modulus,
+                kind: NFT_NG_RANDOM,
+                offset: 0,
+            } => self.load(e, *dreg, Reg::Numgen(*modulus)),
+            Expr::Nat {
+                kind: NFT_NAT_DNAT,
+                family,
+                addr_min: Some(amin),
+                addr_max,
+                proto_min,
+                proto_max,
+                flags,
+            } if addr_max.is_none_or(|m| m == *amin)
+                && proto_max.is_none_or(|m| Some(m) == *proto_min) =>
+            {
+                // The kernel dumps max registers equal to the min ones: a single target.
+                // NF_NAT_RANGE_MAP_IPS | NF_NAT_RANGE_PROTO_SPECIFIED are implied by the
+                // registers; anything else (random, persistent) is not in the model.
+                if flags & !0x3 != 0 {
+                    return Err(self.err(e, "nat flags beyond map-ips/proto-specified"));
+                }
+                let addr = match (self.take(e, *amin)?, *family as u8) {
+                    (Reg::Imm(v), NFPROTO_IPV4) if v.len() == 4 => {
+                        IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(&v[..]).expect("4")))
+                    }
+                    (Reg::Imm(v), NFPROTO_IPV6) if v.len() == 16 => {
+                        IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&v[..]).expect("16")))
+                    }
+                    (other, _) => return Err(self.err(e, format!("dnat address from {other:?}"))),
+                };
+                let port = match proto_min {
+                    None => None,
+                    Some(r) => match self.take(e, *r)? {
+                        Reg::Imm(v) if v.len() >= 2 => Some(u16::from_be_bytes([v[0], v[1]])),
+                        other => return Err(self.err(e, format!("dnat port from {other:?}"))),
+                    },
+                };
+                self.stmts.push(Stmt::Dnat { addr, port });
+                Ok(())
+            }
+            Expr::Masq {
+                flags,
+                proto_min: None,
+            } => {
+                const NF_NAT_RANGE_PROTO_RANDOM_FULLY: u32 = 0x10;
+                if flags & !NF_NAT_RANGE_PROTO_RANDOM_FULLY != 0 {
+                    return Err(self.err(e, "masquerade flags beyond fully-random"));
+                }
+                self.stmts.push(Stmt::Masquerade {
+                    fully_random: flags & NF_NAT_RANGE_PROTO_RANDOM_FULLY != 0,
+                });
+                Ok(())
+            }
+            Expr::Counter => {
+                self.stmts.push(Stmt::Counter);
+                Ok(())
+            }
+            Expr::Reject { kind, code } => {
+                let port_unreach = match self.family {
+                    Family::Ip => 3,  // ICMP_PORT_UNREACH
+                    Family::Ip6 => 4, // ICMPV6_PORT_UNREACH
+                    Family::Inet => u8::MAX,
+                };
+                let kind = match *kind {
+                    NFT_REJECT_TCP_RST => {
+                        // `reject with tcp reset` makes nft add a `meta l4proto tcp` dependency
+                        // at the start of the rule; it belongs to the reject, not to us.
+                        let dep = Stmt::Match {
+                            left: Selector::L4Proto,
+                            mask: None,
+                            op: CmpOp::Eq,
+                            right: Value::Proto(6),
+                        };
+                        if let Some(i) = self.stmts.iter().position(|s| *s == dep) {
+                            self.stmts.remove(i);
+                        }
+                        RejectKind::TcpReset
+                    }
+                    NFT_REJECT_ICMP_UNREACH if *code == port_unreach => RejectKind::Default,
+                    NFT_REJECT_ICMPX_UNREACH
+                        if u32::from(*code) == NFT_REJECT_ICMPX_PORT_UNREACH =>
+                    {
+                        RejectKind::Default
+                    }
+                    _ => return Err(self.err(e, "reject type/code has no model equivalent")),
+                };
+                self.stmts.push(Stmt::Reject(kind));
+                Ok(())
+            }
+            Expr::Dynset {
+                set,
+                op: NFT_DYNSET_OP_UPDATE,
+                sreg_key,
+                sreg_data: None,
+                timeout: None,
+                has_exprs: false,
+            } => {
+                let n = self.set(e, set)?.key.len();
+                let key = self.key(e, *sreg_key, n)?;
+                self.stmts.push(Stmt::Update {
+                    set: set.clone(),
+                    key,
+                });
+                Ok(())
+            }
+            Expr::Limit {
+                rate,
+                unit,
+                burst,
+                kind: NFT_LIMIT_PKTS,
+                flags: 0,
+            } => {
+                let unit = match unit {
+                    1 => RateUnit::Second,
+                    60 => RateUnit::Minute,
+                    3600 => RateUnit::Hour,
+                    86400 => RateUnit::Day,
+                    _ => return Err(self.err(e, "limit unit")),
+                };
+                self.stmts.push(Stmt::Limit {
+                    rate: *rate,
+                    unit,
+                    burst: *burst,
+                });
+                Ok(())
+            }
+            _ => Err(self.err(e, "expression has no model equivalent")),
+        }
+    }
+
+    fn payload_selector(
+        &self,
+        e: &Expr,
+        base: u32,
+        offset: u32,
+        len: u32,
+    ) -> Result<Selector, DecodeError> {
+        let v4 = self.family != Family::Ip6;
+        let v6 = self.family != Family::Ip;
+        let sel = match (base, offset) {
+            (NFT_PAYLOAD_NETWORK_HEADER, 12) if v4 && len <= 4 => Selector::IpSaddr,
+            (NFT_PAYLOAD_NETWORK_HEADER, 16) if v4 && len <= 4 => Selector::IpDaddr,
+            (NFT_PAYLOAD_NETWORK_HEADER, 8) if v6 && len <= 16 => Selector::Ip6Saddr,
+            (NFT_PAYLOAD_NETWORK_HEADER, 24) if v6 && len <= 16 => Selector::Ip6Daddr,
+            (NFT_PAYLOAD_TRANSPORT_HEADER, 0) if len == 2 => Selector::ThSport,
+            (NFT_PAYLOAD_TRANSPORT_HEADER, 2) if len == 2 => Selector::ThDport,
+            _ => return Err(self.err(e, "payload field has no selector")),
+        };
+        if len == 0 {
+            return Err(self.err(e, "zero-length payload load"));
+        }
+        Ok(sel)
+    }
+
+    /// The fields a merged load of `len` bytes at `offset` covers: whole fields in header
+    /// order, the last possibly a prefix of an address.
+    fn merged_fields(&self, base: u32, offset: u32, len: u32) -> Option<Vec<(Selector, u32)>> {
+        let layout: &[(Selector, u32, u32)] = match (base, self.family) {
+            (NFT_PAYLOAD_TRANSPORT_HEADER, _) => {
+                &[(Selector::ThSport, 0, 2), (Selector::ThDport, 2, 2)]
+            }
+            // In inet tables the offset tells the header apart: ip saddr is at 12, ip6 at 8.
+            (NFT_PAYLOAD_NETWORK_HEADER, Family::Ip)
+            | (NFT_PAYLOAD_NETWORK_HEADER, Family::Inet)
+                if (12..20).contains(&offset) && self.family != Family::Ip6 =>
+            {
+                &[(Selector::IpSaddr, 12, 4), (Selector::IpDaddr, 16, 4)]
+            }
+            (NFT_PAYLOAD_NETWORK_HEADER, Family::Ip6 | Family::Inet) => {
+                &[(Selector::Ip6Saddr, 8, 16), (Selector::Ip6Daddr, 24, 16)]
+            }
+            _ => return None,
+        };
+        let mut fields = Vec::new();
+        let (mut at, end) = (offset, offset + len);
+        for &(sel, off, flen) in layout {
+            if at == end {
+                break;
+            }
+            if off != at {
+                continue;
+            }
+            let take = flen.min(end - at);
+            if take < flen && !is_addr(sel) {
+                return None;
+            }
+            fields.push((sel, take));
+            at += take;
+        }
+        (at == end && fields.len() > 1).then_some(fields)
+    }
+
+    fn cmp(&self, reg: Reg, op: CmpOp, data: &[u8]) -> Option<Stmt> {
+        let m = |left, mask, op, right| {
+            Some(Stmt::Match {
+                left,
+                mask,
+                op,
+                right,
+            })
+        };
+        match reg {
+            Reg::Load { sel, len } if len == full_len(sel) || is_addr(sel) => {
+                if sel == Selector::CtState {
+                    // `ct state != new` compares the whole state value.
+                    return m(sel, None, op, Value::CtState(CtState(ne32(data)?)));
+                }
+                let right = if len < full_len(sel) {
+                    prefix_value(sel, data, len * 8)?
+                } else if matches!(sel, Selector::IifName | Selector::OifName) {
+                    // A prefix match (`veth*`) compares fewer bytes than the register holds.
+                    Value::IfName(ifname(data))
+                } else {
+                    if data.len() != len as usize {
+                        return None;
+                    }
+                    selector_value(sel, data)?
+                };
+                m(sel, None, op, right)
+            }
+            Reg::Masked {
+                sel,
+                len,
+                mask,
+                xor,
+            } => {
+                if xor.iter().any(|&b| b != 0) || data.len() != len as usize {
+                    return None;
+                }
+                match sel {
+                    // `ct state new,established`: any of the bits set.
+                    Selector::CtState if data.iter().all(|&b| b == 0) && op == CmpOp::Ne => {
+                        m(sel, None, CmpOp::Eq, Value::CtState(CtState(ne32(&mask)?)))
+                    }
+                    Selector::CtState => m(
+                        sel,
+                        Some(ne32(&mask)?),
+                        op,
+                        Value::CtState(CtState(ne32(data)?)),
+                    ),
+                    Selector::Mark => m(sel, Some(ne32(&mask)?), op, Value::Mark(ne32(data)?)),
+                    _ if is_addr(sel) && len == full_len(sel) => {
+                        let prefix = prefix_len(&mask)?;
+                        m(sel, None, op, prefix_value(sel, data, prefix)?)
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+}
+
+fn map_ref(name: &str, info: &SetInfo) -> MapRef {
+    match &info.anonymous {
+        Some(elems) => MapRef::Anonymous(elems.clone()),
+        None => MapRef::Named(name.to_owned()),
+    }
+}
+
+fn ne32(b: &[u8]) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.try_into().ok()?))
+}
+
+fn is_addr(sel: Selector) -> bool {
+    matches!(
+        sel,
+        Selector::IpSaddr | Selector::IpDaddr | Selector::Ip6Saddr | Selector::Ip6Daddr
+    )
+}
+
+/// Bytes a selector occupies in a register.
+pub fn full_len(sel: Selector) -> u32 {
+    match sel {
+        Selector::IpSaddr | Selector::IpDaddr => 4,
+        Selector::Ip6Saddr | Selector::Ip6Daddr => 16,
+        Selector::ThSport | Selector::ThDport => 2,
+        Selector::L4Proto | Selector::NfProto => 1,
+        Selector::Mark | Selector::FibSaddrType | Selector::FibDaddrType | Selector::CtState => 4,
+        Selector::IifName | Selector::OifName => 16,
+    }
+}
+
+/// The number of leading one bits of a contiguous netmask.
+fn prefix_len(mask: &[u8]) -> Option<u32> {
+    let ones: u32 = mask.iter().map(|b| b.count_ones()).sum();
+    let expect = (0..mask.len() * 8).map(|i| {
+        let bit = (mask[i / 8] >> (7 - i % 8)) & 1;
+        bit == 1
+    });
+    expect
+        .enumerate()
+        .all(|(i, set)| set == ((i as u32) < ones))
+        .then_some(ones)
+}
+
+/// `addr/prefix` from the first bytes of an address; a full-length prefix is a plain address.
+fn prefix_value(sel: Selector, data: &[u8], prefix: u32) -> Option<Value> {
+    match sel {
+        Selector::IpSaddr | Selector::IpDaddr => {
+            let mut b = [0u8; 4];
+            b.get_mut(..data.len())?.copy_from_slice(data);
+            let a = Ipv4Addr::from(b);
+            if prefix == 32 {
+                return Some(Value::Ipv4(a));
+            }
+            Some(Value::Ipv4Net(ipnet::Ipv4Net::new(a, prefix as u8).ok()?))
+        }
+        Selector::Ip6Saddr | Selector::Ip6Daddr => {
+            let mut b = [0u8; 16];
+            b.get_mut(..data.len())?.copy_from_slice(data);
+            let a = Ipv6Addr::from(b);
+            if prefix == 128 {
+                return Some(Value::Ipv6(a));
+            }
+            Some(Value::Ipv6Net(ipnet::Ipv6Net::new(a, prefix as u8).ok()?))
+        }
+        _ => None,
+    }
+}
+
+fn selector_value(sel: Selector, data: &[u8]) -> Option<Value> {
+    Some(match sel {
+        Selector::IpSaddr | Selector::IpDaddr => value(DataType::Ipv4Addr, data)?,
+        Selector::Ip6Saddr | Selector::Ip6Daddr => value(DataType::Ipv6Addr, data)?,
+        Selector::ThSport | Selector::ThDport => value(DataType::InetService, data)?,
+        Selector::L4Proto => Value::Proto(*data.first()?),
+        Selector::NfProto => Value::NfProto(*data.first()?),
+        Selector::Mark => Value::Mark(ne32(data)?),
+        Selector::IifName | Selector::OifName => Value::IfName(ifname(data)),
+        Selector::FibSaddrType | Selector::FibDaddrType => Value::AddrType(match ne32(data)? {
+            1 => AddrType::Unicast,
+            2 => AddrType::Local,
+            3 => AddrType::Broadcast,
+            5 => AddrType::Multicast,
+            _ => return None,
+        }),
+        Selector::CtState => Value::CtState(CtState(ne32(data)?)),
+    })
+}

@@ -1,0 +1,423 @@
+//! Reading one table back from the kernel into the model, as one consistent snapshot: the
+//! generation id is read before and after the dumps and the whole read is retried when a
+//! transaction committed in between, so a restarted daemon reconciles against a real state.
+
+use std::collections::BTreeMap;
+
+use super::attr::AttrWriter;
+use super::decode::{self, DecodeError, RawData, RawElem, RawSet, SetInfo};
+use super::socket::{NetlinkSocket, SocketError};
+use super::sys::*;
+use crate::nft::model::{Chain, DataType, Element, Family, Rule, Set, Table, Value, Verdict};
+
+/// Attempts at a consistent snapshot before giving up (each retry follows a concurrent commit).
+const ATTEMPTS: usize = 5;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DumpError {
+    #[error("reading the ruleset generation: {0}")]
+    Generation(#[source] SocketError),
+    #[error("getting table {table}: {source}")]
+    Table {
+        table: String,
+        #[source]
+        source: SocketError,
+    },
+    #[error("dumping chains: {0}")]
+    Chains(#[source] SocketError),
+    #[error("dumping sets: {0}")]
+    Sets(#[source] SocketError),
+    #[error("dumping elements of set {set}: {source}")]
+    Elements {
+        set: String,
+        #[source]
+        source: SocketError,
+    },
+    #[error("dumping rules: {0}")]
+    Rules(#[source] SocketError),
+    #[error("decoding {stage}: {source}")]
+    Decode {
+        stage: &'static str,
+        #[source]
+        source: DecodeError,
+    },
+    #[error("set {set}: {reason}")]
+    Set { set: String, reason: String },
+    #[error("the ruleset kept changing during {attempts} dump attempts")]
+    Unstable { attempts: usize },
+}
+
+fn dec(stage: &'static str) -> impl Fn(DecodeError) -> DumpError {
+    move |source| DumpError::Decode { stage, source }
+}
+
+/// The current ruleset generation id.
+pub fn generation(sock: &mut NetlinkSocket) -> Result<u32, SocketError> {
+    sock.generation()
+}
+
+pub fn nfproto(family: Family) -> u8 {
+    match family {
+        Family::Ip => NFPROTO_IPV4,
+        Family::Ip6 => NFPROTO_IPV6,
+        Family::Inet => NFPROTO_INET,
+    }
+}
+
+/// Reads table `name` of `family` with its chains, named sets and maps (with elements) and
+/// rules (with handles). `Ok(None)` when the table does not exist. Anonymous sets are inlined
+/// into the rules that use them. Elements are sorted; rules keep the kernel's order.
+pub fn dump_table(
+    sock: &mut NetlinkSocket,
+    family: Family,
+    name: &str,
+) -> Result<Option<Table>, DumpError> {
+    for _ in 0..ATTEMPTS {
+        let before = sock.generation().map_err(DumpError::Generation)?;
+        let result = dump_once(sock, family, name);
+        let after = sock.generation().map_err(DumpError::Generation)?;
+        match result {
+            Err(DumpError::Chains(SocketError::DumpInterrupted { .. }))
+            | Err(DumpError::Sets(SocketError::DumpInterrupted { .. }))
+            | Err(DumpError::Rules(SocketError::DumpInterrupted { .. }))
+            | Err(DumpError::Elements {
+                source: SocketError::DumpInterrupted { .. },
+                ..
+            }) => continue,
+            // A decode error on a half-changed ruleset is not trustworthy either: retry.
+            _ if before != after => continue,
+            other => return other,
+        }
+    }
+    Err(DumpError::Unstable { attempts: ATTEMPTS })
+}
+
+fn dump_once(
+    sock: &mut NetlinkSocket,
+    family: Family,
+    name: &str,
+) -> Result<Option<Table>, DumpError> {
+    let proto = nfproto(family);
+    let mut w = AttrWriter::new();
+    w.string(NFTA_TABLE_NAME, name);
+    let reply = match sock.get("GETTABLE", NFT_MSG_GETTABLE, proto, &w.buf) {
+        Ok(r) => r,
+        Err(e) if e.errno() == Some(libc::ENOENT) => return Ok(None),
+        Err(source) => {
+            return Err(DumpError::Table {
+                table: name.to_owned(),
+                source,
+            });
+        }
+    };
+    let (_, _, attrs) = reply.nfgen().map_err(|source| DumpError::Table {
+        table: name.to_owned(),
+        source,
+    })?;
+    let raw_table = decode::table(attrs).map_err(dec("table"))?;
+    let mut table = Table {
+        family,
+        name: name.to_owned(),
+        comment: raw_table.comment,
+        ..Table::default()
+    };
+
+    // Chains: the dump lists every chain of the family; keep ours.
+    let mut w = AttrWriter::new();
+    w.string(NFTA_CHAIN_TABLE, name);
+    for m in sock
+        .dump("GETCHAIN", NFT_MSG_GETCHAIN, proto, &w.buf)
+        .map_err(DumpError::Chains)?
+    {
+        let (_, _, attrs) = m.nfgen().map_err(DumpError::Chains)?;
+        let c = decode::chain(attrs).map_err(dec("chain"))?;
+        if c.table != name {
+            continue;
+        }
+        table.chains.insert(
+            c.name.clone(),
+            Chain {
+                name: c.name,
+                base: c.base,
+                comment: c.comment,
+                rules: Vec::new(),
+            },
+        );
+    }
+
+    // Sets, then their elements.
+    let mut w = AttrWriter::new();
+    w.string(NFTA_SET_TABLE, name);
+    let mut raw_sets = Vec::new();
+    for m in sock
+        .dump("GETSET", NFT_MSG_GETSET, proto, &w.buf)
+        .map_err(DumpError::Sets)?
+    {
+        let (_, _, attrs) = m.nfgen().map_err(DumpError::Sets)?;
+        let s = decode::set(attrs).map_err(dec("set"))?;
+        if s.table == name {
+            raw_sets.push(s);
+        }
+    }
+    let mut infos = BTreeMap::new();
+    for raw in raw_sets {
+        let elems = set_elements(sock, proto, name, &raw.name)?;
+        let set = build_set(&raw, elems)?;
+        let info = SetInfo {
+            key: set.key.clone(),
+            anonymous: raw.is_anonymous().then(|| {
+                set.elements
+                    .iter()
+                    .filter_map(|e| Some((e.key.clone(), e.data.clone()?)))
+                    .collect()
+            }),
+        };
+        infos.insert(raw.name.clone(), info);
+        if !raw.is_anonymous() {
+            table.sets.insert(set.name.clone(), set);
+        }
+    }
+
+    // Rules, lifted with the sets known.
+    let mut w = AttrWriter::new();
+    w.string(NFTA_RULE_TABLE, name);
+    for m in sock
+        .dump("GETRULE", NFT_MSG_GETRULE, proto, &w.buf)
+        .map_err(DumpError::Rules)?
+    {
+        let (_, _, attrs) = m.nfgen().map_err(DumpError::Rules)?;
+        let raw = decode::rule(attrs).map_err(dec("rule"))?;
+        if raw.table != name {
+            continue;
+        }
+        let stmts = decode::lift_rule(family, &raw, &infos).map_err(dec("rule"))?;
+        let chain = table.chains.get_mut(&raw.chain).ok_or(DumpError::Decode {
+            stage: "rule",
+            source: DecodeError::Missing {
+                what: "rule's chain",
+                attr: "a chain of that name in the chain dump",
+            },
+        })?;
+        chain.rules.push(Rule {
+            stmts,
+            comment: raw.comment,
+            handle: Some(raw.handle),
+        });
+    }
+    Ok(Some(table))
+}
+
+fn set_elements(
+    sock: &mut NetlinkSocket,
+    proto: u8,
+    table: &str,
+    set: &str,
+) -> Result<Vec<RawElem>, DumpError> {
+    let mut w = AttrWriter::new();
+    w.string(NFTA_SET_ELEM_LIST_TABLE, table)
+        .string(NFTA_SET_ELEM_LIST_SET, set);
+    let err = |source| DumpError::Elements {
+        set: set.to_owned(),
+        source,
+    };
+    let mut out = Vec::new();
+    for m in sock
+        .dump("GETSETELEM", NFT_MSG_GETSETELEM, proto, &w.buf)
+        .map_err(err)?
+    {
+        let (_, _, attrs) = m.nfgen().map_err(err)?;
+        let (name, elems) = decode::set_elems(attrs).map_err(dec("set elements"))?;
+        if name == set {
+            out.extend(elems);
+        }
+    }
+    Ok(out)
+}
+
+/// Turns a kernel set and its raw elements into a model `Set`.
+pub fn build_set(raw: &RawSet, elems: Vec<RawElem>) -> Result<Set, DumpError> {
+    let fail = |reason: String| DumpError::Set {
+        set: raw.name.clone(),
+        reason,
+    };
+    let key = decode::data_types(&raw.name, raw.key_type).map_err(dec("set key type"))?;
+    let data = match raw.data_type {
+        None => None,
+        Some(NFT_DATA_VERDICT) => Some(DataType::Verdict),
+        Some(other) => return Err(fail(format!("map data type {other:#x} is not a verdict"))),
+    };
+    let lens: Vec<usize> = if raw.field_lens.is_empty() {
+        key.iter().map(|&t| decode::type_len(t)).collect()
+    } else {
+        raw.field_lens.iter().map(|&l| l as usize).collect()
+    };
+    if lens.len() != key.len() {
+        return Err(fail(format!(
+            "{} key types but {} field lengths",
+            key.len(),
+            lens.len()
+        )));
+    }
+    let timeout = match (raw.flags & NFT_SET_TIMEOUT != 0, raw.timeout_ms) {
+        (_, Some(ms)) => Some(u32::try_from(ms / 1000).map_err(|_| fail("timeout".into()))?),
+        (true, None) => return Err(fail("flags timeout without a default timeout".into())),
+        (false, None) => None,
+    };
+    let interval = raw.flags & NFT_SET_INTERVAL != 0;
+    let mut elements = if interval {
+        interval_elements(&key, &lens, elems).map_err(fail)?
+    } else {
+        elems
+            .into_iter()
+            .map(|e| {
+                Ok(Element {
+                    key: split_key(&key, &lens, &e.key)?,
+                    data: elem_data(&e)?,
+                    comment: e.comment,
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()
+            .map_err(fail)?
+    };
+    elements.sort();
+    Ok(Set {
+        name: raw.name.clone(),
+        key,
+        data,
+        interval,
+        dynamic: raw.flags & NFT_SET_EVAL != 0,
+        timeout,
+        comment: raw.comment.clone(),
+        elements,
+    })
+}
+
+fn elem_data(e: &RawElem) -> Result<Option<Verdict>, String> {
+    match &e.data {
+        None => Ok(None),
+        Some(RawData::Verdict(v)) => Ok(Some(v.clone())),
+        Some(RawData::Value(_)) => Err("element carries non-verdict data".into()),
+    }
+}
+
+/// Splits a concatenated key: each field starts on a 4-byte boundary.
+fn split_key(types: &[DataType], lens: &[usize], bytes: &[u8]) -> Result<Vec<Value>, String> {
+    let mut out = Vec::with_capacity(types.len());
+    let mut off = 0;
+    for (&t, &len) in types.iter().zip(lens) {
+        let field = bytes
+            .get(off..off + len)
+            .ok_or_else(|| format!("key of {} bytes is too short", bytes.len()))?;
+        out.push(decode::value(t, field).ok_or_else(|| format!("bad {t:?} key bytes"))?);
+        off += (len + 3) & !3;
+    }
+    Ok(out)
+}
+
+/// Reassembles interval elements: either `key`..`key_end` inclusive (concatenations), or
+/// the classic encoding of a start element followed by an `INTERVAL_END` element at the first
+/// address past the range, with a leading end marker at the bottom of the key space.
+fn interval_elements(
+    types: &[DataType],
+    lens: &[usize],
+    elems: Vec<RawElem>,
+) -> Result<Vec<Element>, String> {
+    let mut out = Vec::new();
+    if elems.iter().any(|e| e.key_end.is_some()) || types.len() > 1 {
+        for e in elems {
+            let end = e.key_end.clone().unwrap_or_else(|| e.key.clone());
+            let mut key = Vec::new();
+            let mut off = 0;
+            for (&t, &len) in types.iter().zip(lens) {
+                let lo = e.key.get(off..off + len).ok_or("short interval key")?;
+                let hi = end.get(off..off + len).ok_or("short interval key end")?;
+                key.push(range_value(t, lo, Some(&inc(hi)))?);
+                off += (len + 3) & !3;
+            }
+            out.push(Element {
+                key,
+                data: elem_data(&e)?,
+                comment: e.comment,
+            });
+        }
+        return Ok(out);
+    }
+    let (t, len) = (types[0], lens[0]);
+    let mut sorted = elems;
+    // Ends sort before starts at the same key: an end closes the previous, adjacent range.
+    sorted.sort_by(|a, b| {
+        a.key.cmp(&b.key).then_with(|| {
+            let is_start = |e: &RawElem| e.flags & NFT_SET_ELEM_INTERVAL_END == 0;
+            is_start(a).cmp(&is_start(b))
+        })
+    });
+    let mut open: Option<RawElem> = None;
+    for e in sorted {
+        if e.key.len() != len {
+            return Err(format!("interval key of {} bytes", e.key.len()));
+        }
+        if e.flags & NFT_SET_ELEM_INTERVAL_END != 0 {
+            if let Some(start) = open.take() {
+                out.push(Element {
+                    key: vec![range_value(t, &start.key, Some(&e.key))?],
+                    data: elem_data(&start)?,
+                    comment: start.comment,
+                });
+            }
+        } else if let Some(prev) = open.replace(e) {
+            return Err(format!("two interval starts in a row at {:?}", prev.key));
+        }
+    }
+    if let Some(start) = open {
+        // No end element: the range runs to the top of the key space.
+        out.push(Element {
+            key: vec![range_value(t, &start.key, None)?],
+            data: elem_data(&start)?,
+            comment: start.comment,
+        });
+    }
+    Ok(out)
+}
+
+/// Big-endian increment; `None` (wrapped to zero) marks the top of the key space.
+fn inc(bytes: &[u8]) -> Vec<u8> {
+    let mut v = bytes.to_vec();
+    for b in v.iter_mut().rev() {
+        let (n, carry) = b.overflowing_add(1);
+        *b = n;
+        if !carry {
+            return v;
+        }
+    }
+    Vec::new() // wrapped: past the top
+}
+
+/// The value for the half-open range `[lo, hi)` (`hi` `None` or empty: to the top). Addresses
+/// become CIDRs (a single address stays plain); other types only support single values.
+fn range_value(t: DataType, lo: &[u8], hi: Option<&[u8]>) -> Result<Value, String> {
+    let width = lo.len() * 8;
+    let to_u128 = |b: &[u8]| b.iter().fold(0u128, |acc, &x| (acc << 8) | u128::from(x));
+    let lo_n = to_u128(lo);
+    // Size of the range, computed in u128 with the top-of-space case as 2^width - lo.
+    let size = match hi.filter(|h| !h.is_empty()) {
+        Some(h) => to_u128(h).checked_sub(lo_n).ok_or("inverted range")?,
+        None if width == 128 => (u128::MAX - lo_n).checked_add(1).ok_or("whole space")?,
+        None => (1u128 << width) - lo_n,
+    };
+    if size == 1 {
+        return decode::value(t, lo).ok_or_else(|| format!("bad {t:?} bytes"));
+    }
+    if !size.is_power_of_two() || lo_n % size != 0 {
+        return Err(format!("range of {size} values is not a prefix"));
+    }
+    let prefix = (width as u32 - size.trailing_zeros()) as u8;
+    match decode::value(t, lo) {
+        Some(Value::Ipv4(a)) => Ok(Value::Ipv4Net(
+            ipnet::Ipv4Net::new(a, prefix).map_err(|e| e.to_string())?,
+        )),
+        Some(Value::Ipv6(a)) => Ok(Value::Ipv6Net(
+            ipnet::Ipv6Net::new(a, prefix).map_err(|e| e.to_string())?,
+        )),
+        _ => Err(format!("{t:?} ranges are not in the model")),
+    }
+}

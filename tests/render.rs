@@ -1,0 +1,171 @@
+//! The renderer against the real `nft` 1.0.6 and kernel: every corpus table, rendered, is
+//! accepted by `nft -f` in a fresh namespace, reads back as expected, and the transaction form
+//! builds the same ruleset as the table form.
+
+use kubenft::netns::{self, Netns};
+use kubenft::nft::corpus::{corpus, creation_transaction, kube_like};
+use kubenft::nft::inspect::{apply_script, list_table_json, list_table_text};
+use kubenft::nft::model::{MapRef, Selector, Stmt, Table};
+use kubenft::nft::render::{render_table, render_transaction, sanitize_comment};
+
+fn can_run() -> bool {
+    if !netns::can_create() {
+        eprintln!("skipping: creating network namespaces needs root (CI runs as root)");
+        return false;
+    }
+    true
+}
+
+/// Applies `script` in a fresh namespace and returns the normalised kernel view of `t`'s table.
+fn apply_and_list(tag: &str, script: &str, t: &Table) -> serde_json::Value {
+    let ns = Netns::create(tag).expect("namespace");
+    apply_script(&ns, script).unwrap_or_else(|e| panic!("{tag}: {e}\n--- script ---\n{script}"));
+    list_table_json(&ns, t.family, &t.name).expect("list table")
+}
+
+/// What `nft list table` prints for a rule we rendered: nft spells mark arithmetic with
+/// operators, shows counter values, omits the default burst, prints icmp port-unreachable
+/// rejects as plain `reject` (its default), hides a `meta nfproto` that an address match
+/// implies, and folds `meta l4proto tcp th …` into `tcp …`.
+fn as_nft_lists_it(line: &str) -> String {
+    line.replace("meta nfproto ipv4 ip ", "ip ")
+        .replace("meta nfproto ipv6 ip6 ", "ip6 ")
+        .replace("meta l4proto tcp th ", "tcp ")
+        .replace("meta l4proto udp th ", "udp ")
+        .replace("meta mark or ", "meta mark | ")
+        .replace("meta mark xor ", "meta mark ^ ")
+        .replace("meta mark and ", "meta mark & ")
+        .replace("counter", "counter packets 0 bytes 0")
+        .replace(" burst 5 packets", "")
+        .replace(" with icmp type port-unreachable", "")
+        .replace(" with icmpv6 type port-unreachable", "")
+        .replace(" with icmpx type port-unreachable", "")
+}
+
+#[test]
+fn every_corpus_table_is_accepted_by_nft_and_lists_what_was_rendered() {
+    if !can_run() {
+        return;
+    }
+    let mut unlisted = Vec::new();
+    let mut listings = String::new();
+    for (name, t) in corpus() {
+        let script = render_table(&t);
+        let ns = Netns::create("render").expect("namespace");
+        apply_script(&ns, &script).unwrap_or_else(|e| panic!("{name}: {e}\n{script}"));
+        let listing = list_table_text(&ns, t.family, &t.name).expect("list");
+        listings.push_str(&listing);
+        for chain in t.chains.values() {
+            assert!(
+                listing.contains(&format!("\tchain {} {{", chain.name)),
+                "{name}: chain {} missing from\n{listing}",
+                chain.name
+            );
+            for rule in &chain.rules {
+                let line = kubenft::nft::render::render_rule(rule, t.family);
+                // Rules nft lists differently in ways not worth mirroring: a masked ct state
+                // match, and anonymous maps, whose elements nft lists in its own order.
+                let reworded = rule.stmts.iter().any(|s| match s {
+                    Stmt::Match {
+                        mask: Some(_),
+                        left,
+                        ..
+                    } => *left == Selector::CtState,
+                    Stmt::VMap {
+                        map: MapRef::Anonymous(entries),
+                        ..
+                    } => entries.len() > 1,
+                    _ => false,
+                });
+                if !reworded && !listing.contains(&as_nft_lists_it(&line)) {
+                    unlisted.push(format!("{name}: `{line}`"));
+                }
+            }
+        }
+        for set in t.sets.values() {
+            let kw = if set.data.is_some() { "map" } else { "set" };
+            assert!(
+                listing.contains(&format!("\t{kw} {} {{", set.name)),
+                "{name}: {kw} {} missing from\n{listing}",
+                set.name
+            );
+            for e in set.elements.iter().filter_map(|e| e.comment.as_ref()) {
+                assert!(listing.contains(&format!("comment \"{e}\"")), "{name}: {e}");
+            }
+        }
+        if let Some(c) = &t.comment {
+            assert!(listing.contains(&format!("\tcomment \"{c}\"")), "{name}");
+        }
+    }
+    assert!(
+        unlisted.is_empty(),
+        "rules not listed as rendered:\n{}\n--- listings ---\n{listings}",
+        unlisted.join("\n")
+    );
+}
+
+#[test]
+fn applying_a_rendering_in_two_fresh_namespaces_gives_identical_kernel_views() {
+    if !can_run() {
+        return;
+    }
+    for (name, t) in corpus() {
+        let script = render_table(&t);
+        let first = apply_and_list("twice", &script, &t);
+        let second = apply_and_list("twice", &script, &t);
+        assert_eq!(first, second, "{name}");
+    }
+}
+
+#[test]
+fn a_creation_transaction_rendered_as_commands_builds_the_same_ruleset_as_the_table() {
+    if !can_run() {
+        return;
+    }
+    for (name, t) in corpus() {
+        let from_table = apply_and_list("table", &render_table(&t), &t);
+        let tx_script = render_transaction(&creation_transaction(&t));
+        let from_tx = apply_and_list("tx", &tx_script, &t);
+        assert_eq!(
+            from_table, from_tx,
+            "{name}\n--- transaction ---\n{tx_script}"
+        );
+    }
+}
+
+#[test]
+fn a_kube_like_table_of_a_hundred_services_applies_and_has_every_element() {
+    if !can_run() {
+        return;
+    }
+    let t = kube_like(100, 3);
+    let view = apply_and_list("kube", &render_table(&t), &t);
+    let objects = view["nftables"].as_array().expect("array");
+    let map = objects
+        .iter()
+        .find_map(|o| o.get("map"))
+        .expect("service-ips map");
+    assert_eq!(map["elem"].as_array().expect("elements").len(), 100);
+    let chains = objects.iter().filter(|o| o.get("chain").is_some()).count();
+    assert_eq!(chains, t.chains.len());
+    assert_eq!(t.chains.len(), 7 + 100 + 300);
+}
+
+#[test]
+fn a_sanitised_comment_with_quotes_and_overlong_text_is_accepted_by_nft() {
+    if !can_run() {
+        return;
+    }
+    let mut t = kube_like(1, 1);
+    let nasty = format!("say \"hi\"\n{}", "é".repeat(100));
+    t.comment = Some(nasty.clone());
+    let ns = Netns::create("comment").expect("namespace");
+    apply_script(&ns, &render_table(&t)).expect("nft accepts the sanitised comment");
+    let listing = list_table_text(&ns, t.family, &t.name).expect("list");
+    let clean = sanitize_comment(&nasty);
+    assert!(clean.len() <= 128 && !clean.contains('"'));
+    assert!(
+        listing.contains(&format!("comment \"{clean}\"")),
+        "{listing}"
+    );
+}
