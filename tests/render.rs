@@ -118,6 +118,25 @@ fn applying_a_rendering_in_two_fresh_namespaces_gives_identical_kernel_views() {
         let first = apply_and_list("twice", &script, &t);
         let second = apply_and_list("twice", &script, &t);
         assert_eq!(first, second, "{name}");
+        // The view carries table and chain comments although nft's JSON leaves them out.
+        let objects = first["nftables"].as_array().expect("array");
+        assert_eq!(
+            objects[0]["table"]["comment"].as_str(),
+            t.comment.as_deref(),
+            "{name}"
+        );
+        for chain in t.chains.values() {
+            let listed = objects
+                .iter()
+                .find(|o| o["chain"]["name"].as_str() == Some(chain.name.as_str()))
+                .expect("chain listed");
+            assert_eq!(
+                listed["chain"]["comment"].as_str(),
+                chain.comment.as_deref(),
+                "{name}: {}",
+                chain.name
+            );
+        }
     }
 }
 
