@@ -333,3 +333,17 @@ fn change_operations_rendered_as_commands_give_the_same_ruleset_as_rendering_the
     apply_script(&ns, &render_op(&Op::DeleteTable { table })).expect("delete table");
     assert!(list_table_json(&ns, t.family, &t.name).is_err());
 }
+
+#[test]
+fn a_script_nft_rejects_is_reported_with_nfts_own_message_and_changes_nothing() {
+    if !can_run() {
+        return;
+    }
+    let ns = Netns::create("reject").expect("namespace");
+    let script = "add table ip kubenft\nadd chain ip kubenft \"quoted names are not accepted\"\n";
+    let err = apply_script(&ns, script).expect_err("nft must reject a quoted chain name");
+    let message = err.to_string();
+    assert!(message.contains("syntax error"), "{message}");
+    // nft -f is one transaction: the valid first line was not applied either.
+    assert!(list_table_json(&ns, kubenft::nft::model::Family::Ip, "kubenft").is_err());
+}
