@@ -37,7 +37,8 @@ pub fn family_keyword(family: Family) -> &'static str {
     }
 }
 
-/// True when nft 1.0.6 accepts `name` as a table, chain or set name.
+/// True when nft 1.0.6's scanner reads `name` as one identifier (table, chain or set name).
+/// A name that is exactly an nft keyword (`counter`, `filter`…) still fails; ours never are.
 pub fn is_nft_identifier(name: &str) -> bool {
     let mut chars = name.chars();
     match chars.next() {
@@ -69,8 +70,8 @@ fn quoted_comment(text: &str) -> String {
     format!("comment \"{}\"", sanitize_comment(text))
 }
 
-/// Interface names are quoted strings too; the same `"` rule applies (a `"` cannot be in an
-/// interface name the kernel accepts anyway).
+/// Interface names are quoted strings too: `"` and control characters become `_` (no interface
+/// the kernel accepts has them, so a match on such a name could never succeed anyway).
 fn quoted_string(text: &str) -> String {
     let clean: String = text
         .chars()
