@@ -5,8 +5,12 @@
 use kubenft::netns::{self, Netns};
 use kubenft::nft::corpus::{corpus, creation_transaction, kube_like};
 use kubenft::nft::inspect::{apply_script, list_table_json, list_table_text};
-use kubenft::nft::model::{MapRef, Selector, Stmt, Table};
-use kubenft::nft::render::{render_table, render_transaction, sanitize_comment};
+use kubenft::nft::model::{Element, MapRef, Selector, Stmt, Table, Value};
+use kubenft::nft::render::{
+    render_op, render_table, render_transaction, render_transaction_with_maps, sanitize_comment,
+};
+use kubenft::nft::transaction::{Op, TableRef, Transaction};
+use std::net::Ipv4Addr;
 
 fn can_run() -> bool {
     if !netns::can_create() {
@@ -114,6 +118,25 @@ fn applying_a_rendering_in_two_fresh_namespaces_gives_identical_kernel_views() {
         let first = apply_and_list("twice", &script, &t);
         let second = apply_and_list("twice", &script, &t);
         assert_eq!(first, second, "{name}");
+        // The view carries table and chain comments although nft's JSON leaves them out.
+        let objects = first["nftables"].as_array().expect("array");
+        assert_eq!(
+            objects[0]["table"]["comment"].as_str(),
+            t.comment.as_deref(),
+            "{name}"
+        );
+        for chain in t.chains.values() {
+            let listed = objects
+                .iter()
+                .find(|o| o["chain"]["name"].as_str() == Some(chain.name.as_str()))
+                .expect("chain listed");
+            assert_eq!(
+                listed["chain"]["comment"].as_str(),
+                chain.comment.as_deref(),
+                "{name}: {}",
+                chain.name
+            );
+        }
     }
 }
 
@@ -168,4 +191,159 @@ fn a_sanitised_comment_with_quotes_and_overlong_text_is_accepted_by_nft() {
         listing.contains(&format!("comment \"{clean}\"")),
         "{listing}"
     );
+}
+
+/// The kernel handle of the first rule of `chain`, read from nft's JSON (which always has them).
+fn first_rule_handle(ns: &Netns, t: &Table, chain: &str) -> u64 {
+    let family = kubenft::nft::render::family_keyword(t.family);
+    let out = ns
+        .exec(&["nft", "-j", "list", "chain", family, &t.name, chain])
+        .expect("list chain");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    v["nftables"]
+        .as_array()
+        .expect("array")
+        .iter()
+        .find_map(|o| o["rule"]["handle"].as_u64())
+        .expect("a rule with a handle")
+}
+
+#[test]
+fn change_operations_rendered_as_commands_give_the_same_ruleset_as_rendering_the_result() {
+    if !can_run() {
+        return;
+    }
+    let (_, t) = corpus()
+        .into_iter()
+        .find(|(n, _)| *n == "ip-kube-layout")
+        .expect("corpus table");
+    let table = TableRef {
+        family: t.family,
+        name: t.name.clone(),
+    };
+    let ns = Netns::create("ops").expect("namespace");
+    apply_script(&ns, &render_table(&t)).expect("initial table");
+    let handle = first_rule_handle(&ns, &t, "filter-forward");
+
+    let removed = t.sets["service-ips"].elements[0].clone();
+    let added = Element {
+        key: vec![Value::Ipv4(Ipv4Addr::new(10, 96, 0, 9))],
+        data: None,
+        comment: Some("new".into()),
+    };
+    let mut ops = vec![
+        Op::DeleteElements {
+            table: table.clone(),
+            set: "service-ips".into(),
+            elements: vec![removed],
+        },
+        // A map: render_transaction must say `flush map` (it learns that from `known`).
+        Op::FlushSet {
+            table: table.clone(),
+            set: "no-endpoint-services".into(),
+        },
+        Op::FlushSet {
+            table: table.clone(),
+            set: "cluster-ips".into(),
+        },
+        Op::AddElements {
+            table: table.clone(),
+            set: "cluster-ips".into(),
+            elements: vec![added.clone()],
+        },
+        Op::FlushChain {
+            table: table.clone(),
+            chain: "services".into(),
+        },
+        Op::DeleteRule {
+            table: table.clone(),
+            chain: "filter-forward".into(),
+            handle,
+        },
+    ];
+    // Unhook firewall-check from its callers before deleting it and its map (EBUSY otherwise).
+    for chain in ["filter-prerouting-pre-dnat", "filter-output-pre-dnat"] {
+        ops.push(Op::FlushChain {
+            table: table.clone(),
+            chain: chain.into(),
+        });
+    }
+    ops.push(Op::DeleteChain {
+        table: table.clone(),
+        chain: "firewall-check".into(),
+    });
+    ops.push(Op::DeleteSet {
+        table: table.clone(),
+        set: "firewall-ips".into(),
+    });
+    let tx = Transaction {
+        ops,
+        expected_generation: None,
+    };
+    let script = render_transaction_with_maps(&tx, &[&t]);
+    assert!(script.contains("flush map ip kubenft no-endpoint-services\n"));
+    apply_script(&ns, &script).unwrap_or_else(|e| panic!("{e}\n{script}"));
+
+    let mut expected = t.clone();
+    expected
+        .sets
+        .get_mut("service-ips")
+        .unwrap()
+        .elements
+        .remove(0);
+    expected
+        .sets
+        .get_mut("no-endpoint-services")
+        .unwrap()
+        .elements
+        .clear();
+    expected.sets.get_mut("cluster-ips").unwrap().elements = vec![added];
+    expected.chains.get_mut("services").unwrap().rules.clear();
+    expected
+        .chains
+        .get_mut("filter-forward")
+        .unwrap()
+        .rules
+        .remove(0);
+    for chain in ["filter-prerouting-pre-dnat", "filter-output-pre-dnat"] {
+        expected.chains.get_mut(chain).unwrap().rules.clear();
+    }
+    expected.chains.remove("firewall-check");
+    expected.sets.remove("firewall-ips");
+
+    let after_ops = list_table_json(&ns, t.family, &t.name).expect("list");
+    let rendered = apply_and_list("expected", &render_table(&expected), &expected);
+    assert_eq!(after_ops, rendered, "--- ops ---\n{script}");
+
+    // Flushing the table removes exactly the rules: chains, sets and elements stay. (Compared
+    // with the live view minus rules, not a fresh rendering: nft gives a dynamic set an explicit
+    // `size 65535` only when an `update` rule is created with it.)
+    let flush = render_op(&Op::FlushTable {
+        table: table.clone(),
+    });
+    apply_script(&ns, &flush).expect("flush");
+    let mut without_rules = after_ops.clone();
+    without_rules["nftables"]
+        .as_array_mut()
+        .expect("array")
+        .retain(|o| o.get("rule").is_none());
+    let flushed = list_table_json(&ns, t.family, &t.name).expect("list");
+    assert_eq!(flushed, without_rules);
+
+    apply_script(&ns, &render_op(&Op::DeleteTable { table })).expect("delete table");
+    assert!(list_table_json(&ns, t.family, &t.name).is_err());
+}
+
+#[test]
+fn a_script_nft_rejects_is_reported_with_nfts_own_message_and_changes_nothing() {
+    if !can_run() {
+        return;
+    }
+    let ns = Netns::create("reject").expect("namespace");
+    let script = "add table ip kubenft\nadd chain ip kubenft \"quoted names are not accepted\"\n";
+    let err = apply_script(&ns, script).expect_err("nft must reject a quoted chain name");
+    let message = err.to_string();
+    assert!(message.contains("syntax error"), "{message}");
+    // nft -f is one transaction: the valid first line was not applied either.
+    assert!(list_table_json(&ns, kubenft::nft::model::Family::Ip, "kubenft").is_err());
 }

@@ -4,7 +4,6 @@
 //! Every table here is accepted by nft 1.0.6 and kernel 6.x (tests/render.rs applies each one in
 //! a fresh namespace), so encoders, dumps and the diff can be checked against it.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::model::{
@@ -1385,8 +1384,399 @@ fn short_hash(s: &str) -> u32 {
     })
 }
 
-/// Names of the chains of `t` in render order; handy for tests that check listings.
-pub fn chain_names(t: &Table) -> Vec<&str> {
-    let map: &BTreeMap<String, Chain> = &t.chains;
-    map.keys().map(String::as_str).collect()
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// Labels of every construct `t` uses. The matches are exhaustive on purpose: a new model
+    /// variant does not compile here until it is given a label (and then a corpus use).
+    fn constructs(t: &Table, seen: &mut BTreeSet<String>) {
+        let fam = format!("{:?}", t.family);
+        seen.insert(format!("family {fam}"));
+        if t.comment.is_some() {
+            seen.insert("table comment".into());
+        }
+        for set in t.sets.values() {
+            for ty in set.key.iter().chain(set.data.iter()) {
+                seen.insert(format!("type {ty:?}"));
+            }
+            if set.key.len() > 1 {
+                seen.insert(format!("concatenated key {fam}"));
+            }
+            if set.data == Some(DataType::Verdict) {
+                seen.insert(format!("verdict map {fam}"));
+            }
+            for (flag, on) in [
+                ("interval", set.interval),
+                ("dynamic", set.dynamic),
+                ("timeout", set.timeout.is_some()),
+                ("set comment", set.comment.is_some()),
+                (
+                    "element comment",
+                    set.elements.iter().any(|e| e.comment.is_some()),
+                ),
+            ] {
+                if on {
+                    seen.insert(flag.into());
+                }
+            }
+            for e in &set.elements {
+                e.key.iter().for_each(|v| value(v, seen));
+                if let Some(v) = &e.data {
+                    verdict(v, seen);
+                }
+            }
+        }
+        for chain in t.chains.values() {
+            if chain.comment.is_some() {
+                seen.insert("chain comment".into());
+            }
+            match &chain.base {
+                Some(b) => {
+                    seen.insert(format!("base {:?} {:?} {fam}", b.kind, b.hook));
+                    seen.insert(format!("policy {:?}", b.policy));
+                }
+                None => {
+                    seen.insert("regular chain".into());
+                }
+            }
+            for rule in &chain.rules {
+                if rule.comment.is_some() {
+                    seen.insert("rule comment".into());
+                }
+                for s in &rule.stmts {
+                    stmt(s, &fam, seen);
+                }
+            }
+        }
+    }
+
+    fn stmt(s: &Stmt, fam: &str, seen: &mut BTreeSet<String>) {
+        let label = match s {
+            Stmt::Match {
+                left,
+                mask,
+                op,
+                right,
+            } => {
+                seen.insert(format!("selector {left:?}"));
+                seen.insert(format!("cmp {op:?}"));
+                if mask.is_some() {
+                    seen.insert("masked match".into());
+                }
+                value(right, seen);
+                "match"
+            }
+            Stmt::Lookup { key, negate, .. } => {
+                key.iter().for_each(|k| {
+                    seen.insert(format!("selector {k:?}"));
+                });
+                seen.insert(format!("lookup negate={negate}"));
+                "lookup"
+            }
+            Stmt::VMap { key, map } => {
+                key.iter().for_each(|k| {
+                    seen.insert(format!("selector {k:?}"));
+                });
+                map_ref(map, "vmap", seen);
+                "vmap"
+            }
+            Stmt::NumgenVMap { map, .. } => {
+                map_ref(map, "numgen", seen);
+                "numgen"
+            }
+            Stmt::Update { .. } => "update",
+            Stmt::SetMark(op) => {
+                let op = match op {
+                    MarkOp::Or(_) => "or",
+                    MarkOp::Xor(_) => "xor",
+                    MarkOp::And(_) => "and",
+                    MarkOp::Set(_) => "set",
+                };
+                seen.insert(format!("mark {op}"));
+                "set mark"
+            }
+            Stmt::Dnat { addr, port } => {
+                let v = if addr.is_ipv4() { "v4" } else { "v6" };
+                seen.insert(format!("dnat {v} port={} {fam}", port.is_some()));
+                "dnat"
+            }
+            Stmt::Masquerade { fully_random } => {
+                seen.insert(format!("masquerade fully_random={fully_random}"));
+                "masquerade"
+            }
+            Stmt::Reject(kind) => {
+                seen.insert(format!("reject {kind:?} {fam}"));
+                "reject"
+            }
+            Stmt::Limit { unit, .. } => {
+                seen.insert(format!("limit {unit:?}"));
+                "limit"
+            }
+            Stmt::Counter => "counter",
+            Stmt::Verdict(v) => {
+                verdict(v, seen);
+                "verdict"
+            }
+        };
+        seen.insert(format!("stmt {label}"));
+    }
+
+    fn map_ref(m: &MapRef, user: &str, seen: &mut BTreeSet<String>) {
+        match m {
+            MapRef::Named(_) => {
+                seen.insert(format!("{user} named"));
+            }
+            MapRef::Anonymous(entries) => {
+                seen.insert(format!("{user} anonymous"));
+                for (k, v) in entries {
+                    k.iter().for_each(|x| value(x, seen));
+                    verdict(v, seen);
+                }
+            }
+        }
+    }
+
+    fn verdict(v: &Verdict, seen: &mut BTreeSet<String>) {
+        let label = match v {
+            Verdict::Accept => "accept",
+            Verdict::Drop => "drop",
+            Verdict::Continue => "continue",
+            Verdict::Return => "return",
+            Verdict::Jump(_) => "jump",
+            Verdict::Goto(_) => "goto",
+        };
+        seen.insert(format!("verdict {label}"));
+    }
+
+    fn value(v: &Value, seen: &mut BTreeSet<String>) {
+        let label = match v {
+            Value::Ipv4(_) => "ipv4".to_string(),
+            Value::Ipv6(_) => "ipv6".to_string(),
+            Value::Ipv4Net(_) => "ipv4 net".to_string(),
+            Value::Ipv6Net(_) => "ipv6 net".to_string(),
+            Value::Proto(_) => "proto".to_string(),
+            Value::Port(_) => "port".to_string(),
+            Value::Mark(_) => "mark".to_string(),
+            Value::NfProto(_) => "nfproto".to_string(),
+            Value::IfName(n) => format!("ifname wildcard={}", n.ends_with('*')),
+            Value::AddrType(t) => format!("addrtype {t:?}"),
+            Value::CtState(s) => {
+                for bit in [1, 2, 4, 8, 64] {
+                    if s.0 & bit != 0 {
+                        seen.insert(format!("ct bit {bit}"));
+                    }
+                }
+                "ct state".to_string()
+            }
+        };
+        seen.insert(format!("value {label}"));
+    }
+
+    #[test]
+    fn the_corpus_uses_every_construct_of_the_model_in_every_family() {
+        let mut seen = BTreeSet::new();
+        for (_, t) in corpus() {
+            constructs(&t, &mut seen);
+        }
+        let mut expected: Vec<String> = [
+            "table comment",
+            "chain comment",
+            "rule comment",
+            "set comment",
+            "element comment",
+            "interval",
+            "dynamic",
+            "timeout",
+            "regular chain",
+            "policy Accept",
+            "policy Drop",
+            "masked match",
+            "cmp Eq",
+            "cmp Ne",
+            "lookup negate=true",
+            "lookup negate=false",
+            "vmap named",
+            "vmap anonymous",
+            "numgen named",
+            "numgen anonymous",
+            "mark or",
+            "mark xor",
+            "mark and",
+            "mark set",
+            "masquerade fully_random=true",
+            "masquerade fully_random=false",
+            "limit Second",
+            "limit Minute",
+            "limit Hour",
+            "limit Day",
+            "value ipv4",
+            "value ipv6",
+            "value ipv4 net",
+            "value ipv6 net",
+            "value proto",
+            "value port",
+            "value mark",
+            "value nfproto",
+            "value ifname wildcard=true",
+            "value ifname wildcard=false",
+            "value ct state",
+            "value addrtype Unicast",
+            "value addrtype Local",
+            "value addrtype Broadcast",
+            "value addrtype Multicast",
+            "ct bit 1",
+            "ct bit 2",
+            "ct bit 4",
+            "ct bit 8",
+            "ct bit 64",
+            "verdict accept",
+            "verdict drop",
+            "verdict continue",
+            "verdict return",
+            "verdict jump",
+            "verdict goto",
+            "type Ipv4Addr",
+            "type Ipv6Addr",
+            "type InetProto",
+            "type InetService",
+            "type Mark",
+            "type IfName",
+            "type Verdict",
+            "type Integer",
+            "dnat v4 port=true Ip",
+            "dnat v4 port=false Ip",
+            "dnat v6 port=true Ip6",
+            "dnat v6 port=false Ip6",
+            "dnat v4 port=true Inet",
+            "dnat v6 port=true Inet",
+            "dnat v6 port=false Inet",
+            "reject Default Ip",
+            "reject Default Ip6",
+            "reject Default Inet",
+            "reject TcpReset Inet",
+            "reject IcmpPortUnreachable Ip",
+            "reject IcmpPortUnreachable Ip6",
+            "reject IcmpPortUnreachable Inet",
+            "base Route Output Ip",
+            "base Nat Input Ip",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for stmt in [
+            "match",
+            "lookup",
+            "vmap",
+            "numgen",
+            "update",
+            "set mark",
+            "dnat",
+            "masquerade",
+            "reject",
+            "limit",
+            "counter",
+            "verdict",
+        ] {
+            expected.push(format!("stmt {stmt}"));
+        }
+        for sel in [
+            "IpSaddr",
+            "IpDaddr",
+            "Ip6Saddr",
+            "Ip6Daddr",
+            "ThSport",
+            "ThDport",
+            "L4Proto",
+            "NfProto",
+            "Mark",
+            "IifName",
+            "OifName",
+            "FibSaddrType",
+            "FibDaddrType",
+            "CtState",
+        ] {
+            expected.push(format!("selector {sel}"));
+        }
+        for fam in ["Ip", "Ip6", "Inet"] {
+            expected.push(format!("family {fam}"));
+            expected.push(format!("concatenated key {fam}"));
+            expected.push(format!("verdict map {fam}"));
+        }
+        // Design §3's base chains, in both single-family tables.
+        for fam in ["Ip", "Ip6"] {
+            for (kind, hook) in [
+                ("Filter", "Prerouting"),
+                ("Filter", "Output"),
+                ("Nat", "Prerouting"),
+                ("Nat", "Output"),
+                ("Filter", "Forward"),
+                ("Filter", "Input"),
+                ("Nat", "Postrouting"),
+            ] {
+                expected.push(format!("base {kind} {hook} {fam}"));
+            }
+        }
+        let missing: Vec<&String> = expected.iter().filter(|e| !seen.contains(*e)).collect();
+        assert!(missing.is_empty(), "corpus lacks: {missing:?}");
+    }
+
+    #[test]
+    fn kube_like_has_one_chain_per_service_and_endpoint_plus_the_fixed_ones() {
+        let t = kube_like(10, 3);
+        assert_eq!(t.sets["service-ips"].elements.len(), 10);
+        let services = t
+            .chains
+            .keys()
+            .filter(|n| n.starts_with("service-"))
+            .count();
+        let endpoints = t
+            .chains
+            .keys()
+            .filter(|n| n.starts_with("endpoint-"))
+            .count();
+        assert_eq!((services, endpoints), (10, 30));
+        assert!(
+            t.chains
+                .keys()
+                .all(|n| crate::nft::render::is_nft_identifier(n))
+        );
+    }
+
+    #[test]
+    fn kube_like_without_endpoints_sends_every_service_to_the_reject_chain() {
+        let t = kube_like(4, 0);
+        assert!(
+            t.sets["service-ips"]
+                .elements
+                .iter()
+                .all(|e| e.data == Some(Verdict::Goto("reject-chain".into())))
+        );
+        assert!(!t.chains.keys().any(|n| n.starts_with("service-")));
+    }
+
+    #[test]
+    fn the_creation_transaction_adds_chains_before_any_rule() {
+        let t = kube_like(2, 2);
+        let tx = creation_transaction(&t);
+        let first_rule = tx
+            .ops
+            .iter()
+            .position(|o| matches!(o, Op::AddRule { .. }))
+            .expect("rules");
+        let last_chain = tx
+            .ops
+            .iter()
+            .rposition(|o| matches!(o, Op::AddChain { .. }))
+            .expect("chains");
+        assert!(last_chain < first_rule);
+        let rules: usize = t.chains.values().map(|c| c.rules.len()).sum();
+        let added = tx
+            .ops
+            .iter()
+            .filter(|o| matches!(o, Op::AddRule { .. }))
+            .count();
+        assert_eq!(added, rules);
+    }
 }

@@ -4,7 +4,8 @@
 //! Normalisation drops what differs between equal rulesets: `metainfo`, every `handle`, counter
 //! values and element `expires`. Sets and maps are sorted by name with their elements sorted,
 //! chains by name each followed by its rules in chain order (rule order is semantics), and the
-//! elements of anonymous sets inside rules are sorted.
+//! elements of anonymous sets inside rules are sorted. Table and chain comments, which nft
+//! 1.0.6's JSON omits, are read from the text listing and added.
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};
@@ -42,7 +43,17 @@ pub enum InspectError {
 }
 
 /// `nft -j list table <family> <name>` inside `ns`, normalised (see the module comment).
+///
+/// nft 1.0.6's JSON leaves out table and chain comments, so they are read from the text listing
+/// and added to the `table` and `chain` objects as `"comment"`, the key sets and rules use.
 pub fn list_table_json(ns: &Netns, family: Family, name: &str) -> Result<Value, InspectError> {
+    let text = list_table_text(ns, family, name)?;
+    let mut view = list_table_json_only(ns, family, name)?;
+    add_text_comments(&mut view, &text);
+    Ok(view)
+}
+
+fn list_table_json_only(ns: &Netns, family: Family, name: &str) -> Result<Value, InspectError> {
     let table = format!("{} {name}", family_keyword(family));
     let out = ns
         .exec(&["nft", "-j", "list", "table", family_keyword(family), name])
@@ -153,6 +164,66 @@ pub fn normalize_listing(raw: Value) -> Result<Value, String> {
     Ok(Value::Object(result))
 }
 
+/// Table and chain comments of an `nft list table` text: (None, table comment) and
+/// (Some(chain), chain comment). nft prints them as the first line of their block.
+fn text_comments(text: &str) -> Vec<(Option<String>, String)> {
+    let mut out = Vec::new();
+    let mut chain: Option<String> = None;
+    let mut first_line = false;
+    for line in text.lines() {
+        if line.starts_with("table ") {
+            chain = None;
+            first_line = true;
+            continue;
+        }
+        if let Some(name) = line
+            .strip_prefix("\tchain ")
+            .and_then(|r| r.strip_suffix(" {"))
+        {
+            chain = Some(name.to_string());
+            first_line = true;
+            continue;
+        }
+        let depth = if chain.is_some() { "\t\t" } else { "\t" };
+        if first_line
+            && let Some(c) = line
+                .strip_prefix(depth)
+                .and_then(|r| r.strip_prefix("comment \""))
+                .and_then(|r| r.strip_suffix('"'))
+        {
+            out.push((chain.clone(), c.to_string()));
+        }
+        first_line = false;
+    }
+    out
+}
+
+/// Puts the comments `nft -j` omits (see `list_table_json`) into the normalised view.
+fn add_text_comments(view: &mut Value, text: &str) {
+    let comments = text_comments(text);
+    let Some(objects) = view.get_mut("nftables").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for obj in objects {
+        let (key, wanted) = if let Some(t) = obj.get_mut("table") {
+            (t, None)
+        } else if let Some(c) = obj.get_mut("chain") {
+            let name = c.get("name").and_then(Value::as_str).map(str::to_string);
+            (c, Some(name))
+        } else {
+            continue;
+        };
+        let found = comments.iter().find(|(chain, _)| match &wanted {
+            None => chain.is_none(),
+            Some(name) => chain.as_ref() == name.as_ref(),
+        });
+        if let (Some((_, comment)), Value::Object(map)) = (found, key) {
+            map.entry("comment")
+                .or_insert_with(|| Value::String(comment.clone()));
+        }
+    }
+}
+
 /// Removes handles, zeroes counters, drops `expires`, sorts element lists; recursively.
 fn strip(v: &mut Value) {
     match v {
@@ -210,6 +281,27 @@ mod tests {
             {"rule": {"chain": "z", "expr": [{"accept": null}]}},
         ]});
         assert_eq!(normalize_listing(raw).unwrap(), expected);
+    }
+
+    #[test]
+    fn table_and_chain_comments_missing_from_json_are_taken_from_the_text_listing() {
+        let text = "table ip t {\n\tcomment \"tbl\"\n\tset s {\n\t\tcomment \"set\"\n\t}\n\n\tchain a {\n\t\tcomment \"ch a\"\n\t\ttype filter hook input priority filter; policy accept;\n\t\taccept comment \"rule\"\n\t}\n\n\tchain b {\n\t\taccept\n\t}\n}\n";
+        let mut view = json!({"nftables": [
+            {"table": {"name": "t"}},
+            {"set": {"name": "s", "comment": "set"}},
+            {"chain": {"name": "a"}},
+            {"rule": {"chain": "a", "comment": "rule"}},
+            {"chain": {"name": "b"}},
+        ]});
+        add_text_comments(&mut view, text);
+        let expected = json!({"nftables": [
+            {"table": {"name": "t", "comment": "tbl"}},
+            {"set": {"name": "s", "comment": "set"}},
+            {"chain": {"name": "a", "comment": "ch a"}},
+            {"rule": {"chain": "a", "comment": "rule"}},
+            {"chain": {"name": "b"}},
+        ]});
+        assert_eq!(view, expected);
     }
 
     #[test]
