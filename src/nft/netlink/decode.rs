@@ -536,6 +536,13 @@ pub enum Expr {
         proto_min: Option<u32>,
     },
     Counter,
+    Byteorder {
+        sreg: u32,
+        dreg: u32,
+        op: u32,
+        len: u32,
+        size: u32,
+    },
     Reject {
         kind: u32,
         code: u8,
@@ -619,6 +626,16 @@ impl fmt::Display for Expr {
             Expr::Nat { kind, flags, .. } => write!(f, "nat type {kind} flags {flags:#x}"),
             Expr::Masq { flags, .. } => write!(f, "masq flags {flags:#x}"),
             Expr::Counter => write!(f, "counter"),
+            Expr::Byteorder {
+                sreg,
+                dreg,
+                op,
+                len,
+                size,
+            } => write!(
+                f,
+                "byteorder reg {dreg} = op {op}(reg {sreg}, size {size}, len {len})"
+            ),
             Expr::Reject { kind, code } => write!(f, "reject type {kind} code {code}"),
             Expr::Fib {
                 dreg,
@@ -835,6 +852,13 @@ fn expr(buf: &[u8]) -> Result<Expr, DecodeError> {
             proto_min: f.u32(NFTA_MASQ_REG_PROTO_MIN)?,
         },
         "counter" => Expr::Counter,
+        "byteorder" => Expr::Byteorder {
+            sreg: f.need32("NFTA_BYTEORDER_SREG", NFTA_BYTEORDER_SREG)?,
+            dreg: f.need32("NFTA_BYTEORDER_DREG", NFTA_BYTEORDER_DREG)?,
+            op: f.need32("NFTA_BYTEORDER_OP", NFTA_BYTEORDER_OP)?,
+            len: f.need32("NFTA_BYTEORDER_LEN", NFTA_BYTEORDER_LEN)?,
+            size: f.need32("NFTA_BYTEORDER_SIZE", NFTA_BYTEORDER_SIZE)?,
+        },
         "reject" => Expr::Reject {
             kind: f.need32("NFTA_REJECT_TYPE", NFTA_REJECT_TYPE)?,
             code: f
@@ -913,6 +937,8 @@ struct Lifter<'a> {
     sets: &'a BTreeMap<String, SetInfo>,
     regs: BTreeMap<u32, Reg>,
     stmts: Vec<Stmt>,
+    /// In inet tables: the `NFPROTO_*` an ip/ip6 header or nfproto match pinned the rule to.
+    context: Option<u8>,
 }
 
 /// Lifts one rule's expressions into statements.
@@ -928,6 +954,7 @@ pub fn lift_rule(
         sets,
         regs: BTreeMap::new(),
         stmts: Vec::new(),
+        context: None,
     };
     for e in &rule.exprs {
         l.step(e)?;
@@ -1032,6 +1059,7 @@ impl Lifter<'_> {
                     {
                         self.stmts.pop();
                     }
+                    self.context = Some(want);
                 }
                 self.load(e, *dreg, reg)
             }
@@ -1160,6 +1188,15 @@ impl Lifter<'_> {
                 let stmt = self
                     .cmp(reg, op, data)
                     .ok_or_else(|| self.err(e, "comparison has no model equivalent"))?;
+                if let Stmt::Match {
+                    left: Selector::NfProto,
+                    mask: None,
+                    op: CmpOp::Eq,
+                    right: Value::NfProto(p),
+                } = stmt
+                {
+                    self.context = Some(p);
+                }
                 self.stmts.push(stmt);
                 Ok(())
             }
@@ -1265,29 +1302,47 @@ impl Lifter<'_> {
                 self.stmts.push(Stmt::Counter);
                 Ok(())
             }
+            // Keys of interval concatenations are compared big-endian, so nft converts
+            // `meta l4proto`; on one byte with size 2 the kernel's conversion is a no-op.
+            Expr::Byteorder {
+                sreg,
+                dreg,
+                op: NFT_BYTEORDER_HTON,
+                len: 1,
+                size: 2,
+            } if sreg == dreg => match self.regs.get(&self.off(e, *sreg)?) {
+                Some(Reg::Load {
+                    sel: Selector::L4Proto,
+                    ..
+                }) => Ok(()),
+                other => Err(self.err(e, format!("byteorder on {other:?}"))),
+            },
             Expr::Reject { kind, code } => {
-                let port_unreach = match self.family {
-                    Family::Ip => 3,  // ICMP_PORT_UNREACH
-                    Family::Ip6 => 4, // ICMPV6_PORT_UNREACH
-                    Family::Inet => u8::MAX,
+                // ICMP port unreachable: code 3 for ICMP, 4 for ICMPv6.
+                let version = match code {
+                    3 => NFPROTO_IPV4,
+                    4 => NFPROTO_IPV6,
+                    _ => 0,
                 };
-                let kind = match *kind {
-                    NFT_REJECT_TCP_RST => {
-                        // `reject with tcp reset` makes nft add a `meta l4proto tcp` dependency
-                        // at the start of the rule; it belongs to the reject, not to us.
-                        let dep = Stmt::Match {
-                            left: Selector::L4Proto,
-                            mask: None,
-                            op: CmpOp::Eq,
-                            right: Value::Proto(6),
-                        };
-                        if let Some(i) = self.stmts.iter().position(|s| *s == dep) {
-                            self.stmts.remove(i);
-                        }
-                        RejectKind::TcpReset
+                let kind = match (*kind, self.family) {
+                    // `reject with tcp reset` needs `meta l4proto tcp`, which nft adds at the
+                    // rule's start when missing; it stays a statement so the rule re-renders
+                    // to the same bytecode.
+                    (NFT_REJECT_TCP_RST, _) => RejectKind::TcpReset,
+                    (NFT_REJECT_ICMP_UNREACH, Family::Ip) if version == NFPROTO_IPV4 => {
+                        RejectKind::Default
                     }
-                    NFT_REJECT_ICMP_UNREACH if *code == port_unreach => RejectKind::Default,
-                    NFT_REJECT_ICMPX_UNREACH
+                    (NFT_REJECT_ICMP_UNREACH, Family::Ip6) if version == NFPROTO_IPV6 => {
+                        RejectKind::Default
+                    }
+                    // In inet, a plain reject after an ip/ip6 or nfproto match picks that
+                    // ICMP version (nft adds the nfproto match itself when none precedes).
+                    (NFT_REJECT_ICMP_UNREACH, Family::Inet)
+                        if version != 0 && self.context == Some(version) =>
+                    {
+                        RejectKind::Default
+                    }
+                    (NFT_REJECT_ICMPX_UNREACH, Family::Inet)
                         if u32::from(*code) == NFT_REJECT_ICMPX_PORT_UNREACH =>
                     {
                         RejectKind::Default

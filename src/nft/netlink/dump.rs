@@ -8,7 +8,10 @@ use super::attr::AttrWriter;
 use super::decode::{self, DecodeError, RawData, RawElem, RawSet, SetInfo};
 use super::socket::{NetlinkSocket, SocketError};
 use super::sys::*;
-use crate::nft::model::{Chain, DataType, Element, Family, Rule, Set, Table, Value, Verdict};
+use crate::nft::model::{
+    Chain, CmpOp, DataType, Element, Family, RejectKind, Rule, Selector, Set, Stmt, Table, Value,
+    Verdict,
+};
 
 /// Attempts at a consistent snapshot before giving up (each retry follows a concurrent commit).
 const ATTEMPTS: usize = 5;
@@ -205,6 +208,61 @@ fn dump_once(
         });
     }
     Ok(Some(table))
+}
+
+/// The spelling in which `dump_table` returns `t` once nft (or an encoder producing nft's
+/// bytecode) has written it. Some model statements compile to the same bytecode as others, and
+/// the dump can only return one of them:
+/// - `reject with icmp(v6|x) type port-unreachable` is plain `reject` (same ICMP code);
+/// - in inet tables, `meta nfproto ipv4|ipv6` right before a statement that matches ip/ip6
+///   addresses of that version is the dependency nft adds anyway, so it is dropped.
+///
+/// Compare `canonical(desired)` with a dump (both normalized, handles stripped).
+pub fn canonical(t: &Table) -> Table {
+    let mut t = t.clone();
+    let family = t.family;
+    for chain in t.chains.values_mut() {
+        for rule in &mut chain.rules {
+            let mut out: Vec<Stmt> = Vec::with_capacity(rule.stmts.len());
+            for stmt in rule.stmts.drain(..) {
+                if family == Family::Inet
+                    && let Some(v) = addr_version(&stmt)
+                    && matches!(out.last(), Some(Stmt::Match {
+                        left: Selector::NfProto,
+                        mask: None,
+                        op: CmpOp::Eq,
+                        right: Value::NfProto(p),
+                    }) if *p == v)
+                {
+                    out.pop();
+                }
+                out.push(match stmt {
+                    Stmt::Reject(RejectKind::IcmpPortUnreachable) => {
+                        Stmt::Reject(RejectKind::Default)
+                    }
+                    other => other,
+                });
+            }
+            rule.stmts = out;
+        }
+    }
+    t
+}
+
+/// The IP version (`NFPROTO_*`) whose addresses a statement reads, if any.
+fn addr_version(stmt: &Stmt) -> Option<u8> {
+    let of = |sel: &Selector| match sel {
+        Selector::IpSaddr | Selector::IpDaddr => Some(NFPROTO_IPV4),
+        Selector::Ip6Saddr | Selector::Ip6Daddr => Some(NFPROTO_IPV6),
+        _ => None,
+    };
+    match stmt {
+        Stmt::Match { left, .. } => of(left),
+        Stmt::Lookup { key, .. } | Stmt::VMap { key, .. } | Stmt::Update { key, .. } => {
+            key.iter().find_map(of)
+        }
+        _ => None,
+    }
 }
 
 fn set_elements(

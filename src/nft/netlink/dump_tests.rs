@@ -456,7 +456,9 @@ fn ip_expected() -> Table {
                     key: vec![IifName],
                     map: MapRef::Named("ifaces".into()),
                 }]),
+                // nft put the `meta l4proto tcp` that `reject with tcp reset` needs first.
                 rule(vec![
+                    m(L4Proto, Eq, Value::Proto(6)),
                     m(FibSaddrType, Eq, Value::AddrType(AddrType::Local)),
                     Stmt::Reject(RejectKind::TcpReset),
                 ]),
@@ -652,7 +654,10 @@ fn an_ip6_table_dumps_with_v6_cidrs_and_nat() {
                         },
                         Stmt::Reject(RejectKind::Default),
                     ]),
-                    rule(vec![Stmt::Reject(RejectKind::TcpReset)]),
+                    rule(vec![
+                        m(L4Proto, Eq, Value::Proto(6)),
+                        Stmt::Reject(RejectKind::TcpReset),
+                    ]),
                 ],
             ),
         ]
@@ -905,4 +910,110 @@ fn set_key_type_ids_decode_concatenations_in_order() {
     );
     assert!(decode::data_types("s", 63).is_err());
     assert!(decode::data_types("s", 0).is_err());
+}
+
+#[test]
+fn every_corpus_table_rendered_and_applied_by_nft_dumps_back_to_itself() {
+    if !can_create() {
+        eprintln!("skipped: creating network namespaces needs root");
+        return;
+    }
+    let mut failures = Vec::new();
+    for (label, want) in crate::nft::corpus::corpus() {
+        let text = crate::nft::render::render_table(&want);
+        let ns = Netns::create("corpus").unwrap();
+        let path = std::env::temp_dir().join(format!("{}.nft", ns.name()));
+        std::fs::write(&path, &text).unwrap();
+        let applied = ns.exec(&["nft", "-f", path.to_str().unwrap()]);
+        let _ = std::fs::remove_file(&path);
+        if let Err(e) = applied {
+            failures.push(format!("{label}: nft -f failed: {e}"));
+            continue;
+        }
+        let (family, name) = (want.family, want.name.clone());
+        let got = ns
+            .run(move || {
+                let mut sock = NetlinkSocket::open().unwrap();
+                dump_table(&mut sock, family, &name)
+            })
+            .unwrap();
+        // Statements with more than one spelling come back in the canonical one.
+        let mut want = super::dump::canonical(&want);
+        want.normalize();
+        match got {
+            Ok(Some(mut got)) => {
+                got.normalize();
+                let got = got.without_handles();
+                if got != want {
+                    let diff: Vec<_> = want
+                        .chains
+                        .iter()
+                        .filter(|(n, c)| got.chains.get(*n) != Some(c))
+                        .map(|(n, c)| {
+                            format!("chain {n}: want {c:?}\n got {:?}", got.chains.get(n))
+                        })
+                        .chain(
+                            want.sets
+                                .iter()
+                                .filter(|(n, s)| got.sets.get(*n) != Some(s))
+                                .map(|(n, s)| {
+                                    format!("set {n}: want {s:?}\n got {:?}", got.sets.get(n))
+                                }),
+                        )
+                        .collect();
+                    failures.push(format!(
+                        "{label}: dump differs:\n{}\n(table comment want {:?} got {:?})",
+                        diff.join("\n"),
+                        want.comment,
+                        got.comment
+                    ));
+                }
+            }
+            Ok(None) => failures.push(format!("{label}: table missing after nft -f")),
+            Err(e) => failures.push(format!("{label}: dump failed: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn canonical_drops_only_the_nfproto_dependency_nft_would_add_and_plain_spells_rejects() {
+    use CmpOp::Eq;
+    let nf4 = m(Selector::NfProto, Eq, Value::NfProto(2));
+    let to = m(Selector::IpDaddr, Eq, Value::Ipv4(v4("10.0.0.1")));
+    let to6 = m(Selector::Ip6Daddr, Eq, Value::Ipv6(v6("fd00::1")));
+    let mut t = Table {
+        family: Family::Inet,
+        name: "t".into(),
+        ..Table::default()
+    };
+    t.chains.extend([chain(
+        "c",
+        None,
+        vec![
+            rule(vec![nf4.clone(), to.clone()]),
+            rule(vec![nf4.clone(), to6.clone()]),
+            rule(vec![
+                nf4.clone(),
+                Stmt::Reject(RejectKind::IcmpPortUnreachable),
+            ]),
+        ],
+    )]);
+    let c = super::dump::canonical(&t);
+    let rules: Vec<_> = c.chains["c"]
+        .rules
+        .iter()
+        .map(|r| r.stmts.clone())
+        .collect();
+    assert_eq!(
+        rules,
+        vec![
+            vec![to.clone()],
+            vec![nf4.clone(), to6],
+            vec![nf4.clone(), Stmt::Reject(RejectKind::Default)],
+        ]
+    );
+    t.family = Family::Ip;
+    let c = super::dump::canonical(&t);
+    assert_eq!(c.chains["c"].rules[0].stmts, vec![nf4, to]);
 }
