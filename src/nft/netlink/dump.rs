@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use super::attr::AttrWriter;
-use super::decode::{self, DecodeError, RawData, RawElem, RawSet, SetInfo};
+use super::decode::{self, DecodeError, RawData, RawElem, RawSet};
+use super::lift::{LiftError, SetInfo, lift_rule};
 use super::socket::{NetlinkSocket, SocketError};
 use super::sys::*;
 use crate::nft::model::{
@@ -44,6 +45,8 @@ pub enum DumpError {
         #[source]
         source: DecodeError,
     },
+    #[error("lifting rule expressions: {0}")]
+    Lift(#[source] LiftError),
     #[error("set {set}: {reason}")]
     Set { set: String, reason: String },
     #[error("the ruleset kept changing during {attempts} dump attempts")]
@@ -193,7 +196,7 @@ fn dump_once(
         if raw.table != name {
             continue;
         }
-        let stmts = decode::lift_rule(family, &raw, &infos).map_err(dec("rule"))?;
+        let stmts = lift_rule(family, &raw, &infos).map_err(DumpError::Lift)?;
         let chain = table.chains.get_mut(&raw.chain).ok_or(DumpError::Decode {
             stage: "rule",
             source: DecodeError::Missing {

@@ -3,8 +3,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::decode::{self, DecodeError, RawRule, SetInfo};
+use super::decode::{self, DecodeError, RawRule};
 use super::dump::{DumpError, dump_table};
+use super::lift::{self, LiftError, SetInfo};
 use super::socket::NetlinkSocket;
 use crate::netns::{Netns, can_create};
 use crate::nft::model::*;
@@ -827,10 +828,7 @@ fn a_rule_nft_would_not_generate_for_the_model_is_an_error_naming_chain_and_hand
         })
         .unwrap();
     match &err {
-        DumpError::Decode {
-            source: DecodeError::Lift { chain, handle, .. },
-            ..
-        } => {
+        DumpError::Lift(LiftError { chain, handle, .. }) => {
             assert_eq!(chain, "odd");
             assert!(*handle > 0);
         }
@@ -891,9 +889,9 @@ fn a_compare_on_a_register_never_loaded_is_a_lift_error() {
         comment: None,
     };
     let sets = std::collections::BTreeMap::<String, SetInfo>::new();
-    let err = decode::lift_rule(Family::Ip, &rule, &sets).unwrap_err();
+    let err = lift::lift_rule(Family::Ip, &rule, &sets).unwrap_err();
     assert!(
-        matches!(&err, DecodeError::Lift { chain, handle: 9, .. } if chain == "c"),
+        matches!(&err, LiftError { chain, handle: 9, .. } if chain == "c"),
         "{err}"
     );
 }
@@ -1016,4 +1014,72 @@ fn canonical_drops_only_the_nfproto_dependency_nft_would_add_and_plain_spells_re
     t.family = Family::Ip;
     let c = super::dump::canonical(&t);
     assert_eq!(c.chains["c"].rules[0].stmts, vec![nf4, to]);
+}
+
+#[test]
+fn a_kube_sized_table_spanning_many_datagrams_dumps_back_whole() {
+    if !can_create() {
+        eprintln!("skipped: creating network namespaces needs root");
+        return;
+    }
+    let mut want = crate::nft::corpus::kube_like(200, 3);
+    want.normalize();
+    let text = crate::nft::render::render_table(&want);
+    let got = apply_and_dump("dumpbig", &text, want.family, &want.name.clone()).unwrap();
+    let rules: usize = got.chains.values().map(|c| c.rules.len()).sum();
+    assert!(
+        rules > 800,
+        "{rules} rules: enough to need many dump datagrams"
+    );
+    let mut got = got.without_handles();
+    got.normalize();
+    assert_eq!(got, super::dump::canonical(&want));
+}
+
+#[test]
+fn interval_elements_reassemble_into_cidrs_including_adjacent_and_top_ranges() {
+    use super::decode::{RawElem, RawSet};
+    use super::sys::{NFT_SET_ELEM_INTERVAL_END, NFT_SET_INTERVAL};
+    let raw = RawSet {
+        table: "t".into(),
+        name: "s".into(),
+        flags: NFT_SET_INTERVAL,
+        key_type: 7,
+        key_len: 4,
+        data_type: None,
+        timeout_ms: None,
+        field_lens: Vec::new(),
+        comment: None,
+    };
+    let e = |k: [u8; 4], end: bool| RawElem {
+        key: k.to_vec(),
+        key_end: None,
+        data: None,
+        flags: if end { NFT_SET_ELEM_INTERVAL_END } else { 0 },
+        comment: None,
+    };
+    // 0.0.0.0 end marker, 10.0.0.0/8 then adjacent 11.0.0.0/8, and 240.0.0.0/4 to the top,
+    // in the reverse order the kernel's rbtree walk returns.
+    let elems = vec![
+        e([240, 0, 0, 0], false),
+        e([12, 0, 0, 0], true),
+        e([11, 0, 0, 0], false),
+        e([11, 0, 0, 0], true),
+        e([10, 0, 0, 0], false),
+        e([0, 0, 0, 0], true),
+    ];
+    let set = super::dump::build_set(&raw, elems).unwrap();
+    let keys: Vec<_> = set.elements.iter().map(|e| e.key[0].clone()).collect();
+    assert_eq!(
+        keys,
+        vec![
+            Value::Ipv4Net("10.0.0.0/8".parse().unwrap()),
+            Value::Ipv4Net("11.0.0.0/8".parse().unwrap()),
+            Value::Ipv4Net("240.0.0.0/4".parse().unwrap()),
+        ]
+    );
+    // A range that is not one prefix has no model value.
+    let not_cidr = vec![e([10, 0, 0, 1], false), e([10, 0, 0, 4], true)];
+    let err = super::dump::build_set(&raw, not_cidr).unwrap_err();
+    assert!(err.to_string().contains("not a prefix"), "{err}");
 }

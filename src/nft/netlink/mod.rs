@@ -4,6 +4,7 @@
 pub mod attr;
 pub mod decode;
 pub mod dump;
+pub mod lift;
 pub mod socket;
 pub mod sys;
 
