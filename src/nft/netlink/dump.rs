@@ -72,7 +72,8 @@ pub fn nfproto(family: Family) -> u8 {
 
 /// Reads table `name` of `family` with its chains, named sets and maps (with elements) and
 /// rules (with handles). `Ok(None)` when the table does not exist. Anonymous sets are inlined
-/// into the rules that use them. Elements are sorted; rules keep the kernel's order.
+/// into the rules that use them. Elements are sorted; rules keep the kernel's order. Dynamic
+/// sets (`flags dynamic`) come back without elements: those are runtime state.
 pub fn dump_table(
     sock: &mut NetlinkSocket,
     family: Family,
@@ -167,7 +168,13 @@ fn dump_once(
     }
     let mut infos = BTreeMap::new();
     for raw in raw_sets {
-        let elems = set_elements(sock, proto, name, &raw.name)?;
+        // Elements of a dynamic set are packet-path state (rules add them, timeouts expire
+        // them), not configuration to reconcile, so they are not read.
+        let elems = if raw.flags & NFT_SET_EVAL != 0 {
+            Vec::new()
+        } else {
+            set_elements(sock, proto, name, &raw.name)?
+        };
         let set = build_set(&raw, elems)?;
         let info = SetInfo {
             key: set.key.clone(),

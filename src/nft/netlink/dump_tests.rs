@@ -120,6 +120,7 @@ table ip kubenft {
     type ipv4_addr
     flags dynamic,timeout
     timeout 3h
+    elements = { 10.9.9.9 }
   }
   map service-ips {
     type ipv4_addr . inet_proto . inet_service : verdict
@@ -227,6 +228,7 @@ fn ip_expected() -> Table {
             None,
         ),
     ];
+    // The element in the text is runtime state of a dynamic set: not dumped.
     let mut aff = set("affinity-x", vec![DataType::Ipv4Addr], None);
     aff.dynamic = true;
     aff.timeout = Some(3 * 3600);
