@@ -493,7 +493,10 @@ impl NetlinkSocket {
                     }
                     return Err(kernel_error(request, &err));
                 }
-                replies.push(m);
+                // NLMSG_NOOP and anything not from nf_tables carry no dump data.
+                if m.nft_msg().is_some() {
+                    replies.push(m);
+                }
             }
         }
     }
