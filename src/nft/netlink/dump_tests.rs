@@ -1085,3 +1085,65 @@ fn interval_elements_reassemble_into_cidrs_including_adjacent_and_top_ranges() {
     let err = super::dump::build_set(&raw, not_cidr).unwrap_err();
     assert!(err.to_string().contains("not a prefix"), "{err}");
 }
+
+#[test]
+fn truncated_or_corrupted_kernel_dump_messages_decode_to_errors_never_panics() {
+    use super::sys::*;
+    if !can_create() {
+        eprintln!("skipped: creating network namespaces needs root");
+        return;
+    }
+    let ns = Netns::create("dumpfuzz").unwrap();
+    let path = std::env::temp_dir().join(format!("{}.nft", ns.name()));
+    std::fs::write(&path, IP_TABLE).unwrap();
+    ns.exec(&["nft", "-f", path.to_str().unwrap()]).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let msgs = ns
+        .run(|| {
+            let mut sock = NetlinkSocket::open().unwrap();
+            let mut all = Vec::new();
+            for (msg, kind) in [
+                (NFT_MSG_GETCHAIN, "chain"),
+                (NFT_MSG_GETSET, "set"),
+                (NFT_MSG_GETRULE, "rule"),
+            ] {
+                for m in sock.dump("dump", msg, NFPROTO_IPV4, &[]).unwrap() {
+                    all.push((kind, m.nfgen().unwrap().2.to_vec()));
+                }
+            }
+            let mut w = super::attr::AttrWriter::new();
+            w.string(NFTA_SET_ELEM_LIST_TABLE, "kubenft")
+                .string(NFTA_SET_ELEM_LIST_SET, "service-ips");
+            for m in sock
+                .dump("elems", NFT_MSG_GETSETELEM, NFPROTO_IPV4, &w.buf)
+                .unwrap()
+            {
+                all.push(("elems", m.nfgen().unwrap().2.to_vec()));
+            }
+            all
+        })
+        .unwrap();
+    assert!(msgs.len() > 20, "{} messages", msgs.len());
+    let sets = std::collections::BTreeMap::new();
+    let decode_any = |kind: &str, b: &[u8]| match kind {
+        "chain" => decode::chain(b).map(|_| ()),
+        "set" => decode::set(b).map(|_| ()),
+        "elems" => decode::set_elems(b).map(|_| ()),
+        _ => decode::rule(b).map(|r| {
+            let _ = lift::lift_rule(Family::Ip, &r, &sets);
+        }),
+    };
+    let mut errors = 0;
+    for (kind, bytes) in &msgs {
+        decode_any(kind, bytes).expect("intact messages decode");
+        for cut in 0..bytes.len() {
+            errors += usize::from(decode_any(kind, &bytes[..cut]).is_err());
+        }
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0xff;
+            errors += usize::from(decode_any(kind, &b).is_err());
+        }
+    }
+    assert!(errors > 0, "corruption is detected at least somewhere");
+}
