@@ -5,10 +5,14 @@
 use std::collections::BTreeMap;
 
 use super::attr::AttrWriter;
-use super::decode::{self, DecodeError, RawData, RawElem, RawSet, SetInfo};
+use super::decode::{self, DecodeError, RawData, RawElem, RawSet};
+use super::lift::{LiftError, SetInfo, lift_rule};
 use super::socket::{NetlinkSocket, SocketError};
 use super::sys::*;
-use crate::nft::model::{Chain, DataType, Element, Family, Rule, Set, Table, Value, Verdict};
+use crate::nft::model::{
+    Chain, CmpOp, DataType, Element, Family, RejectKind, Rule, Selector, Set, Stmt, Table, Value,
+    Verdict,
+};
 
 /// Attempts at a consistent snapshot before giving up (each retry follows a concurrent commit).
 const ATTEMPTS: usize = 5;
@@ -41,6 +45,8 @@ pub enum DumpError {
         #[source]
         source: DecodeError,
     },
+    #[error("lifting rule expressions: {0}")]
+    Lift(#[source] LiftError),
     #[error("set {set}: {reason}")]
     Set { set: String, reason: String },
     #[error("the ruleset kept changing during {attempts} dump attempts")]
@@ -66,7 +72,8 @@ pub fn nfproto(family: Family) -> u8 {
 
 /// Reads table `name` of `family` with its chains, named sets and maps (with elements) and
 /// rules (with handles). `Ok(None)` when the table does not exist. Anonymous sets are inlined
-/// into the rules that use them. Elements are sorted; rules keep the kernel's order.
+/// into the rules that use them. Elements are sorted; rules keep the kernel's order. Dynamic
+/// sets (`flags dynamic`) come back without elements: those are runtime state.
 pub fn dump_table(
     sock: &mut NetlinkSocket,
     family: Family,
@@ -161,7 +168,13 @@ fn dump_once(
     }
     let mut infos = BTreeMap::new();
     for raw in raw_sets {
-        let elems = set_elements(sock, proto, name, &raw.name)?;
+        // Elements of a dynamic set are packet-path state (rules add them, timeouts expire
+        // them), not configuration to reconcile, so they are not read.
+        let elems = if raw.flags & NFT_SET_EVAL != 0 {
+            Vec::new()
+        } else {
+            set_elements(sock, proto, name, &raw.name)?
+        };
         let set = build_set(&raw, elems)?;
         let info = SetInfo {
             key: set.key.clone(),
@@ -190,7 +203,7 @@ fn dump_once(
         if raw.table != name {
             continue;
         }
-        let stmts = decode::lift_rule(family, &raw, &infos).map_err(dec("rule"))?;
+        let stmts = lift_rule(family, &raw, &infos).map_err(DumpError::Lift)?;
         let chain = table.chains.get_mut(&raw.chain).ok_or(DumpError::Decode {
             stage: "rule",
             source: DecodeError::Missing {
@@ -205,6 +218,61 @@ fn dump_once(
         });
     }
     Ok(Some(table))
+}
+
+/// The spelling in which `dump_table` returns `t` once nft (or an encoder producing nft's
+/// bytecode) has written it. Some model statements compile to the same bytecode as others, and
+/// the dump can only return one of them:
+/// - `reject with icmp(v6|x) type port-unreachable` is plain `reject` (same ICMP code);
+/// - in inet tables, `meta nfproto ipv4|ipv6` right before a statement that matches ip/ip6
+///   addresses of that version is the dependency nft adds anyway, so it is dropped.
+///
+/// Compare `canonical(desired)` with a dump (both normalized, handles stripped).
+pub fn canonical(t: &Table) -> Table {
+    let mut t = t.clone();
+    let family = t.family;
+    for chain in t.chains.values_mut() {
+        for rule in &mut chain.rules {
+            let mut out: Vec<Stmt> = Vec::with_capacity(rule.stmts.len());
+            for stmt in rule.stmts.drain(..) {
+                if family == Family::Inet
+                    && let Some(v) = addr_version(&stmt)
+                    && matches!(out.last(), Some(Stmt::Match {
+                        left: Selector::NfProto,
+                        mask: None,
+                        op: CmpOp::Eq,
+                        right: Value::NfProto(p),
+                    }) if *p == v)
+                {
+                    out.pop();
+                }
+                out.push(match stmt {
+                    Stmt::Reject(RejectKind::IcmpPortUnreachable) => {
+                        Stmt::Reject(RejectKind::Default)
+                    }
+                    other => other,
+                });
+            }
+            rule.stmts = out;
+        }
+    }
+    t
+}
+
+/// The IP version (`NFPROTO_*`) whose addresses a statement reads, if any.
+fn addr_version(stmt: &Stmt) -> Option<u8> {
+    let of = |sel: &Selector| match sel {
+        Selector::IpSaddr | Selector::IpDaddr => Some(NFPROTO_IPV4),
+        Selector::Ip6Saddr | Selector::Ip6Daddr => Some(NFPROTO_IPV6),
+        _ => None,
+    };
+    match stmt {
+        Stmt::Match { left, .. } => of(left),
+        Stmt::Lookup { key, .. } | Stmt::VMap { key, .. } | Stmt::Update { key, .. } => {
+            key.iter().find_map(of)
+        }
+        _ => None,
+    }
 }
 
 fn set_elements(

@@ -3,8 +3,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::decode::{self, DecodeError, RawRule, SetInfo};
+use super::decode::{self, DecodeError, RawRule};
 use super::dump::{DumpError, dump_table};
+use super::lift::{self, LiftError, SetInfo};
 use super::socket::NetlinkSocket;
 use crate::netns::{Netns, can_create};
 use crate::nft::model::*;
@@ -119,6 +120,7 @@ table ip kubenft {
     type ipv4_addr
     flags dynamic,timeout
     timeout 3h
+    elements = { 10.9.9.9 }
   }
   map service-ips {
     type ipv4_addr . inet_proto . inet_service : verdict
@@ -226,6 +228,7 @@ fn ip_expected() -> Table {
             None,
         ),
     ];
+    // The element in the text is runtime state of a dynamic set: not dumped.
     let mut aff = set("affinity-x", vec![DataType::Ipv4Addr], None);
     aff.dynamic = true;
     aff.timeout = Some(3 * 3600);
@@ -456,7 +459,9 @@ fn ip_expected() -> Table {
                     key: vec![IifName],
                     map: MapRef::Named("ifaces".into()),
                 }]),
+                // nft put the `meta l4proto tcp` that `reject with tcp reset` needs first.
                 rule(vec![
+                    m(L4Proto, Eq, Value::Proto(6)),
                     m(FibSaddrType, Eq, Value::AddrType(AddrType::Local)),
                     Stmt::Reject(RejectKind::TcpReset),
                 ]),
@@ -652,7 +657,10 @@ fn an_ip6_table_dumps_with_v6_cidrs_and_nat() {
                         },
                         Stmt::Reject(RejectKind::Default),
                     ]),
-                    rule(vec![Stmt::Reject(RejectKind::TcpReset)]),
+                    rule(vec![
+                        m(L4Proto, Eq, Value::Proto(6)),
+                        Stmt::Reject(RejectKind::TcpReset),
+                    ]),
                 ],
             ),
         ]
@@ -822,10 +830,7 @@ fn a_rule_nft_would_not_generate_for_the_model_is_an_error_naming_chain_and_hand
         })
         .unwrap();
     match &err {
-        DumpError::Decode {
-            source: DecodeError::Lift { chain, handle, .. },
-            ..
-        } => {
+        DumpError::Lift(LiftError { chain, handle, .. }) => {
             assert_eq!(chain, "odd");
             assert!(*handle > 0);
         }
@@ -886,9 +891,9 @@ fn a_compare_on_a_register_never_loaded_is_a_lift_error() {
         comment: None,
     };
     let sets = std::collections::BTreeMap::<String, SetInfo>::new();
-    let err = decode::lift_rule(Family::Ip, &rule, &sets).unwrap_err();
+    let err = lift::lift_rule(Family::Ip, &rule, &sets).unwrap_err();
     assert!(
-        matches!(&err, DecodeError::Lift { chain, handle: 9, .. } if chain == "c"),
+        matches!(&err, LiftError { chain, handle: 9, .. } if chain == "c"),
         "{err}"
     );
 }
@@ -905,4 +910,240 @@ fn set_key_type_ids_decode_concatenations_in_order() {
     );
     assert!(decode::data_types("s", 63).is_err());
     assert!(decode::data_types("s", 0).is_err());
+}
+
+#[test]
+fn every_corpus_table_rendered_and_applied_by_nft_dumps_back_to_itself() {
+    if !can_create() {
+        eprintln!("skipped: creating network namespaces needs root");
+        return;
+    }
+    let mut failures = Vec::new();
+    for (label, want) in crate::nft::corpus::corpus() {
+        let text = crate::nft::render::render_table(&want);
+        let ns = Netns::create("corpus").unwrap();
+        let path = std::env::temp_dir().join(format!("{}.nft", ns.name()));
+        std::fs::write(&path, &text).unwrap();
+        let applied = ns.exec(&["nft", "-f", path.to_str().unwrap()]);
+        let _ = std::fs::remove_file(&path);
+        if let Err(e) = applied {
+            failures.push(format!("{label}: nft -f failed: {e}"));
+            continue;
+        }
+        let (family, name) = (want.family, want.name.clone());
+        let got = ns
+            .run(move || {
+                let mut sock = NetlinkSocket::open().unwrap();
+                dump_table(&mut sock, family, &name)
+            })
+            .unwrap();
+        // Statements with more than one spelling come back in the canonical one.
+        let mut want = super::dump::canonical(&want);
+        want.normalize();
+        match got {
+            Ok(Some(mut got)) => {
+                got.normalize();
+                let got = got.without_handles();
+                if got != want {
+                    let diff: Vec<_> = want
+                        .chains
+                        .iter()
+                        .filter(|(n, c)| got.chains.get(*n) != Some(c))
+                        .map(|(n, c)| {
+                            format!("chain {n}: want {c:?}\n got {:?}", got.chains.get(n))
+                        })
+                        .chain(
+                            want.sets
+                                .iter()
+                                .filter(|(n, s)| got.sets.get(*n) != Some(s))
+                                .map(|(n, s)| {
+                                    format!("set {n}: want {s:?}\n got {:?}", got.sets.get(n))
+                                }),
+                        )
+                        .collect();
+                    failures.push(format!(
+                        "{label}: dump differs:\n{}\n(table comment want {:?} got {:?})",
+                        diff.join("\n"),
+                        want.comment,
+                        got.comment
+                    ));
+                }
+            }
+            Ok(None) => failures.push(format!("{label}: table missing after nft -f")),
+            Err(e) => failures.push(format!("{label}: dump failed: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn canonical_drops_only_the_nfproto_dependency_nft_would_add_and_plain_spells_rejects() {
+    use CmpOp::Eq;
+    let nf4 = m(Selector::NfProto, Eq, Value::NfProto(2));
+    let to = m(Selector::IpDaddr, Eq, Value::Ipv4(v4("10.0.0.1")));
+    let to6 = m(Selector::Ip6Daddr, Eq, Value::Ipv6(v6("fd00::1")));
+    let mut t = Table {
+        family: Family::Inet,
+        name: "t".into(),
+        ..Table::default()
+    };
+    t.chains.extend([chain(
+        "c",
+        None,
+        vec![
+            rule(vec![nf4.clone(), to.clone()]),
+            rule(vec![nf4.clone(), to6.clone()]),
+            rule(vec![
+                nf4.clone(),
+                Stmt::Reject(RejectKind::IcmpPortUnreachable),
+            ]),
+        ],
+    )]);
+    let c = super::dump::canonical(&t);
+    let rules: Vec<_> = c.chains["c"]
+        .rules
+        .iter()
+        .map(|r| r.stmts.clone())
+        .collect();
+    assert_eq!(
+        rules,
+        vec![
+            vec![to.clone()],
+            vec![nf4.clone(), to6],
+            vec![nf4.clone(), Stmt::Reject(RejectKind::Default)],
+        ]
+    );
+    t.family = Family::Ip;
+    let c = super::dump::canonical(&t);
+    assert_eq!(c.chains["c"].rules[0].stmts, vec![nf4, to]);
+}
+
+#[test]
+fn a_kube_sized_table_spanning_many_datagrams_dumps_back_whole() {
+    if !can_create() {
+        eprintln!("skipped: creating network namespaces needs root");
+        return;
+    }
+    let mut want = crate::nft::corpus::kube_like(200, 3);
+    want.normalize();
+    let text = crate::nft::render::render_table(&want);
+    let got = apply_and_dump("dumpbig", &text, want.family, &want.name.clone()).unwrap();
+    let rules: usize = got.chains.values().map(|c| c.rules.len()).sum();
+    assert!(
+        rules > 800,
+        "{rules} rules: enough to need many dump datagrams"
+    );
+    let mut got = got.without_handles();
+    got.normalize();
+    assert_eq!(got, super::dump::canonical(&want));
+}
+
+#[test]
+fn interval_elements_reassemble_into_cidrs_including_adjacent_and_top_ranges() {
+    use super::decode::{RawElem, RawSet};
+    use super::sys::{NFT_SET_ELEM_INTERVAL_END, NFT_SET_INTERVAL};
+    let raw = RawSet {
+        table: "t".into(),
+        name: "s".into(),
+        flags: NFT_SET_INTERVAL,
+        key_type: 7,
+        key_len: 4,
+        data_type: None,
+        timeout_ms: None,
+        field_lens: Vec::new(),
+        comment: None,
+    };
+    let e = |k: [u8; 4], end: bool| RawElem {
+        key: k.to_vec(),
+        key_end: None,
+        data: None,
+        flags: if end { NFT_SET_ELEM_INTERVAL_END } else { 0 },
+        comment: None,
+    };
+    // 0.0.0.0 end marker, 10.0.0.0/8 then adjacent 11.0.0.0/8, and 240.0.0.0/4 to the top,
+    // in the reverse order the kernel's rbtree walk returns.
+    let elems = vec![
+        e([240, 0, 0, 0], false),
+        e([12, 0, 0, 0], true),
+        e([11, 0, 0, 0], false),
+        e([11, 0, 0, 0], true),
+        e([10, 0, 0, 0], false),
+        e([0, 0, 0, 0], true),
+    ];
+    let set = super::dump::build_set(&raw, elems).unwrap();
+    let keys: Vec<_> = set.elements.iter().map(|e| e.key[0].clone()).collect();
+    assert_eq!(
+        keys,
+        vec![
+            Value::Ipv4Net("10.0.0.0/8".parse().unwrap()),
+            Value::Ipv4Net("11.0.0.0/8".parse().unwrap()),
+            Value::Ipv4Net("240.0.0.0/4".parse().unwrap()),
+        ]
+    );
+    // A range that is not one prefix has no model value.
+    let not_cidr = vec![e([10, 0, 0, 1], false), e([10, 0, 0, 4], true)];
+    let err = super::dump::build_set(&raw, not_cidr).unwrap_err();
+    assert!(err.to_string().contains("not a prefix"), "{err}");
+}
+
+#[test]
+fn truncated_or_corrupted_kernel_dump_messages_decode_to_errors_never_panics() {
+    use super::sys::*;
+    if !can_create() {
+        eprintln!("skipped: creating network namespaces needs root");
+        return;
+    }
+    let ns = Netns::create("dumpfuzz").unwrap();
+    let path = std::env::temp_dir().join(format!("{}.nft", ns.name()));
+    std::fs::write(&path, IP_TABLE).unwrap();
+    ns.exec(&["nft", "-f", path.to_str().unwrap()]).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let msgs = ns
+        .run(|| {
+            let mut sock = NetlinkSocket::open().unwrap();
+            let mut all = Vec::new();
+            for (msg, kind) in [
+                (NFT_MSG_GETCHAIN, "chain"),
+                (NFT_MSG_GETSET, "set"),
+                (NFT_MSG_GETRULE, "rule"),
+            ] {
+                for m in sock.dump("dump", msg, NFPROTO_IPV4, &[]).unwrap() {
+                    all.push((kind, m.nfgen().unwrap().2.to_vec()));
+                }
+            }
+            let mut w = super::attr::AttrWriter::new();
+            w.string(NFTA_SET_ELEM_LIST_TABLE, "kubenft")
+                .string(NFTA_SET_ELEM_LIST_SET, "service-ips");
+            for m in sock
+                .dump("elems", NFT_MSG_GETSETELEM, NFPROTO_IPV4, &w.buf)
+                .unwrap()
+            {
+                all.push(("elems", m.nfgen().unwrap().2.to_vec()));
+            }
+            all
+        })
+        .unwrap();
+    assert!(msgs.len() > 20, "{} messages", msgs.len());
+    let sets = std::collections::BTreeMap::new();
+    let decode_any = |kind: &str, b: &[u8]| match kind {
+        "chain" => decode::chain(b).map(|_| ()),
+        "set" => decode::set(b).map(|_| ()),
+        "elems" => decode::set_elems(b).map(|_| ()),
+        _ => decode::rule(b).map(|r| {
+            let _ = lift::lift_rule(Family::Ip, &r, &sets);
+        }),
+    };
+    let mut errors = 0;
+    for (kind, bytes) in &msgs {
+        decode_any(kind, bytes).expect("intact messages decode");
+        for cut in 0..bytes.len() {
+            errors += usize::from(decode_any(kind, &bytes[..cut]).is_err());
+        }
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0xff;
+            errors += usize::from(decode_any(kind, &b).is_err());
+        }
+    }
+    assert!(errors > 0, "corruption is detected at least somewhere");
 }

@@ -4,10 +4,11 @@
 pub mod attr;
 pub mod decode;
 pub mod dump;
+pub mod lift;
 pub mod socket;
 pub mod sys;
 
-pub use dump::{DumpError, dump_table, generation};
+pub use dump::{DumpError, canonical, dump_table, generation};
 pub use socket::{NetlinkSocket, SocketError};
 
 #[cfg(test)]

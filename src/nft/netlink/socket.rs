@@ -41,6 +41,8 @@ pub const NFGENMSG_LEN: usize = 4;
 
 /// Default socket buffers: dumps of a large table arrive faster than we parse them.
 const DEFAULT_BUFFER: usize = 4 << 20;
+/// The kernel answers synchronously; a reply this late means none is coming.
+const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
@@ -317,6 +319,7 @@ impl NetlinkSocket {
             buf: Vec::new(),
         };
         s.set_buffers(DEFAULT_BUFFER)?;
+        s.set_timeout(Some(DEFAULT_TIMEOUT))?;
         Ok(s)
     }
 
@@ -369,29 +372,91 @@ impl NetlinkSocket {
     }
 
     /// Receives one datagram (sized with a truncating peek, so nothing is cut) and splits it
-    /// into messages. Blocks until something arrives.
+    /// into messages. Blocks until something arrives or the receive timeout passes.
     pub fn recv(&mut self) -> Result<Vec<Message>, SocketError> {
-        self.buf.clear();
-        let size = loop {
-            match self
-                .sock
-                .recv(&mut self.buf, libc::MSG_PEEK | libc::MSG_TRUNC)
-            {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(SocketError::Receive(e)),
+        self.recv_flags(0)?.ok_or_else(|| {
+            SocketError::Receive(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no reply from the kernel within the receive timeout",
+            ))
+        })
+    }
+
+    /// Like `recv`, but returns `None` at once when nothing is queued.
+    pub fn try_recv(&mut self) -> Result<Option<Vec<Message>>, SocketError> {
+        self.recv_flags(libc::MSG_DONTWAIT)
+    }
+
+    fn recv_flags(&mut self, flags: libc::c_int) -> Result<Option<Vec<Message>>, SocketError> {
+        let mut size = None;
+        for peek in [true, false] {
+            self.buf.clear();
+            if let Some(n) = size {
+                self.buf.reserve(n);
             }
-        };
-        self.buf.clear();
-        self.buf.reserve(size.max(NLMSG_HDRLEN));
-        let n = loop {
-            match self.sock.recv(&mut self.buf, 0) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(SocketError::Receive(e)),
+            let f = if peek {
+                flags | libc::MSG_PEEK | libc::MSG_TRUNC
+            } else {
+                flags
+            };
+            let n = loop {
+                match self.sock.recv(&mut self.buf, f) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                    Err(e) => return Err(SocketError::Receive(e)),
+                }
+            };
+            size = Some(n.max(NLMSG_HDRLEN));
+        }
+        let n = self.buf.len();
+        split_messages(&self.buf[..n]).map(Some)
+    }
+
+    /// Reads every reply already queued and returns the NLMSG_ERROR bodies (ACKs included) in
+    /// arrival order. Meant for right after sending a batch: the kernel processes a batch
+    /// synchronously inside `send`, so all its errors and ACKs are queued when `send` returns.
+    /// Callers match `NlError::seq` against the sequence numbers they sent.
+    pub fn batch_replies(&mut self) -> Result<Vec<NlError>, SocketError> {
+        let mut out = Vec::new();
+        while let Some(msgs) = self.try_recv()? {
+            for m in msgs {
+                if let Some(err) = m.error()? {
+                    out.push(err);
+                }
             }
+        }
+        Ok(out)
+    }
+
+    /// Bounds every blocking receive (`None`: wait forever), so a missing reply is an error
+    /// instead of a hung daemon.
+    pub fn set_timeout(&self, timeout: Option<std::time::Duration>) -> Result<(), SocketError> {
+        use std::os::fd::AsRawFd;
+        let tv = timeout.map_or(
+            libc::timeval {
+                tv_sec: 0,
+                tv_usec: 0,
+            },
+            |d| libc::timeval {
+                tv_sec: d.as_secs() as libc::time_t,
+                tv_usec: d.subsec_micros() as libc::suseconds_t,
+            },
+        );
+        // SAFETY: the pointer and length describe a live timeval for the duration of the call.
+        let rc = unsafe {
+            libc::setsockopt(
+                self.sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
         };
-        split_messages(&self.buf[..n.min(self.buf.len())])
+        if rc != 0 {
+            return Err(SocketError::Options(io::Error::last_os_error()));
+        }
+        Ok(())
     }
 
     /// Sends a dump request (`NLM_F_DUMP`) and collects every reply message up to NLMSG_DONE.
@@ -428,7 +493,10 @@ impl NetlinkSocket {
                     }
                     return Err(kernel_error(request, &err));
                 }
-                replies.push(m);
+                // NLMSG_NOOP and anything not from nf_tables carry no dump data.
+                if m.nft_msg().is_some() {
+                    replies.push(m);
+                }
             }
         }
     }
@@ -618,5 +686,64 @@ mod tests {
             )
             .unwrap_err();
         assert_eq!(err.errno(), Some(libc::ENOENT), "{err}");
+    }
+
+    #[test]
+    fn a_failing_batch_reports_the_failed_message_seq_and_the_last_ack() {
+        use super::super::attr::AttrWriter;
+        use super::super::sys::*;
+        if !can_create() {
+            eprintln!("skipped: creating network namespaces needs root");
+            return;
+        }
+        let ns = Netns::create("batch").unwrap();
+        let mut sock = ns.run(|| NetlinkSocket::open().unwrap()).unwrap();
+        let seq = sock.next_seq(5);
+        let mut batch = Vec::new();
+        let begin = |msg_type, seq| NfHeader {
+            msg_type,
+            flags: NLM_F_REQUEST,
+            seq,
+            family: NFPROTO_UNSPEC,
+            res_id: NFNL_SUBSYS_NFTABLES,
+        };
+        begin(NFNL_MSG_BATCH_BEGIN, seq).encode(&[], &mut batch);
+        let mut w = AttrWriter::new();
+        w.string(NFTA_TABLE_NAME, "b");
+        NfHeader::nft(NFT_MSG_NEWTABLE, NLM_F_CREATE, NFPROTO_IPV4, seq + 1)
+            .encode(&w.buf, &mut batch);
+        let mut w = AttrWriter::new();
+        w.string(NFTA_CHAIN_TABLE, "absent")
+            .string(NFTA_CHAIN_NAME, "c");
+        NfHeader::nft(NFT_MSG_NEWCHAIN, NLM_F_CREATE, NFPROTO_IPV4, seq + 2)
+            .encode(&w.buf, &mut batch);
+        let mut w = AttrWriter::new();
+        w.string(NFTA_CHAIN_TABLE, "b")
+            .string(NFTA_CHAIN_NAME, "ok");
+        NfHeader::nft(
+            NFT_MSG_NEWCHAIN,
+            NLM_F_CREATE | NLM_F_ACK,
+            NFPROTO_IPV4,
+            seq + 3,
+        )
+        .encode(&w.buf, &mut batch);
+        begin(NFNL_MSG_BATCH_END, seq + 4).encode(&[], &mut batch);
+        sock.send(&batch).unwrap();
+        let replies = sock.batch_replies().unwrap();
+        let failed: Vec<_> = replies.iter().filter(|e| !e.is_ack()).collect();
+        assert_eq!(failed.len(), 1, "{replies:?}");
+        assert_eq!((failed[0].seq, failed[0].errno), (seq + 2, libc::ENOENT));
+        assert!(
+            replies.iter().any(|e| e.seq == seq + 3),
+            "the last message's ACK request is answered: {replies:?}"
+        );
+        // All-or-nothing: the table from message 1 was not created.
+        let out = ns.exec(&["nft", "list", "tables"]).unwrap();
+        assert!(
+            out.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(sock.try_recv().unwrap().is_none());
     }
 }
