@@ -1,0 +1,231 @@
+//! Applying a `Transaction` as ONE nfnetlink batch: the kernel commits every operation or
+//! none, and a refusal is traced back to the operation that caused it.
+
+use std::collections::BTreeMap;
+use std::io;
+
+use super::attr::AttrWriter;
+use super::dump::{DumpError, dump_table};
+use super::encode::{EncodeError, Encoder, Msg};
+use super::socket::{NLM_F_ACK, NetlinkSocket, NfHeader, SocketError};
+use super::sys::*;
+use crate::nft::model::{Family, Table};
+use crate::nft::render::render_op;
+use crate::nft::transaction::{Op, TableRef, Transaction};
+
+/// `enum nfnl_batch_attributes` in linux/netfilter/nfnetlink.h.
+const NFNL_BATCH_GENID: u16 = 1;
+
+/// What a successful apply sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ApplyStats {
+    /// Netlink messages in the batch, framing included.
+    pub messages: usize,
+    pub bytes: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("encoding operation {op_index} (`{rendered}`): {source}")]
+    Encode {
+        op_index: usize,
+        rendered: String,
+        #[source]
+        source: EncodeError,
+    },
+    #[error("kernel rejected operation {op_index} (`{rendered}`): {errno}{}{}", kernel_message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default(), explain(errno))]
+    Rejected {
+        op_index: usize,
+        op: Box<Op>,
+        rendered: String,
+        errno: io::Error,
+        kernel_message: Option<String>,
+    },
+    #[error("the ruleset changed since generation {expected} was read; re-read it and plan again")]
+    GenerationChanged { expected: u32 },
+    #[error("kernel rejected the batch framing: {0}")]
+    Batch(io::Error),
+    #[error("talking to the kernel: {0}")]
+    Socket(#[from] SocketError),
+    #[error("no acknowledgement for the batch's last message")]
+    NoAck,
+}
+
+impl ApplyError {
+    /// The errno the kernel answered with, if it answered with one.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            ApplyError::Rejected { errno, .. } | ApplyError::Batch(errno) => errno.raw_os_error(),
+            ApplyError::GenerationChanged { .. } => Some(libc::ERESTART),
+            _ => None,
+        }
+    }
+}
+
+fn explain(errno: &io::Error) -> &'static str {
+    match errno.raw_os_error() {
+        Some(libc::EBUSY) => {
+            "; still referenced: remove the rules and map elements that jump to it (or use it) earlier in the same transaction"
+        }
+        Some(libc::ENOENT) => "; something it names does not exist (yet) in this transaction",
+        Some(libc::EEXIST) => "; an object of that name exists with a different definition",
+        _ => "",
+    }
+}
+
+/// A handle on nf_tables in the network namespace of the thread that opened it.
+#[derive(Debug)]
+pub struct Nftables {
+    sock: NetlinkSocket,
+    /// Interval sets known to exist (created by an applied batch or seen in a dump): their
+    /// elements go to the kernel as ranges.
+    interval_sets: BTreeMap<(TableRef, String), usize>,
+}
+
+impl Nftables {
+    pub fn open() -> Result<Nftables, SocketError> {
+        Ok(Nftables {
+            sock: NetlinkSocket::open()?,
+            interval_sets: BTreeMap::new(),
+        })
+    }
+
+    pub fn generation(&mut self) -> Result<u32, SocketError> {
+        self.sock.generation()
+    }
+
+    pub fn dump_table(&mut self, family: Family, name: &str) -> Result<Option<Table>, DumpError> {
+        let table = dump_table(&mut self.sock, family, name)?;
+        if let Some(t) = &table {
+            for s in t.sets.values().filter(|s| s.interval) {
+                self.interval_sets
+                    .insert((t.table_ref(), s.name.clone()), s.key.len());
+            }
+        }
+        Ok(table)
+    }
+
+    /// Remembers which interval sets exist after `tx` was committed.
+    fn learn(&mut self, tx: &Transaction) {
+        for op in &tx.ops {
+            match op {
+                Op::AddSet { table, set } if set.interval => {
+                    self.interval_sets
+                        .insert((table.clone(), set.name.clone()), set.key.len());
+                }
+                Op::DeleteSet { table, set } => {
+                    self.interval_sets.remove(&(table.clone(), set.clone()));
+                }
+                Op::DeleteTable { table } => self.interval_sets.retain(|(t, _), _| t != table),
+                _ => {}
+            }
+        }
+    }
+
+    /// Sends the whole transaction as one batch and waits for the kernel's verdict.
+    pub fn apply(&mut self, tx: &Transaction) -> Result<ApplyStats, ApplyError> {
+        if tx.ops.is_empty() {
+            return Ok(ApplyStats::default());
+        }
+        let (bytes, first_seq, owners, messages) =
+            encode_batch(tx, &mut self.sock, self.interval_sets.clone())?;
+        self.sock
+            .set_buffers(bytes.len().saturating_mul(2).max(4 << 20))?;
+        self.sock.send(&bytes).map_err(|e| match e {
+            SocketError::Send { source, .. } => ApplyError::Batch(source),
+            other => ApplyError::Socket(other),
+        })?;
+        let last_seq = first_seq + messages as u32 - 1;
+        let last_op_seq = last_seq - 1;
+        // The kernel processes the batch inside `send`; read until the last message's ACK or
+        // an error. An error on any message aborts the whole batch.
+        loop {
+            let msgs = self.sock.recv()?;
+            for m in msgs {
+                let Some(err) = m.error()? else { continue };
+                if err.is_ack() {
+                    if err.seq == last_op_seq {
+                        self.learn(tx);
+                        return Ok(ApplyStats {
+                            messages,
+                            bytes: bytes.len(),
+                        });
+                    }
+                    continue;
+                }
+                let errno = io::Error::from_raw_os_error(err.errno);
+                if err.seq == first_seq {
+                    if err.errno == libc::ERESTART
+                        && let Some(expected) = tx.expected_generation
+                    {
+                        return Err(ApplyError::GenerationChanged { expected });
+                    }
+                    return Err(ApplyError::Batch(errno));
+                }
+                return match owners.get(&err.seq) {
+                    Some(&op_index) => Err(ApplyError::Rejected {
+                        op_index,
+                        op: Box::new(tx.ops[op_index].clone()),
+                        rendered: render_op(&tx.ops[op_index]),
+                        errno,
+                        kernel_message: err.message.clone(),
+                    }),
+                    None => Err(ApplyError::Batch(errno)),
+                };
+            }
+        }
+    }
+}
+
+/// The batch bytes, its first sequence number, seq → op index, and the message count.
+type Batch = (Vec<u8>, u32, BTreeMap<u32, usize>, usize);
+
+fn encode_batch(
+    tx: &Transaction,
+    sock: &mut NetlinkSocket,
+    interval_sets: BTreeMap<(TableRef, String), usize>,
+) -> Result<Batch, ApplyError> {
+    let mut encoder = Encoder::new(interval_sets);
+    let mut msgs: Vec<(usize, Msg)> = Vec::new();
+    for (op_index, op) in tx.ops.iter().enumerate() {
+        let encoded = encoder.op(op).map_err(|source| ApplyError::Encode {
+            op_index,
+            rendered: render_op(op),
+            source,
+        })?;
+        msgs.extend(encoded.into_iter().map(|m| (op_index, m)));
+    }
+    let total = msgs.len() as u32 + 2;
+    let first = sock.next_seq(total);
+    let mut out = Vec::new();
+    let mut begin = AttrWriter::new();
+    if let Some(generation) = tx.expected_generation {
+        begin.be32(NFNL_BATCH_GENID, generation);
+    }
+    NfHeader {
+        msg_type: NFNL_MSG_BATCH_BEGIN,
+        flags: super::socket::NLM_F_REQUEST,
+        seq: first,
+        family: NFPROTO_UNSPEC,
+        res_id: NFNL_SUBSYS_NFTABLES,
+    }
+    .encode(&begin.buf, &mut out);
+    let mut owners = BTreeMap::new();
+    let n = msgs.len();
+    for (i, (op_index, m)) in msgs.into_iter().enumerate() {
+        let seq = first + 1 + i as u32;
+        owners.insert(seq, op_index);
+        // Only the last message asks for an ACK: thousands of ACKs would overflow the socket.
+        let ack = if i + 1 == n { NLM_F_ACK } else { 0 };
+        NfHeader::nft(m.msg, m.flags | ack, m.family, seq).encode(&m.attrs, &mut out);
+    }
+    NfHeader {
+        msg_type: NFNL_MSG_BATCH_END,
+        flags: super::socket::NLM_F_REQUEST,
+        seq: first + total - 1,
+        family: NFPROTO_UNSPEC,
+        res_id: NFNL_SUBSYS_NFTABLES,
+    }
+    .encode(&[], &mut out);
+    Ok((out, first, owners, total as usize))
+}

@@ -1,0 +1,594 @@
+//! Lowering model statements to the kernel expressions `nft -f` generates for them: the exact
+//! inverse of `lift`, register allocation included, so a table applied over netlink and the
+//! same table applied by `nft -f` are the same bytecode.
+//!
+//! nft counts registers in 32-bit units from 1, restarts at 1 for every statement, and names a
+//! register by its 128-bit number when the unit is 16-byte aligned (`netlink_put_register`):
+//! a concatenation `ip daddr . meta l4proto . th dport` lands in reg 1, reg 9 and reg 10.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use super::decode::{Expr, RawData};
+use super::sys::*;
+use crate::nft::model::{
+    CmpOp, DataType, Family, MapRef, MarkOp, RejectKind, Selector, Stmt, Value, Verdict,
+};
+
+/// An anonymous constant map a rule owns; created in the same batch, right before the rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnonMap {
+    /// The placeholder the rule's lookup names (`__anonN`, N counting within the rule).
+    pub placeholder: String,
+    pub key: Vec<DataType>,
+    pub elements: Vec<(Vec<Value>, Verdict)>,
+}
+
+/// A rule's expressions plus the anonymous maps they look up.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Lowered {
+    pub exprs: Vec<Expr>,
+    pub anon: Vec<AnonMap>,
+}
+
+/// A statement the kernel cannot be given (e.g. an IPv6 DNAT target in an `ip` table).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("statement `{stmt}` cannot be encoded: {reason}")]
+pub struct LowerError {
+    pub stmt: String,
+    pub reason: String,
+}
+
+/// nft's register name for 32-bit unit `unit` (1-based).
+pub fn put_register(unit: u32) -> u32 {
+    let r = unit - 1;
+    if r.is_multiple_of(4) {
+        NFT_REG_1 + r / 4
+    } else {
+        NFT_REG32_00 + r
+    }
+}
+
+/// 32-bit units a value of `len` bytes occupies.
+fn units(len: u32) -> u32 {
+    len.div_ceil(4)
+}
+
+/// Bytes a selector loads.
+pub fn selector_len(sel: Selector) -> u32 {
+    super::lift::full_len(sel)
+}
+
+/// The set key type of a selector, for anonymous maps keyed by it.
+pub fn selector_type(sel: Selector) -> DataType {
+    match sel {
+        Selector::IpSaddr | Selector::IpDaddr => DataType::Ipv4Addr,
+        Selector::Ip6Saddr | Selector::Ip6Daddr => DataType::Ipv6Addr,
+        Selector::ThSport | Selector::ThDport => DataType::InetService,
+        Selector::L4Proto => DataType::InetProto,
+        Selector::Mark => DataType::Mark,
+        Selector::IifName | Selector::OifName => DataType::IfName,
+        Selector::NfProto | Selector::FibSaddrType | Selector::FibDaddrType | Selector::CtState => {
+            DataType::Integer
+        }
+    }
+}
+
+fn addr_proto(sel: Selector) -> Option<u8> {
+    match sel {
+        Selector::IpSaddr | Selector::IpDaddr => Some(NFPROTO_IPV4),
+        Selector::Ip6Saddr | Selector::Ip6Daddr => Some(NFPROTO_IPV6),
+        _ => None,
+    }
+}
+
+/// The load of `sel` (`len` bytes, fewer for an address prefix) into 32-bit unit `unit`.
+fn load(sel: Selector, len: u32, unit: u32) -> Expr {
+    let dreg = put_register(unit);
+    let payload = |base, offset| Expr::Payload {
+        base,
+        offset,
+        len,
+        dreg,
+    };
+    let meta = |key| Expr::Meta {
+        key,
+        dreg: Some(dreg),
+        sreg: None,
+    };
+    match sel {
+        Selector::IpSaddr => payload(NFT_PAYLOAD_NETWORK_HEADER, 12),
+        Selector::IpDaddr => payload(NFT_PAYLOAD_NETWORK_HEADER, 16),
+        Selector::Ip6Saddr => payload(NFT_PAYLOAD_NETWORK_HEADER, 8),
+        Selector::Ip6Daddr => payload(NFT_PAYLOAD_NETWORK_HEADER, 24),
+        Selector::ThSport => payload(NFT_PAYLOAD_TRANSPORT_HEADER, 0),
+        Selector::ThDport => payload(NFT_PAYLOAD_TRANSPORT_HEADER, 2),
+        Selector::L4Proto => meta(NFT_META_L4PROTO),
+        Selector::NfProto => meta(NFT_META_NFPROTO),
+        Selector::Mark => meta(NFT_META_MARK),
+        Selector::IifName => meta(NFT_META_IIFNAME),
+        Selector::OifName => meta(NFT_META_OIFNAME),
+        Selector::FibSaddrType | Selector::FibDaddrType => Expr::Fib {
+            dreg,
+            result: NFT_FIB_RESULT_ADDRTYPE,
+            flags: u32::from(if sel == Selector::FibSaddrType {
+                NFTA_FIB_F_SADDR
+            } else {
+                NFTA_FIB_F_DADDR
+            }),
+        },
+        Selector::CtState => Expr::Ct {
+            key: NFT_CT_STATE,
+            dreg: Some(dreg),
+            direction: None,
+        },
+    }
+}
+
+/// The register bytes of a value (network order for addresses and ports, host order for
+/// marks, numgen results, conntrack state and address types).
+pub fn value_bytes(v: &Value) -> Vec<u8> {
+    match v {
+        Value::Ipv4(a) => a.octets().to_vec(),
+        Value::Ipv6(a) => a.octets().to_vec(),
+        Value::Ipv4Net(n) => n.network().octets().to_vec(),
+        Value::Ipv6Net(n) => n.network().octets().to_vec(),
+        Value::Proto(p) | Value::NfProto(p) => vec![*p],
+        Value::Port(p) => p.to_be_bytes().to_vec(),
+        Value::Mark(m) => m.to_ne_bytes().to_vec(),
+        Value::IfName(name) => match name.strip_suffix('*') {
+            Some(prefix) => prefix.as_bytes().to_vec(),
+            None => {
+                let mut b = name.as_bytes().to_vec();
+                b.resize(16, 0);
+                b
+            }
+        },
+        Value::AddrType(t) => {
+            let n: u32 = match t {
+                crate::nft::model::AddrType::Unicast => 1,
+                crate::nft::model::AddrType::Local => 2,
+                crate::nft::model::AddrType::Broadcast => 3,
+                crate::nft::model::AddrType::Multicast => 5,
+            };
+            n.to_ne_bytes().to_vec()
+        }
+        Value::CtState(s) => s.0.to_ne_bytes().to_vec(),
+    }
+}
+
+/// A set key: each field's bytes padded to 4 (a lone field is not padded).
+pub fn key_bytes(values: &[Value]) -> Vec<u8> {
+    if values.len() == 1 {
+        return value_bytes(&values[0]);
+    }
+    let mut out = Vec::new();
+    for v in values {
+        let mut b = value_bytes(v);
+        b.resize(b.len().div_ceil(4) * 4, 0);
+        out.extend(b);
+    }
+    out
+}
+
+fn prefix_mask(bits: u32, len: u32) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            let from = i * 8;
+            if bits >= from + 8 {
+                0xff
+            } else if bits <= from {
+                0
+            } else {
+                0xffu8 << (8 - (bits - from))
+            }
+        })
+        .collect()
+}
+
+fn cmp_op(op: CmpOp) -> u32 {
+    match op {
+        CmpOp::Eq => NFT_CMP_EQ,
+        CmpOp::Ne => NFT_CMP_NEQ,
+    }
+}
+
+fn verdict_imm(v: &Verdict) -> Expr {
+    Expr::Immediate {
+        dreg: NFT_REG_VERDICT,
+        data: RawData::Verdict(v.clone()),
+    }
+}
+
+struct Lowerer<'a> {
+    family: Family,
+    /// Named sets with concatenated interval keys: nft converts `meta l4proto` to big endian
+    /// before looking them up.
+    concat_intervals: &'a BTreeSet<&'a str>,
+    /// In inet tables: the network protocol the rule is already pinned to.
+    context: Option<u8>,
+    out: Lowered,
+}
+
+impl Lowerer<'_> {
+    fn err(stmt: &Stmt, reason: impl Into<String>) -> LowerError {
+        LowerError {
+            stmt: format!("{stmt:?}"),
+            reason: reason.into(),
+        }
+    }
+
+    /// In inet tables nft pins an ip/ip6 header access to its protocol with `meta nfproto`.
+    fn dependency(&mut self, sel: Selector) {
+        if self.family != Family::Inet {
+            return;
+        }
+        if let Some(p) = addr_proto(sel)
+            && self.context != Some(p)
+        {
+            self.out.exprs.push(load(Selector::NfProto, 1, 1));
+            self.out.exprs.push(Expr::Cmp {
+                sreg: NFT_REG_1,
+                op: NFT_CMP_EQ,
+                data: vec![p],
+            });
+            self.context = Some(p);
+        }
+    }
+
+    /// Loads a concatenated key from unit 1 on; returns the first register. `set` is the
+    /// named set it is looked up in, if any.
+    fn load_key(&mut self, key: &[Selector], set: Option<&str>) -> u32 {
+        for sel in key {
+            self.dependency(*sel);
+        }
+        let big_endian = key.len() > 1 && set.is_some_and(|s| self.concat_intervals.contains(s));
+        let mut unit = 1;
+        for sel in key {
+            let len = selector_len(*sel);
+            self.out.exprs.push(load(*sel, len, unit));
+            if big_endian && *sel == Selector::L4Proto {
+                let reg = put_register(unit);
+                self.out.exprs.push(Expr::Byteorder {
+                    sreg: reg,
+                    dreg: reg,
+                    op: NFT_BYTEORDER_HTON,
+                    len: 1,
+                    size: 2,
+                });
+            }
+            unit += units(len);
+        }
+        put_register(1)
+    }
+
+    fn map(&mut self, map: &MapRef, key: Vec<DataType>) -> String {
+        match map {
+            MapRef::Named(n) => n.clone(),
+            MapRef::Anonymous(elements) => {
+                let placeholder = format!("__anon{}", self.out.anon.len());
+                self.out.anon.push(AnonMap {
+                    placeholder: placeholder.clone(),
+                    key,
+                    elements: elements.clone(),
+                });
+                placeholder
+            }
+        }
+    }
+
+    fn stmt(&mut self, stmt: &Stmt) -> Result<(), LowerError> {
+        let r1 = put_register(1);
+        match stmt {
+            Stmt::Match {
+                left,
+                mask,
+                op,
+                right,
+            } => self.matches(stmt, *left, *mask, *op, right)?,
+            Stmt::Lookup { key, set, negate } => {
+                let sreg = self.load_key(key, Some(set));
+                self.out.exprs.push(Expr::Lookup {
+                    set: set.clone(),
+                    sreg,
+                    dreg: None,
+                    inverted: *negate,
+                });
+            }
+            Stmt::VMap { key, map } => {
+                let named = match map {
+                    MapRef::Named(n) => Some(n.as_str()),
+                    MapRef::Anonymous(_) => None,
+                };
+                let sreg = self.load_key(key, named);
+                let set = self.map(map, key.iter().map(|s| selector_type(*s)).collect());
+                self.out.exprs.push(Expr::Lookup {
+                    set,
+                    sreg,
+                    dreg: Some(NFT_REG_VERDICT),
+                    inverted: false,
+                });
+            }
+            Stmt::NumgenVMap { modulus, map } => {
+                self.out.exprs.push(Expr::Numgen {
+                    dreg: r1,
+                    modulus: *modulus,
+                    kind: NFT_NG_RANDOM,
+                    offset: 0,
+                });
+                let set = self.map(map, vec![DataType::Integer]);
+                self.out.exprs.push(Expr::Lookup {
+                    set,
+                    sreg: r1,
+                    dreg: Some(NFT_REG_VERDICT),
+                    inverted: false,
+                });
+            }
+            Stmt::Update { set, key } => {
+                let sreg_key = self.load_key(key, Some(set));
+                self.out.exprs.push(Expr::Dynset {
+                    set: set.clone(),
+                    op: NFT_DYNSET_OP_UPDATE,
+                    sreg_key,
+                    sreg_data: None,
+                    timeout: None,
+                    has_exprs: false,
+                });
+            }
+            Stmt::SetMark(op) => {
+                let (mask, xor) = match *op {
+                    MarkOp::Set(v) => {
+                        self.out.exprs.push(Expr::Immediate {
+                            dreg: r1,
+                            data: RawData::Value(v.to_ne_bytes().to_vec()),
+                        });
+                        self.out.exprs.push(Expr::Meta {
+                            key: NFT_META_MARK,
+                            dreg: None,
+                            sreg: Some(r1),
+                        });
+                        return Ok(());
+                    }
+                    MarkOp::Or(x) => (!x, x),
+                    MarkOp::Xor(x) => (u32::MAX, x),
+                    MarkOp::And(m) => (m, 0),
+                };
+                self.out.exprs.push(load(Selector::Mark, 4, 1));
+                self.out.exprs.push(Expr::Bitwise {
+                    sreg: r1,
+                    dreg: r1,
+                    op: NFT_BITWISE_MASK_XOR,
+                    mask: mask.to_ne_bytes().to_vec(),
+                    xor: xor.to_ne_bytes().to_vec(),
+                });
+                self.out.exprs.push(Expr::Meta {
+                    key: NFT_META_MARK,
+                    dreg: None,
+                    sreg: Some(r1),
+                });
+            }
+            Stmt::Dnat { addr, port } => {
+                let (bytes, proto) = match addr {
+                    IpAddr::V4(a) => (a.octets().to_vec(), NFPROTO_IPV4),
+                    IpAddr::V6(a) => (a.octets().to_vec(), NFPROTO_IPV6),
+                };
+                let fits = match self.family {
+                    Family::Ip => proto == NFPROTO_IPV4,
+                    Family::Ip6 => proto == NFPROTO_IPV6,
+                    Family::Inet => true,
+                };
+                if !fits {
+                    return Err(Self::err(
+                        stmt,
+                        "the target address is of the other IP family than the table",
+                    ));
+                }
+                // nft gives each nat operand a whole 128-bit register: reg 1, then reg 2.
+                self.out.exprs.push(Expr::Immediate {
+                    dreg: NFT_REG_1,
+                    data: RawData::Value(bytes),
+                });
+                let mut flags = 0;
+                let proto_min = port.map(|p| {
+                    self.out.exprs.push(Expr::Immediate {
+                        dreg: NFT_REG_2,
+                        data: RawData::Value(p.to_be_bytes().to_vec()),
+                    });
+                    flags |= NF_NAT_RANGE_PROTO_SPECIFIED;
+                    NFT_REG_2
+                });
+                self.out.exprs.push(Expr::Nat {
+                    kind: NFT_NAT_DNAT,
+                    family: u32::from(proto),
+                    addr_min: Some(NFT_REG_1),
+                    addr_max: None,
+                    proto_min,
+                    proto_max: None,
+                    flags,
+                });
+            }
+            Stmt::Masquerade { fully_random } => {
+                self.out.exprs.push(Expr::Masq {
+                    flags: if *fully_random {
+                        NF_NAT_RANGE_PROTO_RANDOM_FULLY
+                    } else {
+                        0
+                    },
+                    proto_min: None,
+                });
+            }
+            Stmt::Reject(kind) => self.reject(*kind),
+            Stmt::Limit { rate, unit, burst } => {
+                let unit = match unit {
+                    crate::nft::model::RateUnit::Second => 1,
+                    crate::nft::model::RateUnit::Minute => 60,
+                    crate::nft::model::RateUnit::Hour => 3600,
+                    crate::nft::model::RateUnit::Day => 86400,
+                };
+                self.out.exprs.push(Expr::Limit {
+                    rate: *rate,
+                    unit,
+                    burst: *burst,
+                    kind: NFT_LIMIT_PKTS,
+                    flags: 0,
+                });
+            }
+            Stmt::Counter => self.out.exprs.push(Expr::Counter),
+            Stmt::Verdict(v) => self.out.exprs.push(verdict_imm(v)),
+        }
+        Ok(())
+    }
+
+    fn reject(&mut self, kind: RejectKind) {
+        let (kind, code) = match (kind, self.family) {
+            (RejectKind::TcpReset, _) => (NFT_REJECT_TCP_RST, 0),
+            (_, Family::Ip) => (NFT_REJECT_ICMP_UNREACH, 3),
+            (_, Family::Ip6) => (NFT_REJECT_ICMP_UNREACH, 4),
+            (_, Family::Inet) => match self.context {
+                Some(NFPROTO_IPV4) => (NFT_REJECT_ICMP_UNREACH, 3),
+                Some(NFPROTO_IPV6) => (NFT_REJECT_ICMP_UNREACH, 4),
+                _ => (
+                    NFT_REJECT_ICMPX_UNREACH,
+                    NFT_REJECT_ICMPX_PORT_UNREACH as u8,
+                ),
+            },
+        };
+        self.out.exprs.push(Expr::Reject { kind, code });
+    }
+
+    fn matches(
+        &mut self,
+        stmt: &Stmt,
+        left: Selector,
+        mask: Option<u32>,
+        op: CmpOp,
+        right: &Value,
+    ) -> Result<(), LowerError> {
+        let r1 = put_register(1);
+        self.dependency(left);
+        // An explicit `meta nfproto` match pins the rule like nft's own dependency does.
+        if let (Selector::NfProto, CmpOp::Eq, Value::NfProto(p)) = (left, op, right) {
+            self.context = Some(*p);
+        }
+        let cmp = |data: Vec<u8>| Expr::Cmp {
+            sreg: r1,
+            op: cmp_op(op),
+            data,
+        };
+        // Address prefixes: byte-aligned ones load only the prefix bytes, others mask.
+        let prefix = match right {
+            Value::Ipv4Net(n) => Some((n.prefix_len() as u32, 4u32)),
+            Value::Ipv6Net(n) => Some((n.prefix_len() as u32, 16u32)),
+            _ => None,
+        };
+        if let Some((bits, full)) = prefix {
+            if addr_proto(left).is_none() {
+                return Err(Self::err(
+                    stmt,
+                    "a CIDR can only be matched against an address",
+                ));
+            }
+            let net = value_bytes(right);
+            if bits.is_multiple_of(8) {
+                let n = bits / 8;
+                self.out.exprs.push(load(left, n, 1));
+                self.out.exprs.push(cmp(net[..n as usize].to_vec()));
+            } else {
+                self.out.exprs.push(load(left, full, 1));
+                self.out.exprs.push(Expr::Bitwise {
+                    sreg: r1,
+                    dreg: r1,
+                    op: NFT_BITWISE_MASK_XOR,
+                    mask: prefix_mask(bits, full),
+                    xor: vec![0; full as usize],
+                });
+                self.out.exprs.push(cmp(net));
+            }
+            return Ok(());
+        }
+        let len = selector_len(left);
+        self.out.exprs.push(load(left, len, 1));
+        match (left, mask) {
+            // `ct state new`: any of the bits set.
+            (Selector::CtState, None) if op == CmpOp::Eq => {
+                self.out.exprs.push(Expr::Bitwise {
+                    sreg: r1,
+                    dreg: r1,
+                    op: NFT_BITWISE_MASK_XOR,
+                    mask: value_bytes(right),
+                    xor: vec![0; 4],
+                });
+                self.out.exprs.push(Expr::Cmp {
+                    sreg: r1,
+                    op: NFT_CMP_NEQ,
+                    data: vec![0; 4],
+                });
+            }
+            (_, Some(m)) => {
+                self.out.exprs.push(Expr::Bitwise {
+                    sreg: r1,
+                    dreg: r1,
+                    op: NFT_BITWISE_MASK_XOR,
+                    mask: m.to_ne_bytes().to_vec(),
+                    xor: vec![0; 4],
+                });
+                self.out.exprs.push(cmp(value_bytes(right)));
+            }
+            _ => self.out.exprs.push(cmp(value_bytes(right))),
+        }
+        Ok(())
+    }
+}
+
+const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 0x2;
+const NF_NAT_RANGE_PROTO_RANDOM_FULLY: u32 = 0x10;
+
+/// Lowers one rule's statements.
+pub fn lower_rule(
+    family: Family,
+    stmts: &[Stmt],
+    concat_intervals: &BTreeSet<&str>,
+) -> Result<Lowered, LowerError> {
+    let mut l = Lowerer {
+        family,
+        concat_intervals,
+        context: None,
+        out: Lowered::default(),
+    };
+    for (i, stmt) in stmts.iter().enumerate() {
+        // `reject with tcp reset` only makes sense for TCP: nft adds the match when missing.
+        if let Stmt::Reject(RejectKind::TcpReset) = stmt {
+            let has_tcp = stmts[..i].iter().any(|s| {
+                matches!(
+                    s,
+                    Stmt::Match {
+                        left: Selector::L4Proto,
+                        mask: None,
+                        op: CmpOp::Eq,
+                        right: Value::Proto(6)
+                    }
+                )
+            });
+            if !has_tcp {
+                let dep = Stmt::Match {
+                    left: Selector::L4Proto,
+                    mask: None,
+                    op: CmpOp::Eq,
+                    right: Value::Proto(6),
+                };
+                let mut deps = Lowerer {
+                    family,
+                    concat_intervals,
+                    context: None,
+                    out: Lowered::default(),
+                };
+                deps.stmt(&dep)?;
+                let mut exprs = deps.out.exprs;
+                exprs.append(&mut l.out.exprs);
+                l.out.exprs = exprs;
+            }
+        }
+        l.stmt(stmt)?;
+    }
+    Ok(l.out)
+}

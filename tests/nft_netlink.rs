@@ -1,0 +1,312 @@
+//! The netlink engine against the real kernel, in throw-away namespaces: what it applies is
+//! what `nft -f` makes of the rendered text, reads back identically, and fails atomically.
+
+use kubenft::netns::{Netns, can_create};
+use kubenft::nft::corpus::{corpus, creation_transaction};
+use kubenft::nft::inspect::{apply_script, list_table_json};
+use kubenft::nft::model::Table;
+use kubenft::nft::netlink::{ApplyError, Nftables, canonical};
+use kubenft::nft::render::render_table;
+use kubenft::nft::transaction::Transaction;
+
+fn root() -> bool {
+    if !can_create() {
+        eprintln!("skipped: network namespaces need root");
+        return false;
+    }
+    true
+}
+
+fn apply_in(ns: &Netns, tx: Transaction) -> Result<kubenft::nft::netlink::ApplyStats, String> {
+    ns.run(move || {
+        Nftables::open()
+            .map_err(|e| e.to_string())?
+            .apply(&tx)
+            .map_err(|e| e.to_string())
+    })
+    .unwrap()
+}
+
+fn dump_in(ns: &Netns, t: &Table) -> Option<Table> {
+    let (family, name) = (t.family, t.name.clone());
+    ns.run(move || Nftables::open().unwrap().dump_table(family, &name).unwrap())
+        .unwrap()
+}
+
+/// Compares two normalised listings item by item, so a failure names the object that differs.
+fn assert_same_listing(name: &str, a: &serde_json::Value, b: &serde_json::Value) {
+    let (xs, ys) = (
+        a["nftables"].as_array().unwrap(),
+        b["nftables"].as_array().unwrap(),
+    );
+    for (x, y) in xs.iter().zip(ys) {
+        assert_eq!(x, y, "{name}: netlink (left) vs nft -f (right)");
+    }
+    assert_eq!(xs.len(), ys.len(), "{name}: number of listed objects");
+}
+
+#[test]
+fn every_corpus_table_applied_by_netlink_lists_like_nft_f_of_its_rendering() {
+    if !root() {
+        return;
+    }
+    for (name, table) in corpus() {
+        let by_netlink = Netns::create("nlA").unwrap();
+        let by_nft = Netns::create("nlB").unwrap();
+        apply_in(&by_netlink, creation_transaction(&table))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        apply_script(&by_nft, &render_table(&table)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let a = list_table_json(&by_netlink, table.family, &table.name).unwrap();
+        let b = list_table_json(&by_nft, table.family, &table.name).unwrap();
+        assert_same_listing(name, &a, &b);
+    }
+}
+
+#[test]
+fn every_corpus_table_dumps_back_as_applied() {
+    if !root() {
+        return;
+    }
+    for (name, table) in corpus() {
+        let ns = Netns::create("nlRT").unwrap();
+        apply_in(&ns, creation_transaction(&table)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut got = dump_in(&ns, &table)
+            .expect("table exists")
+            .without_handles();
+        got.normalize();
+        let mut want = canonical(&table);
+        want.normalize();
+        if got != want {
+            for (c, chain) in &want.chains {
+                assert_eq!(got.chains.get(c), Some(chain), "{name}: chain {c}");
+            }
+            for (n, set) in &want.sets {
+                assert_eq!(got.sets.get(n), Some(set), "{name}: set {n}");
+            }
+            assert_eq!(got, want, "corpus table {name}: dump after netlink apply");
+        }
+    }
+}
+
+fn ip_table() -> Table {
+    corpus()
+        .into_iter()
+        .find(|(_, t)| t.family == kubenft::nft::model::Family::Ip)
+        .unwrap()
+        .1
+}
+
+#[test]
+fn a_rejected_operation_is_named_and_leaves_the_table_exactly_as_before() {
+    if !root() {
+        return;
+    }
+    use kubenft::nft::model::{Chain, Rule, Stmt, Verdict};
+    use kubenft::nft::transaction::Op;
+    let table = ip_table();
+    let ns = Netns::create("nlFail").unwrap();
+    apply_in(&ns, creation_transaction(&table)).unwrap();
+    let before = list_table_json(&ns, table.family, &table.name).unwrap();
+    let tref = table.table_ref();
+    let good = Op::AddChain {
+        table: tref.clone(),
+        chain: Chain {
+            name: "fresh".into(),
+            base: None,
+            comment: None,
+            rules: vec![],
+        },
+    };
+    let bad = Op::AddRule {
+        table: tref.clone(),
+        chain: "fresh".into(),
+        rule: Rule {
+            stmts: vec![Stmt::Verdict(Verdict::Jump("no-such-chain".into()))],
+            comment: None,
+            handle: None,
+        },
+    };
+    let tx = Transaction {
+        ops: vec![good.clone(), good, bad],
+        expected_generation: None,
+    };
+    let err = ns
+        .run(move || Nftables::open().unwrap().apply(&tx).unwrap_err())
+        .unwrap();
+    match &err {
+        ApplyError::Rejected {
+            op_index,
+            errno,
+            rendered,
+            ..
+        } => {
+            assert_eq!(*op_index, 2);
+            assert_eq!(errno.raw_os_error(), Some(libc::ENOENT));
+            assert!(rendered.contains("no-such-chain"), "{rendered}");
+        }
+        other => panic!("expected a rejected op, got {other}"),
+    }
+    assert!(err.to_string().contains("operation 2"), "{err}");
+    assert_eq!(
+        list_table_json(&ns, table.family, &table.name).unwrap(),
+        before
+    );
+}
+
+#[test]
+fn deleting_a_chain_a_map_still_jumps_to_is_explained_as_busy() {
+    if !root() {
+        return;
+    }
+    use kubenft::nft::transaction::Op;
+    let table = ip_table();
+    let target = table
+        .sets
+        .values()
+        .flat_map(|s| &s.elements)
+        .find_map(|e| e.referenced_chain().map(str::to_owned))
+        .expect("the corpus has a map element jumping to a chain");
+    let ns = Netns::create("nlBusy").unwrap();
+    apply_in(&ns, creation_transaction(&table)).unwrap();
+    let before = list_table_json(&ns, table.family, &table.name).unwrap();
+    let tref = table.table_ref();
+    let tx = Transaction {
+        ops: vec![
+            Op::FlushChain {
+                table: tref.clone(),
+                chain: target.clone(),
+            },
+            Op::DeleteChain {
+                table: tref,
+                chain: target,
+            },
+        ],
+        expected_generation: None,
+    };
+    let err = ns
+        .run(move || Nftables::open().unwrap().apply(&tx).unwrap_err())
+        .unwrap();
+    assert_eq!(err.errno(), Some(libc::EBUSY), "{err}");
+    assert!(err.to_string().contains("still referenced"), "{err}");
+    assert_eq!(
+        list_table_json(&ns, table.family, &table.name).unwrap(),
+        before
+    );
+}
+
+#[test]
+fn a_transaction_planned_against_a_stale_generation_is_refused() {
+    if !root() {
+        return;
+    }
+    let table = ip_table();
+    let ns = Netns::create("nlGen").unwrap();
+    let (result, listing_changed) = {
+        let t = table.clone();
+        ns.run(move || {
+            let mut nft = Nftables::open().unwrap();
+            let stale = nft.generation().unwrap();
+            // Someone else commits in between.
+            nft.apply(&creation_transaction(&t)).unwrap();
+            let mut tx = kubenft::sync::cleanup_transaction(&t.name);
+            tx.expected_generation = Some(stale);
+            let result = nft.apply(&tx).map(|_| ());
+            let still_there = nft.dump_table(t.family, &t.name).unwrap().is_some();
+            (result, still_there)
+        })
+        .unwrap()
+    };
+    let err = result.unwrap_err();
+    assert!(matches!(err, ApplyError::GenerationChanged { .. }), "{err}");
+    assert!(
+        listing_changed,
+        "the refused cleanup must not have deleted the table"
+    );
+}
+
+#[test]
+fn half_a_million_map_elements_apply_in_one_transaction() {
+    if !root() {
+        return;
+    }
+    use kubenft::nft::model::{DataType, Element, Set, Value, Verdict};
+    use kubenft::nft::transaction::Op;
+    use std::net::Ipv4Addr;
+    let mut table = Table {
+        family: kubenft::nft::model::Family::Ip,
+        name: "big".into(),
+        ..Table::default()
+    };
+    let elements: Vec<Element> = (0..500_000u32)
+        .map(|i| Element {
+            key: vec![
+                Value::Ipv4(Ipv4Addr::from(0x0a00_0000 + i / 2)),
+                Value::Proto(6),
+                Value::Port(80 + (i % 2) as u16),
+            ],
+            data: Some(Verdict::Drop),
+            comment: None,
+        })
+        .collect();
+    table.sets.insert(
+        "service-ips".into(),
+        Set {
+            name: "service-ips".into(),
+            key: vec![
+                DataType::Ipv4Addr,
+                DataType::InetProto,
+                DataType::InetService,
+            ],
+            data: Some(DataType::Verdict),
+            interval: false,
+            dynamic: false,
+            timeout: None,
+            comment: None,
+            elements,
+        },
+    );
+    let tx = creation_transaction(&table);
+    assert!(
+        tx.ops
+            .iter()
+            .any(|op| matches!(op, Op::AddElements { elements, .. } if elements.len() == 500_000))
+    );
+    let ns = Netns::create("nlBig").unwrap();
+    let stats = apply_in(&ns, tx).unwrap();
+    assert!(
+        stats.messages > 100,
+        "elements are split over many messages: {stats:?}"
+    );
+    let got = dump_in(&ns, &table).unwrap();
+    assert_eq!(got.sets["service-ips"].elements.len(), 500_000);
+}
+
+#[test]
+fn a_planned_diff_applied_by_netlink_turns_the_kernel_into_the_new_table() {
+    if !root() {
+        return;
+    }
+    let from = kubenft::nft::corpus::kube_like(50, 3);
+    let to = kubenft::nft::corpus::kube_like(40, 4);
+    let ns = Netns::create("nlDiff").unwrap();
+    apply_in(&ns, creation_transaction(&from)).unwrap();
+    let current = dump_in(&ns, &from).unwrap();
+    let ops = kubenft::nft::diff::plan(Some(&current), &canonical(&to));
+    assert!(!ops.is_empty());
+    apply_in(
+        &ns,
+        Transaction {
+            ops,
+            expected_generation: None,
+        },
+    )
+    .unwrap();
+    let mut got = dump_in(&ns, &to).unwrap().without_handles();
+    got.normalize();
+    let mut want = canonical(&to);
+    want.normalize();
+    assert_eq!(got, want);
+    // And planning again against the result finds nothing to do.
+    let again = kubenft::nft::diff::plan(Some(&dump_in(&ns, &to).unwrap()), &canonical(&to));
+    assert!(again.is_empty(), "{again:?}");
+}
