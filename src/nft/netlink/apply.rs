@@ -127,16 +127,19 @@ impl Nftables {
         if tx.ops.is_empty() {
             return Ok(ApplyStats::default());
         }
-        let (bytes, first_seq, owners, messages) =
-            encode_batch(tx, &mut self.sock, self.interval_sets.clone())?;
+        // Replies a previous, failed batch left queued must not be mistaken for ours.
+        let _stale = self.sock.batch_replies();
+        // Sequence numbers are reserved generously (an op can become several messages) and
+        // wrap harmlessly: replies are matched by exact value.
+        let first_seq = self.sock.next_seq(64 + 4 * tx.ops.len() as u32);
+        let (bytes, owners, messages) = encode_batch(tx, first_seq, self.interval_sets.clone())?;
         self.sock
             .set_buffers(bytes.len().saturating_mul(2).max(4 << 20))?;
         self.sock.send(&bytes).map_err(|e| match e {
             SocketError::Send { source, .. } => ApplyError::Batch(source),
             other => ApplyError::Socket(other),
         })?;
-        let last_seq = first_seq + messages as u32 - 1;
-        let last_op_seq = last_seq - 1;
+        let last_op_seq = first_seq.wrapping_add(messages as u32 - 2);
         // The kernel processes the batch inside `send`; read until the last message's ACK or
         // an error. An error on any message aborts the whole batch.
         loop {
@@ -178,11 +181,23 @@ impl Nftables {
 }
 
 /// The batch bytes, its first sequence number, seq → op index, and the message count.
-type Batch = (Vec<u8>, u32, BTreeMap<u32, usize>, usize);
+/// The batch bytes, seq → op index, and the message count.
+type Batch = (Vec<u8>, BTreeMap<u32, usize>, usize);
 
+/// Encodes `tx` as the batch `apply` would send, without sending it: its size, and the
+/// user-space share of an apply's cost (benchmarks and metrics).
+pub fn encode_only(tx: &Transaction) -> Result<ApplyStats, ApplyError> {
+    let (bytes, _, messages) = encode_batch(tx, 1, BTreeMap::new())?;
+    Ok(ApplyStats {
+        messages,
+        bytes: bytes.len(),
+    })
+}
+
+/// Encodes every operation; `first` is the sequence number of the batch-begin message.
 fn encode_batch(
     tx: &Transaction,
-    sock: &mut NetlinkSocket,
+    first: u32,
     interval_sets: BTreeMap<(TableRef, String), usize>,
 ) -> Result<Batch, ApplyError> {
     let mut encoder = Encoder::new(interval_sets);
@@ -196,7 +211,6 @@ fn encode_batch(
         msgs.extend(encoded.into_iter().map(|m| (op_index, m)));
     }
     let total = msgs.len() as u32 + 2;
-    let first = sock.next_seq(total);
     let mut out = Vec::new();
     let mut begin = AttrWriter::new();
     if let Some(generation) = tx.expected_generation {
@@ -213,7 +227,7 @@ fn encode_batch(
     let mut owners = BTreeMap::new();
     let n = msgs.len();
     for (i, (op_index, m)) in msgs.into_iter().enumerate() {
-        let seq = first + 1 + i as u32;
+        let seq = first.wrapping_add(1 + i as u32);
         owners.insert(seq, op_index);
         // Only the last message asks for an ACK: thousands of ACKs would overflow the socket.
         let ack = if i + 1 == n { NLM_F_ACK } else { 0 };
@@ -222,10 +236,10 @@ fn encode_batch(
     NfHeader {
         msg_type: NFNL_MSG_BATCH_END,
         flags: super::socket::NLM_F_REQUEST,
-        seq: first + total - 1,
+        seq: first.wrapping_add(total - 1),
         family: NFPROTO_UNSPEC,
         res_id: NFNL_SUBSYS_NFTABLES,
     }
     .encode(&[], &mut out);
-    Ok((out, first, owners, total as usize))
+    Ok((out, owners, total as usize))
 }
