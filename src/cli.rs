@@ -33,8 +33,12 @@ pub enum CliError {
         #[source]
         source: BoxError,
     },
-    #[error("{command}: this build does not include the planner and netlink layers yet")]
-    NotBuilt { command: &'static str },
+    #[error("reading table {table} back from the kernel: {source}")]
+    Dump {
+        table: String,
+        #[source]
+        source: BoxError,
+    },
 }
 
 /// The objects a build starts from.
@@ -98,25 +102,8 @@ pub fn add_local_addresses(config: &mut ProxyConfig) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Runs the validated subcommand.
-#[cfg(not(any()))]
-pub fn run(config: &Config) -> Result<(), CliError> {
-    // Until the merge enables the glue below, say so instead of pretending to work.
-    let command = match config.command {
-        crate::config::Command::Render => "render",
-        crate::config::Command::Sync { .. } => "sync",
-        crate::config::Command::Cleanup => "cleanup",
-    };
-    Err(CliError::NotBuilt { command })
-}
-
-// enabled at merge: depends on proxier/render/netlink
-// (delete the `#[cfg(not(any()))]` `run` above and the `#[cfg(any())]` below).
-#[cfg(any())]
 pub use glue::run;
 
-// enabled at merge: depends on proxier/render/netlink
-#[cfg(any())]
 mod glue {
     use std::io::Write;
 
@@ -140,7 +127,7 @@ mod glue {
             }
             Command::Sync { .. } => {
                 let tables = build_tables(config)?;
-                apply("sync", &crate::sync::full_sync_transaction(&tables))
+                sync_once(&config.proxy.table_name, &tables)
             }
             Command::Cleanup => apply(
                 "cleanup",
@@ -173,6 +160,66 @@ mod glue {
             );
         }
         Ok(crate::proxier::build(&state, &proxy))
+    }
+
+    /// Reads our tables back, plans the difference and applies it in one transaction guarded by
+    /// the generation it read; another program committing in between makes it read again.
+    fn sync_once(table_name: &str, desired: &[Table]) -> Result<(), CliError> {
+        use crate::nft::model::Family;
+        use crate::nft::netlink::{ApplyError, DumpError, canonical};
+        use crate::nft::transaction::TableRef;
+        use crate::sync::{Observed, reconcile_transaction};
+        let mut nft = Nftables::open().map_err(|e| CliError::Open(e.into()))?;
+        let desired: Vec<Table> = desired.iter().map(canonical).collect();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let generation = nft.generation().map_err(|e| CliError::Open(e.into()))?;
+            let mut observed = Vec::new();
+            for family in [Family::Ip, Family::Ip6] {
+                let tref = TableRef {
+                    family,
+                    name: table_name.to_string(),
+                };
+                let o = match nft.dump_table(family, table_name) {
+                    Ok(Some(t)) => Observed::Read(t),
+                    Ok(None) => Observed::Absent,
+                    Err(
+                        e @ (DumpError::Lift(_) | DumpError::Decode { .. } | DumpError::Set { .. }),
+                    ) => {
+                        tracing::warn!(table = table_name, error = %e, "cannot read our table back; replacing it");
+                        Observed::Unreadable
+                    }
+                    Err(e) => {
+                        return Err(CliError::Dump {
+                            table: table_name.to_string(),
+                            source: e.into(),
+                        });
+                    }
+                };
+                observed.push((tref, o));
+            }
+            let tx = reconcile_transaction(&observed, &desired, Some(generation));
+            match nft.apply(&tx) {
+                Ok(stats) => {
+                    tracing::info!(
+                        command = "sync",
+                        ops = tx.ops.len(),
+                        bytes = stats.bytes,
+                        "transaction applied"
+                    );
+                    return Ok(());
+                }
+                Err(ApplyError::GenerationChanged { .. }) if attempt < 3 => continue,
+                Err(e) => {
+                    return Err(CliError::Apply {
+                        command: "sync",
+                        ops: tx.ops.len(),
+                        source: e.into(),
+                    });
+                }
+            }
+        }
     }
 
     fn apply(command: &'static str, tx: &Transaction) -> Result<(), CliError> {

@@ -1,2 +1,428 @@
-//! The cluster as the proxy sees it: service ports, their endpoints and this node's facts,
-//! converted from Kubernetes objects and validated.
+//! The cluster as the proxy sees it: service ports with their endpoints, and this node's facts,
+//! converted from Kubernetes objects and validated. An invalid object is rejected with a reason
+//! and never affects another; headless and ExternalName Services are not proxied at all.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+/// Transport protocol of a service port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    pub fn parse(s: Option<&str>) -> Option<Protocol> {
+        match s.unwrap_or("TCP") {
+            "TCP" => Some(Protocol::Tcp),
+            "UDP" => Some(Protocol::Udp),
+            "SCTP" => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+
+    /// IP protocol number.
+    pub fn number(self) -> u8 {
+        match self {
+            Protocol::Tcp => 6,
+            Protocol::Udp => 17,
+            Protocol::Sctp => 132,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+}
+
+/// `namespace/name:port` plus protocol: the identity of one proxied port.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServicePortName {
+    pub namespace: String,
+    pub name: String,
+    /// The port's name ("" for an unnamed single port).
+    pub port: String,
+    pub protocol: Protocol,
+}
+
+impl std::fmt::Display for ServicePortName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}:{}", self.namespace, self.name, self.port)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TrafficPolicy {
+    #[default]
+    Cluster,
+    Local,
+}
+
+/// One port of one Service, with everything that decides a packet's fate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServicePort {
+    pub name: ServicePortName,
+    pub cluster_ips: Vec<IpAddr>,
+    pub port: u16,
+    pub node_port: Option<u16>,
+    pub external_ips: Vec<IpAddr>,
+    /// LoadBalancer ingress IPs that are proxied (`ipMode: Proxy` ones are left to the LB).
+    pub load_balancer_ips: Vec<IpAddr>,
+    pub source_ranges: Vec<IpNet>,
+    pub external_policy: TrafficPolicy,
+    pub internal_policy: TrafficPolicy,
+    /// ClientIP session affinity timeout in seconds.
+    pub affinity_timeout: Option<u32>,
+    pub health_check_node_port: Option<u16>,
+    /// `spec.trafficDistribution` (PreferClose, PreferSameZone, PreferSameNode).
+    pub traffic_distribution: Option<String>,
+}
+
+impl ServicePort {
+    /// True when traffic from outside the cluster reaches this port (NodePort, external or
+    /// load-balancer IPs).
+    pub fn has_external(&self) -> bool {
+        self.node_port.is_some()
+            || !self.external_ips.is_empty()
+            || !self.load_balancer_ips.is_empty()
+    }
+}
+
+/// One endpoint address of a service port.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Endpoint {
+    pub ip: IpAddr,
+    pub port: u16,
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+    pub node_name: Option<String>,
+    pub zone: Option<String>,
+    pub hint_zones: Vec<String>,
+    pub hint_nodes: Vec<String>,
+}
+
+/// Facts about this node.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeInfo {
+    pub name: String,
+    pub internal_ips: Vec<IpAddr>,
+    pub pod_cidrs: Vec<IpNet>,
+    pub zone: Option<String>,
+}
+
+/// An object (or part of one) that was not proxied, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    pub reason: String,
+}
+
+/// Everything the planner reads; ordered maps make the output deterministic.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClusterState {
+    pub services: BTreeMap<ServicePortName, ServicePort>,
+    pub endpoints: BTreeMap<ServicePortName, Vec<Endpoint>>,
+    pub node: Option<NodeInfo>,
+}
+
+fn parse_ip(s: &str) -> Option<IpAddr> {
+    s.parse().ok()
+}
+
+impl ClusterState {
+    /// Converts API objects; returns what was skipped and why.
+    pub fn from_objects(
+        services: &[Service],
+        slices: &[EndpointSlice],
+        node: Option<&Node>,
+    ) -> (ClusterState, Vec<Rejected>) {
+        let mut state = ClusterState::default();
+        let mut rejected = Vec::new();
+        for svc in services {
+            match service_ports(svc) {
+                Ok(ports) => {
+                    for p in ports {
+                        state.services.insert(p.name.clone(), p);
+                    }
+                }
+                Err(reason) => rejected.push(Rejected {
+                    kind: "Service",
+                    namespace: svc.metadata.namespace.clone().unwrap_or_default(),
+                    name: svc.metadata.name.clone().unwrap_or_default(),
+                    reason,
+                }),
+            }
+        }
+        for slice in slices {
+            if let Err(reason) = add_slice(&mut state, slice) {
+                rejected.push(Rejected {
+                    kind: "EndpointSlice",
+                    namespace: slice.metadata.namespace.clone().unwrap_or_default(),
+                    name: slice.metadata.name.clone().unwrap_or_default(),
+                    reason,
+                });
+            }
+        }
+        for eps in state.endpoints.values_mut() {
+            eps.sort();
+            eps.dedup_by(|a, b| a.ip == b.ip && a.port == b.port);
+        }
+        state.node = node.map(node_info);
+        (state, rejected)
+    }
+}
+
+fn service_ports(svc: &Service) -> Result<Vec<ServicePort>, String> {
+    let namespace = svc
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let name = svc.metadata.name.clone().ok_or("no metadata.name")?;
+    let Some(spec) = &svc.spec else {
+        return Ok(Vec::new());
+    };
+    if spec.type_.as_deref() == Some("ExternalName") {
+        return Ok(Vec::new());
+    }
+    let mut cluster_ips = Vec::new();
+    let listed: Vec<String> = match (&spec.cluster_ips, &spec.cluster_ip) {
+        (Some(ips), _) if !ips.is_empty() => ips.clone(),
+        (_, Some(ip)) => vec![ip.clone()],
+        _ => Vec::new(),
+    };
+    for ip in &listed {
+        if ip == "None" {
+            return Ok(Vec::new()); // headless
+        }
+        if ip.is_empty() {
+            continue;
+        }
+        cluster_ips.push(parse_ip(ip).ok_or_else(|| format!("invalid clusterIP {ip:?}"))?);
+    }
+    if cluster_ips.is_empty() {
+        return Err("no clusterIP allocated".into());
+    }
+    let mut external_ips = Vec::new();
+    for ip in spec.external_ips.iter().flatten() {
+        external_ips.push(parse_ip(ip).ok_or_else(|| format!("invalid externalIP {ip:?}"))?);
+    }
+    let mut load_balancer_ips = Vec::new();
+    if spec.type_.as_deref() == Some("LoadBalancer") {
+        let ingress = svc
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_ref());
+        for ing in ingress.into_iter().flatten() {
+            if ing.ip_mode.as_deref() == Some("Proxy") {
+                continue;
+            }
+            if let Some(ip) = &ing.ip {
+                load_balancer_ips
+                    .push(parse_ip(ip).ok_or_else(|| format!("invalid load balancer IP {ip:?}"))?);
+            }
+        }
+    }
+    let mut source_ranges = Vec::new();
+    for r in spec.load_balancer_source_ranges.iter().flatten() {
+        let r = r.trim();
+        let net: IpNet = r
+            .parse()
+            .or_else(|_| r.parse::<IpAddr>().map(IpNet::from))
+            .map_err(|_| format!("invalid loadBalancerSourceRange {r:?}"))?;
+        source_ranges.push(net.trunc());
+    }
+    let policy = |p: &Option<String>| {
+        if p.as_deref() == Some("Local") {
+            TrafficPolicy::Local
+        } else {
+            TrafficPolicy::Cluster
+        }
+    };
+    let external_policy = if matches!(
+        spec.type_.as_deref(),
+        Some("NodePort") | Some("LoadBalancer")
+    ) || !external_ips.is_empty()
+    {
+        policy(&spec.external_traffic_policy)
+    } else {
+        TrafficPolicy::Cluster
+    };
+    let affinity_timeout = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
+        spec.session_affinity_config
+            .as_ref()
+            .and_then(|c| c.client_ip.as_ref())
+            .and_then(|c| c.timeout_seconds)
+            .filter(|t| *t > 0)
+            .map_or(10800, |t| t as u32)
+    });
+    let mut out = Vec::new();
+    for p in spec.ports.iter().flatten() {
+        let protocol = Protocol::parse(p.protocol.as_deref())
+            .ok_or_else(|| format!("unknown protocol {:?}", p.protocol))?;
+        let port = u16::try_from(p.port)
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| format!("invalid port {}", p.port))?;
+        let node_port = match p.node_port {
+            None | Some(0) => None,
+            Some(n) => Some(u16::try_from(n).map_err(|_| format!("invalid nodePort {n}"))?),
+        };
+        let node_port = node_port.filter(|_| {
+            matches!(
+                spec.type_.as_deref(),
+                Some("NodePort") | Some("LoadBalancer")
+            )
+        });
+        out.push(ServicePort {
+            name: ServicePortName {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                port: p.name.clone().unwrap_or_default(),
+                protocol,
+            },
+            cluster_ips: cluster_ips.clone(),
+            port,
+            node_port,
+            external_ips: external_ips.clone(),
+            load_balancer_ips: load_balancer_ips.clone(),
+            source_ranges: source_ranges.clone(),
+            external_policy,
+            internal_policy: policy(&spec.internal_traffic_policy),
+            affinity_timeout,
+            health_check_node_port: spec
+                .health_check_node_port
+                .and_then(|p| u16::try_from(p).ok())
+                .filter(|p| *p != 0),
+            traffic_distribution: spec.traffic_distribution.clone(),
+        });
+    }
+    Ok(out)
+}
+
+fn add_slice(state: &mut ClusterState, slice: &EndpointSlice) -> Result<(), String> {
+    let namespace = slice
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let service = slice
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("kubernetes.io/service-name"))
+        .ok_or("no kubernetes.io/service-name label")?
+        .clone();
+    let v6 = match slice.address_type.as_str() {
+        "IPv4" => false,
+        "IPv6" => true,
+        _ => return Ok(()), // FQDN slices are not proxied
+    };
+    for port in slice.ports.iter().flatten() {
+        let Some(protocol) = Protocol::parse(port.protocol.as_deref()) else {
+            return Err(format!("unknown protocol {:?}", port.protocol));
+        };
+        let Some(number) = port
+            .port
+            .and_then(|p| u16::try_from(p).ok())
+            .filter(|p| *p != 0)
+        else {
+            continue; // a port the service doesn't resolve on these endpoints
+        };
+        let key = ServicePortName {
+            namespace: namespace.clone(),
+            name: service.clone(),
+            port: port.name.clone().unwrap_or_default(),
+            protocol,
+        };
+        let list = state.endpoints.entry(key).or_default();
+        for ep in &slice.endpoints {
+            let c = ep.conditions.as_ref();
+            let ready = c.and_then(|c| c.ready).unwrap_or(true);
+            let serving = c.and_then(|c| c.serving).unwrap_or(ready);
+            let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
+            let hints = ep.hints.as_ref();
+            // kube-proxy uses the first address of an endpoint.
+            let Some(ip) = ep.addresses.first().and_then(|a| parse_ip(a)) else {
+                return Err(format!(
+                    "invalid endpoint address {:?}",
+                    ep.addresses.first()
+                ));
+            };
+            if ip.is_ipv6() != v6 {
+                return Err(format!(
+                    "address {ip} does not match addressType {}",
+                    slice.address_type
+                ));
+            }
+            list.push(Endpoint {
+                ip,
+                port: number,
+                ready,
+                serving,
+                terminating,
+                node_name: ep.node_name.clone(),
+                zone: ep.zone.clone(),
+                hint_zones: hints
+                    .and_then(|h| h.for_zones.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .map(|z| z.name.clone())
+                    .collect(),
+                hint_nodes: hints
+                    .and_then(|h| h.for_nodes.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .map(|n| n.name.clone())
+                    .collect(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn node_info(node: &Node) -> NodeInfo {
+    let status = node.status.as_ref();
+    NodeInfo {
+        name: node.metadata.name.clone().unwrap_or_default(),
+        internal_ips: status
+            .and_then(|s| s.addresses.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|a| a.type_ == "InternalIP")
+            .filter_map(|a| parse_ip(&a.address))
+            .collect(),
+        pod_cidrs: node
+            .spec
+            .as_ref()
+            .and_then(|s| {
+                s.pod_cidrs
+                    .clone()
+                    .or_else(|| s.pod_cidr.clone().map(|c| vec![c]))
+            })
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.parse().ok())
+            .collect(),
+        zone: node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("topology.kubernetes.io/zone"))
+            .cloned(),
+    }
+}

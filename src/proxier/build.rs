@@ -1,0 +1,911 @@
+//! Builds the desired table of one IP family from the cluster state. Pure and deterministic:
+//! the same input gives the same table, byte for byte once rendered.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use super::config::{DetectLocal, NodePortAddresses, ProxyConfig};
+use super::endpoints::{cluster_endpoints, local_endpoints};
+use super::names::*;
+use crate::model::{ClusterState, Endpoint, ServicePort, TrafficPolicy};
+use crate::nft::model::*;
+
+/// The IP family a table serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpFamily {
+    V4,
+    V6,
+}
+
+impl IpFamily {
+    pub fn of(ip: &IpAddr) -> IpFamily {
+        if ip.is_ipv4() {
+            IpFamily::V4
+        } else {
+            IpFamily::V6
+        }
+    }
+    fn has(self, ip: &IpAddr) -> bool {
+        IpFamily::of(ip) == self
+    }
+    fn has_net(self, net: &IpNet) -> bool {
+        self.has(&net.addr())
+    }
+    fn saddr(self) -> Selector {
+        if self == IpFamily::V4 {
+            Selector::IpSaddr
+        } else {
+            Selector::Ip6Saddr
+        }
+    }
+    fn daddr(self) -> Selector {
+        if self == IpFamily::V4 {
+            Selector::IpDaddr
+        } else {
+            Selector::Ip6Daddr
+        }
+    }
+    fn addr_type(self) -> DataType {
+        if self == IpFamily::V4 {
+            DataType::Ipv4Addr
+        } else {
+            DataType::Ipv6Addr
+        }
+    }
+    fn table_family(self) -> Family {
+        if self == IpFamily::V4 {
+            Family::Ip
+        } else {
+            Family::Ip6
+        }
+    }
+}
+
+pub fn ip_value(ip: IpAddr) -> Value {
+    match ip {
+        IpAddr::V4(a) => Value::Ipv4(a),
+        IpAddr::V6(a) => Value::Ipv6(a),
+    }
+}
+
+pub fn net_value(net: IpNet) -> Value {
+    match net {
+        IpNet::V4(n) if n.prefix_len() == 32 => Value::Ipv4(n.addr()),
+        IpNet::V6(n) if n.prefix_len() == 128 => Value::Ipv6(n.addr()),
+        IpNet::V4(n) => Value::Ipv4Net(n),
+        IpNet::V6(n) => Value::Ipv6Net(n),
+    }
+}
+
+fn m(left: Selector, op: CmpOp, right: Value) -> Stmt {
+    Stmt::Match {
+        left,
+        mask: None,
+        op,
+        right,
+    }
+}
+
+fn jump(c: &str) -> Stmt {
+    Stmt::Verdict(Verdict::Jump(c.into()))
+}
+
+fn goto(c: &str) -> Stmt {
+    Stmt::Verdict(Verdict::Goto(c.into()))
+}
+
+fn ct_new() -> Stmt {
+    m(Selector::CtState, CmpOp::Eq, Value::CtState(CtState::NEW))
+}
+
+fn rule(stmts: Vec<Stmt>, comment: Option<String>) -> Rule {
+    Rule {
+        stmts,
+        comment,
+        handle: None,
+    }
+}
+
+fn map(name: &str, key: Vec<DataType>, verdicts: bool, comment: &str) -> Set {
+    Set {
+        name: name.into(),
+        key,
+        data: verdicts.then_some(DataType::Verdict),
+        interval: false,
+        dynamic: false,
+        timeout: None,
+        comment: Some(comment.into()),
+        elements: Vec::new(),
+    }
+}
+
+struct Builder<'a> {
+    fam: IpFamily,
+    config: &'a ProxyConfig,
+    state: &'a ClusterState,
+    table: Table,
+}
+
+impl Builder<'_> {
+    fn chain(
+        &mut self,
+        name: &str,
+        base: Option<(ChainType, Hook, i32)>,
+        comment: Option<&str>,
+        rules: Vec<Rule>,
+    ) {
+        let base = base.map(|(kind, hook, priority)| BaseChain {
+            kind,
+            hook,
+            priority,
+            policy: Policy::Accept,
+        });
+        self.table.chains.insert(
+            name.into(),
+            Chain {
+                name: name.into(),
+                base,
+                comment: comment.map(str::to_owned),
+                rules,
+            },
+        );
+    }
+
+    fn element(
+        &mut self,
+        set: &str,
+        key: Vec<Value>,
+        data: Option<Verdict>,
+        comment: Option<String>,
+    ) {
+        let s = self.table.sets.get_mut(set).expect("fixed sets exist");
+        s.elements.push(Element { key, data, comment });
+    }
+
+    /// Base chains, fixed regular chains and the shared sets and maps.
+    fn skeleton(&mut self) {
+        use ChainType::{Filter, Nat};
+        let f = self.fam;
+        let mark = self.config.masquerade_mark();
+        let key3 = vec![f.addr_type(), DataType::InetProto, DataType::InetService];
+        let key2 = vec![DataType::InetProto, DataType::InetService];
+        // (chain, type, hook, priority, jumps, why)
+        type BaseRow = (&'static str, ChainType, Hook, i32, &'static [&'static str], &'static str);
+        let base: [BaseRow; 8] = [
+            (
+                FILTER_PREROUTING_PRE_DNAT,
+                Filter,
+                Hook::Prerouting,
+                -110,
+                &[FIREWALL_CHECK],
+                "source ranges of load balancers, before DNAT rewrites the destination",
+            ),
+            (
+                FILTER_OUTPUT_PRE_DNAT,
+                Filter,
+                Hook::Output,
+                -110,
+                &[FIREWALL_CHECK],
+                "source ranges for traffic from this host",
+            ),
+            (
+                NAT_PREROUTING,
+                Nat,
+                Hook::Prerouting,
+                -100,
+                &[SERVICES],
+                "DNAT of traffic arriving at the node",
+            ),
+            (
+                NAT_OUTPUT,
+                Nat,
+                Hook::Output,
+                -100,
+                &[SERVICES],
+                "DNAT of traffic from this host",
+            ),
+            (
+                FILTER_FORWARD,
+                Filter,
+                Hook::Forward,
+                0,
+                &[SERVICE_ENDPOINTS_CHECK, CLUSTER_IPS_CHECK],
+                "services without endpoints, unused ClusterIP ports",
+            ),
+            (
+                FILTER_INPUT,
+                Filter,
+                Hook::Input,
+                0,
+                &[NODEPORT_ENDPOINTS_CHECK, SERVICE_ENDPOINTS_CHECK],
+                "NodePorts and services without endpoints",
+            ),
+            (
+                FILTER_OUTPUT,
+                Filter,
+                Hook::Output,
+                0,
+                &[SERVICE_ENDPOINTS_CHECK, CLUSTER_IPS_CHECK],
+                "services without endpoints, unused ClusterIP ports",
+            ),
+            (
+                NAT_POSTROUTING,
+                Nat,
+                Hook::Postrouting,
+                100,
+                &[MASQUERADING],
+                "masquerade what was marked for it",
+            ),
+        ];
+        for (name, kind, hook, prio, jumps, why) in base {
+            // Only new connections need checking: NAT and filter verdicts stick to the flow.
+            let rules = jumps
+                .iter()
+                .map(|j| {
+                    let mut s = if kind == Filter {
+                        vec![ct_new()]
+                    } else {
+                        vec![]
+                    };
+                    s.push(jump(j));
+                    rule(s, None)
+                })
+                .collect();
+            self.chain(name, Some((kind, hook, prio)), Some(why), rules);
+        }
+        self.chain(
+            MARK_FOR_MASQUERADE,
+            None,
+            None,
+            vec![rule(vec![Stmt::SetMark(MarkOp::Or(mark))], None)],
+        );
+        self.chain(
+            MASQUERADING,
+            None,
+            None,
+            vec![
+                rule(
+                    vec![
+                        Stmt::Match {
+                            left: Selector::Mark,
+                            mask: Some(mark),
+                            op: CmpOp::Eq,
+                            right: Value::Mark(0),
+                        },
+                        Stmt::Verdict(Verdict::Return),
+                    ],
+                    None,
+                ),
+                rule(vec![Stmt::SetMark(MarkOp::Xor(mark))], None),
+                rule(vec![Stmt::Masquerade { fully_random: true }], None),
+            ],
+        );
+        self.chain(
+            SERVICES,
+            None,
+            None,
+            vec![
+                rule(
+                    vec![Stmt::VMap {
+                        key: vec![f.daddr(), Selector::L4Proto, Selector::ThDport],
+                        map: MapRef::Named(SERVICE_IPS.into()),
+                    }],
+                    None,
+                ),
+                rule(
+                    vec![
+                        Stmt::Lookup {
+                            key: vec![f.daddr()],
+                            set: NODEPORT_IPS.into(),
+                            negate: false,
+                        },
+                        Stmt::VMap {
+                            key: vec![Selector::L4Proto, Selector::ThDport],
+                            map: MapRef::Named(SERVICE_NODEPORTS.into()),
+                        },
+                    ],
+                    None,
+                ),
+            ],
+        );
+        self.chain(
+            REJECT_CHAIN,
+            None,
+            Some("helper for services with no endpoints"),
+            vec![rule(vec![Stmt::Reject(RejectKind::Default)], None)],
+        );
+        self.chain(
+            SERVICE_ENDPOINTS_CHECK,
+            None,
+            None,
+            vec![rule(
+                vec![Stmt::VMap {
+                    key: vec![f.daddr(), Selector::L4Proto, Selector::ThDport],
+                    map: MapRef::Named(NO_ENDPOINT_SERVICES.into()),
+                }],
+                None,
+            )],
+        );
+        self.chain(
+            NODEPORT_ENDPOINTS_CHECK,
+            None,
+            None,
+            vec![rule(
+                vec![
+                    Stmt::Lookup {
+                        key: vec![f.daddr()],
+                        set: NODEPORT_IPS.into(),
+                        negate: false,
+                    },
+                    Stmt::VMap {
+                        key: vec![Selector::L4Proto, Selector::ThDport],
+                        map: MapRef::Named(NO_ENDPOINT_NODEPORTS.into()),
+                    },
+                ],
+                None,
+            )],
+        );
+        self.chain(
+            FIREWALL_CHECK,
+            None,
+            None,
+            vec![rule(
+                vec![Stmt::VMap {
+                    key: vec![f.daddr(), Selector::L4Proto, Selector::ThDport],
+                    map: MapRef::Named(FIREWALL_IPS.into()),
+                }],
+                None,
+            )],
+        );
+        let mut checks = vec![rule(
+            vec![
+                Stmt::Lookup {
+                    key: vec![f.daddr()],
+                    set: CLUSTER_IPS.into(),
+                    negate: false,
+                },
+                Stmt::Reject(RejectKind::Default),
+            ],
+            Some("reject traffic to an active ClusterIP on a port no service uses".into()),
+        )];
+        for cidr in self.config.service_cidrs.iter().filter(|c| f.has_net(c)) {
+            checks.push(rule(
+                vec![
+                    m(f.daddr(), CmpOp::Eq, net_value(*cidr)),
+                    Stmt::Verdict(Verdict::Drop),
+                ],
+                Some("drop traffic to unallocated ClusterIPs".into()),
+            ));
+        }
+        self.chain(CLUSTER_IPS_CHECK, None, None, checks);
+
+        let mut set = map(CLUSTER_IPS, vec![f.addr_type()], false, "active ClusterIPs");
+        set.data = None;
+        self.table.sets.insert(CLUSTER_IPS.into(), set);
+        self.table.sets.insert(
+            NODEPORT_IPS.into(),
+            map(
+                NODEPORT_IPS,
+                vec![f.addr_type()],
+                false,
+                "IPs that accept NodePort traffic",
+            ),
+        );
+        self.table.sets.insert(
+            SERVICE_IPS.into(),
+            map(
+                SERVICE_IPS,
+                key3.clone(),
+                true,
+                "ClusterIP, ExternalIP and LoadBalancer IP traffic",
+            ),
+        );
+        self.table.sets.insert(
+            SERVICE_NODEPORTS.into(),
+            map(SERVICE_NODEPORTS, key2.clone(), true, "NodePort traffic"),
+        );
+        self.table.sets.insert(
+            NO_ENDPOINT_SERVICES.into(),
+            map(
+                NO_ENDPOINT_SERVICES,
+                key3.clone(),
+                true,
+                "vmap to drop or reject packets to services with no endpoints",
+            ),
+        );
+        self.table.sets.insert(
+            NO_ENDPOINT_NODEPORTS.into(),
+            map(
+                NO_ENDPOINT_NODEPORTS,
+                key2,
+                true,
+                "vmap to drop or reject packets to service nodeports with no endpoints",
+            ),
+        );
+        self.table.sets.insert(
+            FIREWALL_IPS.into(),
+            map(
+                FIREWALL_IPS,
+                key3,
+                true,
+                "destinations that are subject to LoadBalancerSourceRanges",
+            ),
+        );
+    }
+
+    fn node_ips(&self) -> Vec<IpAddr> {
+        let from_config: Vec<IpAddr> = self
+            .config
+            .node_ips
+            .iter()
+            .copied()
+            .filter(|ip| self.fam.has(ip))
+            .collect();
+        if !from_config.is_empty() {
+            return from_config;
+        }
+        self.state
+            .node
+            .iter()
+            .flat_map(|n| &n.internal_ips)
+            .copied()
+            .filter(|ip| self.fam.has(ip))
+            .take(1)
+            .collect()
+    }
+
+    fn nodeport_ips(&self) -> Vec<IpAddr> {
+        let mut ips: Vec<IpAddr> = match &self.config.nodeport_addresses {
+            NodePortAddresses::Primary => self.node_ips(),
+            NodePortAddresses::Cidrs(cidrs) => self
+                .config
+                .local_addresses
+                .iter()
+                .copied()
+                .filter(|ip| self.fam.has(ip) && cidrs.iter().any(|c| c.contains(ip)))
+                .collect(),
+        };
+        ips.retain(|ip| !ip.is_loopback());
+        ips.sort();
+        ips.dedup();
+        ips
+    }
+
+    /// "Not from a local pod", as a match; None when local traffic cannot be told apart.
+    fn not_local(&self) -> Option<Stmt> {
+        let f = self.fam;
+        match &self.config.detect_local {
+            DetectLocal::ClusterCidr => self
+                .config
+                .cluster_cidrs
+                .iter()
+                .find(|c| f.has_net(c))
+                .map(|c| m(f.saddr(), CmpOp::Ne, net_value(*c))),
+            DetectLocal::NodeCidr => self
+                .state
+                .node
+                .as_ref()
+                .and_then(|n| n.pod_cidrs.iter().find(|c| f.has_net(c)))
+                .map(|c| m(f.saddr(), CmpOp::Ne, net_value(*c))),
+            DetectLocal::BridgeInterface(name) => {
+                Some(m(Selector::IifName, CmpOp::Ne, Value::IfName(name.clone())))
+            }
+            DetectLocal::InterfaceNamePrefix(prefix) => Some(m(
+                Selector::IifName,
+                CmpOp::Ne,
+                Value::IfName(format!("{prefix}*")),
+            )),
+        }
+    }
+
+    fn is_local(&self) -> Option<Stmt> {
+        self.not_local().map(|s| match s {
+            Stmt::Match {
+                left, mask, right, ..
+            } => Stmt::Match {
+                left,
+                mask,
+                op: CmpOp::Eq,
+                right,
+            },
+            other => other,
+        })
+    }
+
+    /// Endpoint chains (and affinity sets) for `eps`, then the dispatch statements.
+    fn dispatch(&mut self, sp: &ServicePort, eps: &[Endpoint]) -> Vec<Rule> {
+        let f = self.fam;
+        let mut rules = Vec::new();
+        let mut targets = Vec::new();
+        for ep in eps {
+            let chain = endpoint_chain(&sp.name, ep.ip, ep.port);
+            if sp.affinity_timeout.is_some() {
+                let set = affinity_set(&sp.name, ep.ip, ep.port);
+                rules.push(rule(
+                    vec![
+                        Stmt::Lookup {
+                            key: vec![f.saddr()],
+                            set: set.clone(),
+                            negate: false,
+                        },
+                        goto(&chain),
+                    ],
+                    None,
+                ));
+            }
+            targets.push(chain);
+        }
+        let pick = match targets.as_slice() {
+            [] => None,
+            // One endpoint needs no random choice (and no anonymous map: each one makes the
+            // kernel's loop checks slower for the whole table).
+            [only] => Some(goto(only)),
+            many => Some(Stmt::NumgenVMap {
+                modulus: many.len() as u32,
+                map: MapRef::Anonymous(
+                    many.iter()
+                        .enumerate()
+                        .map(|(i, c)| (vec![Value::Mark(i as u32)], Verdict::Goto(c.clone())))
+                        .collect(),
+                ),
+            }),
+        };
+        rules.extend(pick.map(|p| rule(vec![p], None)));
+        rules
+    }
+
+    fn endpoint_chains(&mut self, sp: &ServicePort, eps: &[Endpoint]) {
+        let f = self.fam;
+        for ep in eps {
+            let chain = endpoint_chain(&sp.name, ep.ip, ep.port);
+            if self.table.chains.contains_key(&chain) {
+                continue;
+            }
+            let mut rules = vec![rule(
+                vec![
+                    m(f.saddr(), CmpOp::Eq, ip_value(ep.ip)),
+                    jump(MARK_FOR_MASQUERADE),
+                ],
+                Some("hairpin: an endpoint reaching itself".into()),
+            )];
+            if let Some(timeout) = sp.affinity_timeout {
+                let set = affinity_set(&sp.name, ep.ip, ep.port);
+                self.table.sets.insert(
+                    set.clone(),
+                    Set {
+                        name: set.clone(),
+                        key: vec![f.addr_type()],
+                        data: None,
+                        interval: false,
+                        dynamic: true,
+                        timeout: Some(timeout),
+                        comment: Some(format!("ClientIP affinity for {}", sp.name)),
+                        elements: Vec::new(),
+                    },
+                );
+                rules.push(rule(
+                    vec![Stmt::Update {
+                        set,
+                        key: vec![f.saddr()],
+                    }],
+                    None,
+                ));
+            }
+            rules.push(rule(
+                vec![
+                    m(
+                        Selector::L4Proto,
+                        CmpOp::Eq,
+                        Value::Proto(sp.name.protocol.number()),
+                    ),
+                    Stmt::Dnat {
+                        addr: ep.ip,
+                        port: Some(ep.port),
+                    },
+                ],
+                None,
+            ));
+            self.chain(&chain, None, None, rules);
+        }
+    }
+
+    fn service(&mut self, sp: &ServicePort) {
+        let f = self.fam;
+        let cluster_ips: Vec<IpAddr> = sp
+            .cluster_ips
+            .iter()
+            .copied()
+            .filter(|ip| f.has(ip))
+            .collect();
+        if cluster_ips.is_empty() {
+            return; // a single-stack service of the other family
+        }
+        let all: Vec<Endpoint> = self
+            .state
+            .endpoints
+            .get(&sp.name)
+            .into_iter()
+            .flatten()
+            .filter(|e| f.has(&e.ip))
+            .cloned()
+            .collect();
+        let node = self.state.node.as_ref();
+        let hostname = self.config.hostname.as_str();
+        let cluster = cluster_endpoints(sp, &all, hostname, node.and_then(|n| n.zone.as_deref()));
+        let local = local_endpoints(&all, hostname);
+        let proto = Value::Proto(sp.name.protocol.number());
+        let port = Value::Port(sp.port);
+        let label = sp.name.to_string();
+        let svc_chain = service_chain(&sp.name);
+
+        for ip in &cluster_ips {
+            self.element(CLUSTER_IPS, vec![ip_value(*ip)], None, None);
+        }
+        // The cluster chain: masquerade off-cluster sources, then pick an endpoint.
+        if !cluster.is_empty() {
+            self.endpoint_chains(sp, &cluster);
+            let mut rules = Vec::new();
+            for ip in &cluster_ips {
+                let masq = if self.config.masquerade_all {
+                    Some(None)
+                } else {
+                    self.not_local().map(Some)
+                };
+                if let Some(cond) = masq {
+                    let mut s = vec![m(f.daddr(), CmpOp::Eq, ip_value(*ip))];
+                    s.extend(cond);
+                    s.push(jump(MARK_FOR_MASQUERADE));
+                    rules.push(rule(s, None));
+                }
+            }
+            rules.extend(self.dispatch(sp, &cluster));
+            self.chain(&svc_chain, None, Some(&label), rules);
+            for ip in &cluster_ips {
+                self.element(
+                    SERVICE_IPS,
+                    vec![ip_value(*ip), proto.clone(), port.clone()],
+                    Some(Verdict::Goto(svc_chain.clone())),
+                    Some(label.clone()),
+                );
+            }
+        } else {
+            // No endpoints this node may use: reject, unless endpoints exist but none is local
+            // under internalTrafficPolicy Local, which drops like kube-proxy.
+            let (verdict, why) = if sp.internal_policy == TrafficPolicy::Local && !all.is_empty() {
+                (Verdict::Drop, "has no local endpoints")
+            } else {
+                (Verdict::Goto(REJECT_CHAIN.into()), "has no endpoints")
+            };
+            for ip in &cluster_ips {
+                self.element(
+                    NO_ENDPOINT_SERVICES,
+                    vec![ip_value(*ip), proto.clone(), port.clone()],
+                    Some(verdict.clone()),
+                    Some(format!("{label} {why}")),
+                );
+            }
+        }
+
+        if !sp.has_external() {
+            return;
+        }
+        // External traffic: NodePorts, external IPs, load-balancer IPs.
+        let external_eps = if sp.external_policy == TrafficPolicy::Local {
+            &local
+        } else {
+            &cluster
+        };
+        let ext_chain = external_chain(&sp.name);
+        let external_ips: Vec<IpAddr> = sp
+            .external_ips
+            .iter()
+            .chain(&sp.load_balancer_ips)
+            .copied()
+            .filter(|ip| f.has(ip))
+            .collect();
+        let node_port_here = sp.node_port.filter(|_| !self.nodeport_ips().is_empty());
+        if external_eps.is_empty() {
+            let (verdict, why) =
+                if sp.external_policy == TrafficPolicy::Local && !cluster.is_empty() {
+                    (Verdict::Drop, "has no local endpoints")
+                } else {
+                    (Verdict::Goto(REJECT_CHAIN.into()), "has no endpoints")
+                };
+            for ip in &external_ips {
+                self.element(
+                    NO_ENDPOINT_SERVICES,
+                    vec![ip_value(*ip), proto.clone(), port.clone()],
+                    Some(verdict.clone()),
+                    Some(format!("{label} {why}")),
+                );
+            }
+            if let Some(np) = node_port_here {
+                self.element(
+                    NO_ENDPOINT_NODEPORTS,
+                    vec![proto.clone(), Value::Port(np)],
+                    Some(verdict),
+                    Some(format!("{label} {why}")),
+                );
+            }
+        } else {
+            let mut rules = Vec::new();
+            if sp.external_policy == TrafficPolicy::Cluster {
+                rules.push(rule(
+                    vec![jump(MARK_FOR_MASQUERADE)],
+                    Some("masquerade traffic from outside the cluster".into()),
+                ));
+                rules.push(rule(vec![goto(&svc_chain)], None));
+            } else {
+                // Pods and the node itself may use every endpoint; the node's own traffic is
+                // masqueraded so replies come back through it.
+                if let (Some(local_pod), false) = (self.is_local(), cluster.is_empty()) {
+                    rules.push(rule(
+                        vec![local_pod, goto(&svc_chain)],
+                        Some("short-circuit pod traffic".into()),
+                    ));
+                }
+                if !cluster.is_empty() {
+                    let host = m(
+                        Selector::FibSaddrType,
+                        CmpOp::Eq,
+                        Value::AddrType(AddrType::Local),
+                    );
+                    rules.push(rule(
+                        vec![host.clone(), jump(MARK_FOR_MASQUERADE)],
+                        Some("masquerade host traffic".into()),
+                    ));
+                    rules.push(rule(
+                        vec![host, goto(&svc_chain)],
+                        Some("short-circuit host traffic".into()),
+                    ));
+                }
+                self.endpoint_chains(sp, &local);
+                let local_chain = local_chain(&sp.name);
+                let dispatch = self.dispatch(sp, &local);
+                self.chain(&local_chain, None, Some(&label), dispatch);
+                rules.push(rule(vec![goto(&local_chain)], None));
+            }
+            self.chain(&ext_chain, None, Some(&label), rules);
+            for ip in &external_ips {
+                self.element(
+                    SERVICE_IPS,
+                    vec![ip_value(*ip), proto.clone(), port.clone()],
+                    Some(Verdict::Goto(ext_chain.clone())),
+                    Some(format!("{label} external IP")),
+                );
+            }
+            if let Some(np) = node_port_here {
+                self.element(
+                    SERVICE_NODEPORTS,
+                    vec![proto.clone(), Value::Port(np)],
+                    Some(Verdict::Goto(ext_chain.clone())),
+                    Some(label.clone()),
+                );
+            }
+        }
+
+        // LoadBalancerSourceRanges: only listed sources reach the load-balancer IPs.
+        let lb_ips: Vec<IpAddr> = sp
+            .load_balancer_ips
+            .iter()
+            .copied()
+            .filter(|ip| f.has(ip))
+            .collect();
+        if !sp.source_ranges.is_empty() && !lb_ips.is_empty() {
+            let fw = firewall_chain(&sp.name);
+            let ranges: Vec<IpNet> = sp
+                .source_ranges
+                .iter()
+                .copied()
+                .filter(|r| f.has_net(r))
+                .collect();
+            let mut rules: Vec<Rule> = ranges
+                .iter()
+                .map(|r| {
+                    rule(
+                        vec![
+                            m(f.saddr(), CmpOp::Eq, net_value(*r)),
+                            Stmt::Verdict(Verdict::Return),
+                        ],
+                        None,
+                    )
+                })
+                .collect();
+            // A node inside an allowed range may reach the LB through its own IPs (hairpin).
+            if self
+                .node_ips()
+                .iter()
+                .any(|ip| ranges.iter().any(|r| r.contains(ip)))
+            {
+                for ip in &lb_ips {
+                    rules.push(rule(
+                        vec![
+                            m(f.saddr(), CmpOp::Eq, ip_value(*ip)),
+                            Stmt::Verdict(Verdict::Return),
+                        ],
+                        None,
+                    ));
+                }
+            }
+            rules.push(rule(
+                vec![Stmt::Verdict(Verdict::Drop)],
+                Some("source not in loadBalancerSourceRanges".into()),
+            ));
+            self.chain(&fw, None, Some(&label), rules);
+            for ip in &lb_ips {
+                self.element(
+                    FIREWALL_IPS,
+                    vec![ip_value(*ip), proto.clone(), port.clone()],
+                    Some(Verdict::Goto(fw.clone())),
+                    Some(label.clone()),
+                );
+            }
+        }
+    }
+}
+
+/// The table of one family.
+pub fn build_family(state: &ClusterState, config: &ProxyConfig, fam: IpFamily) -> Table {
+    let table = Table {
+        family: fam.table_family(),
+        name: config.table_name.clone(),
+        comment: Some("rules for kubenft, the Kubernetes service proxy".into()),
+        ..Table::default()
+    };
+    let mut b = Builder {
+        fam,
+        config,
+        state,
+        table,
+    };
+    b.skeleton();
+    for ip in b.nodeport_ips() {
+        b.element(NODEPORT_IPS, vec![ip_value(ip)], None, None);
+    }
+    for sp in state.services.values() {
+        b.service(sp);
+    }
+    let mut t = b.table;
+    for s in t.sets.values_mut() {
+        // Two services can share an external IP and port only by mistake; keep the first.
+        let mut seen = BTreeMap::new();
+        s.elements
+            .retain(|e| seen.insert(e.key.clone(), ()).is_none());
+    }
+    t.normalize();
+    t
+}
+
+/// Which families to build: those with a node IP, else those of the configured CIDRs, else v4.
+pub fn families(state: &ClusterState, config: &ProxyConfig) -> Vec<IpFamily> {
+    let mut ips: Vec<IpAddr> = config.node_ips.clone();
+    if ips.is_empty() {
+        ips.extend(
+            state
+                .node
+                .iter()
+                .flat_map(|n| n.internal_ips.iter().copied()),
+        );
+    }
+    if ips.is_empty() {
+        ips.extend(
+            config
+                .cluster_cidrs
+                .iter()
+                .chain(&config.service_cidrs)
+                .map(|c| c.addr()),
+        );
+    }
+    let mut out = Vec::new();
+    for f in [IpFamily::V4, IpFamily::V6] {
+        if ips.iter().any(|ip| f.has(ip)) {
+            out.push(f);
+        }
+    }
+    if out.is_empty() {
+        out.push(IpFamily::V4);
+    }
+    out
+}

@@ -1,0 +1,146 @@
+//! Names in the ruleset. Fixed names live in one block; per-service names are
+//! `<prefix>-<HASH>-<ns>/<name>/<proto>/<port>` as in kube-proxy's nftables mode: the readable
+//! suffix tells operators what a chain is for, and the 8-character hash of that suffix keeps
+//! names unique even where sanitising (IPv6 colons become dots) makes two suffixes alike.
+//! Budget: namespace and name ≤ 63, port name ≤ 15, an IPv6 endpoint ≤ 45: well under nft's 256.
+
+use sha2::{Digest, Sha256};
+
+use crate::model::ServicePortName;
+
+// Base chains (one per hook/priority we need) and the regular chains they jump to.
+pub const FILTER_PREROUTING_PRE_DNAT: &str = "filter-prerouting-pre-dnat";
+pub const FILTER_OUTPUT_PRE_DNAT: &str = "filter-output-pre-dnat";
+pub const NAT_PREROUTING: &str = "nat-prerouting";
+pub const NAT_OUTPUT: &str = "nat-output";
+pub const FILTER_FORWARD: &str = "filter-forward";
+pub const FILTER_INPUT: &str = "filter-input";
+pub const FILTER_OUTPUT: &str = "filter-output";
+pub const NAT_POSTROUTING: &str = "nat-postrouting";
+/// Dispatches by destination to service chains.
+pub const SERVICES: &str = "services";
+/// Sets the masquerade bit of the packet mark.
+pub const MARK_FOR_MASQUERADE: &str = "mark-for-masquerade";
+/// Masquerades packets carrying the bit (and clears it).
+pub const MASQUERADING: &str = "masquerading";
+/// `reject` cannot be a map verdict, so maps `goto` this chain.
+pub const REJECT_CHAIN: &str = "reject-chain";
+pub const FIREWALL_CHECK: &str = "firewall-check";
+pub const SERVICE_ENDPOINTS_CHECK: &str = "service-endpoints-check";
+pub const NODEPORT_ENDPOINTS_CHECK: &str = "nodeport-endpoints-check";
+pub const CLUSTER_IPS_CHECK: &str = "cluster-ips-check";
+
+// Sets and maps.
+pub const CLUSTER_IPS: &str = "cluster-ips";
+pub const NODEPORT_IPS: &str = "nodeport-ips";
+pub const SERVICE_IPS: &str = "service-ips";
+pub const SERVICE_NODEPORTS: &str = "service-nodeports";
+pub const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
+pub const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
+pub const FIREWALL_IPS: &str = "firewall-ips";
+
+/// Short stable hash: the first 8 base32 characters of SHA-256.
+pub fn hash(s: &str) -> String {
+    const ALPHABET: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+    let digest = Sha256::digest(s.as_bytes());
+    let mut bits: u64 = 0;
+    for b in &digest[..5] {
+        bits = (bits << 8) | u64::from(*b);
+    }
+    (0..8)
+        .map(|i| ALPHABET[((bits >> (35 - 5 * i)) & 31) as usize] as char)
+        .collect()
+}
+
+/// `ns/name/proto/port` with characters nft identifiers cannot hold replaced.
+fn suffix(sp: &ServicePortName) -> String {
+    let port = if sp.port.is_empty() { "-" } else { &sp.port };
+    sanitize(&format!(
+        "{}/{}/{}/{}",
+        sp.namespace,
+        sp.name,
+        sp.protocol.as_str(),
+        port
+    ))
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '/' | '-' | '_' | '.') {
+                c
+            } else {
+                '.'
+            }
+        })
+        .collect()
+}
+
+fn named(prefix: &str, readable: &str) -> String {
+    format!("{prefix}-{}-{readable}", hash(readable))
+}
+
+/// Chain choosing among the service port's cluster endpoints.
+pub fn service_chain(sp: &ServicePortName) -> String {
+    named("service", &suffix(sp))
+}
+
+/// Chain choosing among the node-local endpoints (externalTrafficPolicy Local).
+pub fn local_chain(sp: &ServicePortName) -> String {
+    named("local", &suffix(sp))
+}
+
+/// Entry for NodePort, external-IP and load-balancer traffic.
+pub fn external_chain(sp: &ServicePortName) -> String {
+    named("external", &suffix(sp))
+}
+
+/// LoadBalancerSourceRanges check.
+pub fn firewall_chain(sp: &ServicePortName) -> String {
+    named("firewall", &suffix(sp))
+}
+
+fn endpoint_suffix(sp: &ServicePortName, ip: std::net::IpAddr, port: u16) -> String {
+    format!("{}__{}/{port}", suffix(sp), sanitize(&ip.to_string()))
+}
+
+/// Chain that DNATs to one endpoint.
+pub fn endpoint_chain(sp: &ServicePortName, ip: std::net::IpAddr, port: u16) -> String {
+    named("endpoint", &endpoint_suffix(sp, ip, port))
+}
+
+/// ClientIP affinity set of one endpoint.
+pub fn affinity_set(sp: &ServicePortName, ip: std::net::IpAddr, port: u16) -> String {
+    named("affinity", &endpoint_suffix(sp, ip, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Protocol;
+
+    #[test]
+    fn names_are_readable_stable_and_valid_nft_identifiers() {
+        let sp = ServicePortName {
+            namespace: "ns".into(),
+            name: "web".into(),
+            port: "http".into(),
+            protocol: Protocol::Tcp,
+        };
+        let a = endpoint_chain(&sp, "fd00::1".parse().unwrap(), 8080);
+        assert_eq!(a, endpoint_chain(&sp, "fd00::1".parse().unwrap(), 8080));
+        assert!(
+            a.starts_with("endpoint-") && a.ends_with("-ns/web/tcp/http__fd00..1/8080"),
+            "{a}"
+        );
+        assert!(crate::nft::render::is_nft_identifier(&a));
+        assert_ne!(
+            service_chain(&sp),
+            service_chain(&ServicePortName {
+                protocol: Protocol::Udp,
+                ..sp.clone()
+            })
+        );
+        assert_eq!(hash("x").len(), 8);
+    }
+}
