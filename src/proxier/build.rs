@@ -172,7 +172,14 @@ impl Builder<'_> {
         let key3 = vec![f.addr_type(), DataType::InetProto, DataType::InetService];
         let key2 = vec![DataType::InetProto, DataType::InetService];
         // (chain, type, hook, priority, jumps, why)
-        type BaseRow = (&'static str, ChainType, Hook, i32, &'static [&'static str], &'static str);
+        type BaseRow = (
+            &'static str,
+            ChainType,
+            Hook,
+            i32,
+            &'static [&'static str],
+            &'static str,
+        );
         let base: [BaseRow; 8] = [
             (
                 FILTER_PREROUTING_PRE_DNAT,

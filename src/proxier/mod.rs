@@ -18,3 +18,6 @@ pub fn build(state: &ClusterState, config: &ProxyConfig) -> Vec<Table> {
         .map(|f| build_family(state, config, f))
         .collect()
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,341 @@
+//! The planner's decisions, asserted on the table values it builds for small clusters.
+
+use super::*;
+use crate::model::ClusterState;
+use crate::nft::model::{Family, MapRef, Set, Stmt, Table, Value, Verdict};
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+const NODE: &str = "
+metadata: {name: node-a, labels: {topology.kubernetes.io/zone: zone-a}}
+spec: {podCIDRs: [10.244.0.0/24, 'fd00:244::/64']}
+status: {addresses: [{type: InternalIP, address: 10.0.0.10}, {type: InternalIP, address: 'fd00:10::10'}]}
+";
+
+fn service(yaml: &str) -> Service {
+    serde_yaml::from_str(yaml).unwrap()
+}
+
+fn slice(service: &str, family: &str, port: u16, endpoints: &str) -> EndpointSlice {
+    serde_yaml::from_str(&format!(
+        "metadata: {{name: {service}-x, namespace: default, labels: {{kubernetes.io/service-name: {service}}}}}
+addressType: {family}
+ports: [{{name: http, port: {port}, protocol: TCP}}]
+endpoints: {endpoints}"
+    ))
+    .unwrap()
+}
+
+fn config() -> ProxyConfig {
+    ProxyConfig {
+        hostname: "node-a".into(),
+        cluster_cidrs: vec![
+            "10.244.0.0/16".parse().unwrap(),
+            "fd00:244::/48".parse().unwrap(),
+        ],
+        service_cidrs: vec!["10.96.0.0/16".parse().unwrap()],
+        ..ProxyConfig::default()
+    }
+}
+
+fn plan(services: &[Service], slices: &[EndpointSlice], config: &ProxyConfig) -> Vec<Table> {
+    let node: Node = serde_yaml::from_str(NODE).unwrap();
+    let (state, rejected) = ClusterState::from_objects(services, slices, Some(&node));
+    assert!(rejected.is_empty(), "{rejected:?}");
+    build(&state, config)
+}
+
+fn v4(tables: &[Table]) -> &Table {
+    tables.iter().find(|t| t.family == Family::Ip).unwrap()
+}
+
+fn verdict_for(set: &Set, key_prefix: &Value) -> Option<Verdict> {
+    set.elements
+        .iter()
+        .find(|e| e.key.first() == Some(key_prefix))
+        .and_then(|e| e.data.clone())
+}
+
+const WEB: &str = "
+metadata: {name: web, namespace: default}
+spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80, protocol: TCP}]}
+";
+
+const TWO_READY: &str = "[{addresses: [10.244.0.11], nodeName: node-a, conditions: {ready: true}}, {addresses: [10.244.1.12], nodeName: node-b, conditions: {ready: true}}]";
+
+fn ip(s: &str) -> Value {
+    Value::Ipv4(s.parse().unwrap())
+}
+
+#[test]
+fn a_cluster_ip_with_two_ready_endpoints_dispatches_by_numgen_over_both() {
+    let t = plan(
+        &[service(WEB)],
+        &[slice("web", "IPv4", 8080, TWO_READY)],
+        &config(),
+    );
+    let t = v4(&t);
+    let Some(Verdict::Goto(chain)) = verdict_for(&t.sets["service-ips"], &ip("10.96.0.10")) else {
+        panic!("no service-ips entry")
+    };
+    let rules = &t.chains[&chain].rules;
+    let pick = rules.iter().flat_map(|r| &r.stmts).find_map(|s| match s {
+        Stmt::NumgenVMap {
+            modulus,
+            map: MapRef::Anonymous(m),
+        } => Some((*modulus, m.len())),
+        _ => None,
+    });
+    assert_eq!(pick, Some((2, 2)));
+    assert!(
+        t.sets["cluster-ips"]
+            .elements
+            .iter()
+            .any(|e| e.key == vec![ip("10.96.0.10")])
+    );
+}
+
+#[test]
+fn a_service_without_endpoints_is_rejected_not_dispatched() {
+    let t = plan(&[service(WEB)], &[], &config());
+    let t = v4(&t);
+    assert_eq!(verdict_for(&t.sets["service-ips"], &ip("10.96.0.10")), None);
+    assert_eq!(
+        verdict_for(&t.sets["no-endpoint-services"], &ip("10.96.0.10")),
+        Some(Verdict::Goto("reject-chain".into()))
+    );
+}
+
+#[test]
+fn terminating_endpoints_serve_only_when_none_is_ready() {
+    let eps = "[{addresses: [10.244.0.11], conditions: {ready: false, serving: true, terminating: true}}, {addresses: [10.244.0.12], conditions: {ready: false, serving: false, terminating: true}}]";
+    let t = plan(
+        &[service(WEB)],
+        &[slice("web", "IPv4", 8080, eps)],
+        &config(),
+    );
+    let t = v4(&t);
+    let endpoints: Vec<&String> = t
+        .chains
+        .keys()
+        .filter(|c| c.starts_with("endpoint-"))
+        .collect();
+    assert_eq!(endpoints.len(), 1, "{endpoints:?}");
+    assert!(endpoints[0].contains("10.244.0.11"));
+}
+
+#[test]
+fn external_traffic_policy_local_without_local_endpoints_drops_node_port_traffic() {
+    let svc = service(
+        "
+metadata: {name: web, namespace: default}
+spec: {type: NodePort, clusterIP: 10.96.0.10, externalTrafficPolicy: Local, ports: [{name: http, port: 80, nodePort: 30080, protocol: TCP}]}
+",
+    );
+    let remote_only = "[{addresses: [10.244.1.12], nodeName: node-b, conditions: {ready: true}}]";
+    let t = plan(
+        &[svc],
+        &[slice("web", "IPv4", 8080, remote_only)],
+        &config(),
+    );
+    let t = v4(&t);
+    assert_eq!(
+        verdict_for(&t.sets["no-endpoint-nodeports"], &Value::Proto(6)),
+        Some(Verdict::Drop)
+    );
+    assert!(t.sets["service-nodeports"].elements.is_empty());
+    // Cluster traffic still reaches the remote endpoint.
+    assert!(verdict_for(&t.sets["service-ips"], &ip("10.96.0.10")).is_some());
+    assert!(
+        t.sets["nodeport-ips"]
+            .elements
+            .iter()
+            .any(|e| e.key == vec![ip("10.0.0.10")])
+    );
+}
+
+#[test]
+fn internal_traffic_policy_local_without_local_endpoints_drops() {
+    let svc = service(
+        "
+metadata: {name: web, namespace: default}
+spec: {clusterIP: 10.96.0.10, internalTrafficPolicy: Local, ports: [{name: http, port: 80, protocol: TCP}]}
+",
+    );
+    let remote_only = "[{addresses: [10.244.1.12], nodeName: node-b, conditions: {ready: true}}]";
+    let t = plan(
+        &[svc],
+        &[slice("web", "IPv4", 8080, remote_only)],
+        &config(),
+    );
+    assert_eq!(
+        verdict_for(&v4(&t).sets["no-endpoint-services"], &ip("10.96.0.10")),
+        Some(Verdict::Drop)
+    );
+}
+
+#[test]
+fn client_ip_affinity_keeps_a_dynamic_timeout_set_per_endpoint() {
+    let svc = service(
+        "
+metadata: {name: web, namespace: default}
+spec: {clusterIP: 10.96.0.10, sessionAffinity: ClientIP, ports: [{name: http, port: 80, protocol: TCP}]}
+",
+    );
+    let t = plan(&[svc], &[slice("web", "IPv4", 8080, TWO_READY)], &config());
+    let t = v4(&t);
+    let affinity: Vec<&Set> = t
+        .sets
+        .values()
+        .filter(|s| s.name.starts_with("affinity-"))
+        .collect();
+    assert_eq!(affinity.len(), 2);
+    assert!(
+        affinity
+            .iter()
+            .all(|s| s.dynamic && s.timeout == Some(10800))
+    );
+    let updates = t
+        .chains
+        .values()
+        .flat_map(|c| &c.rules)
+        .flat_map(|r| &r.stmts)
+        .filter(|s| matches!(s, Stmt::Update { .. }))
+        .count();
+    assert_eq!(updates, 2);
+}
+
+#[test]
+fn load_balancer_source_ranges_gate_the_lb_ip_before_dnat() {
+    let svc = service(
+        "
+metadata: {name: web, namespace: default}
+spec: {type: LoadBalancer, clusterIP: 10.96.0.10, loadBalancerSourceRanges: [203.0.113.0/24], ports: [{name: http, port: 80, nodePort: 30080, protocol: TCP}]}
+status: {loadBalancer: {ingress: [{ip: 192.0.2.10}]}}
+",
+    );
+    let t = plan(&[svc], &[slice("web", "IPv4", 8080, TWO_READY)], &config());
+    let t = v4(&t);
+    let Some(Verdict::Goto(fw)) = verdict_for(&t.sets["firewall-ips"], &ip("192.0.2.10")) else {
+        panic!("no firewall entry")
+    };
+    let last = t.chains[&fw].rules.last().unwrap();
+    assert_eq!(last.stmts, vec![Stmt::Verdict(Verdict::Drop)]);
+    assert!(
+        verdict_for(&t.sets["firewall-ips"], &ip("10.96.0.10")).is_none(),
+        "ClusterIPs are not subject to source ranges"
+    );
+}
+
+#[test]
+fn a_dual_stack_service_gets_an_entry_in_each_family_table() {
+    let svc = service(
+        "
+metadata: {name: web, namespace: default}
+spec: {clusterIP: 10.96.0.10, clusterIPs: [10.96.0.10, 'fd00:96::10'], ports: [{name: http, port: 80, protocol: TCP}]}
+",
+    );
+    let v6eps = "[{addresses: ['fd00:244::11'], nodeName: node-a, conditions: {ready: true}}]";
+    let tables = plan(
+        &[svc],
+        &[
+            slice("web", "IPv4", 8080, TWO_READY),
+            slice("web6", "IPv6", 8080, v6eps),
+        ],
+        &config(),
+    );
+    assert_eq!(tables.len(), 2);
+    let t6 = tables.iter().find(|t| t.family == Family::Ip6).unwrap();
+    let v6ip = Value::Ipv6("fd00:96::10".parse().unwrap());
+    assert!(
+        verdict_for(&t6.sets["service-ips"], &v6ip).is_some()
+            || verdict_for(&t6.sets["no-endpoint-services"], &v6ip).is_some()
+    );
+}
+
+#[test]
+fn a_malformed_service_is_rejected_and_the_others_still_planned() {
+    let bad = service(
+        "metadata: {name: bad, namespace: default}\nspec: {clusterIP: not-an-ip, ports: [{port: 80}]}",
+    );
+    let node: Node = serde_yaml::from_str(NODE).unwrap();
+    let (state, rejected) = ClusterState::from_objects(
+        &[bad, service(WEB)],
+        &[slice("web", "IPv4", 8080, TWO_READY)],
+        Some(&node),
+    );
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0].name, "bad");
+    assert!(rejected[0].reason.contains("not-an-ip"));
+    let t = build(&state, &config());
+    assert!(verdict_for(&v4(&t).sets["service-ips"], &ip("10.96.0.10")).is_some());
+}
+
+#[test]
+fn headless_services_are_not_proxied() {
+    let headless = service(
+        "metadata: {name: h, namespace: default}\nspec: {clusterIP: None, ports: [{port: 80}]}",
+    );
+    let node: Node = serde_yaml::from_str(NODE).unwrap();
+    let (state, rejected) = ClusterState::from_objects(&[headless], &[], Some(&node));
+    assert!(rejected.is_empty() && state.services.is_empty());
+}
+
+#[test]
+fn nodeports_never_listen_on_loopback_even_inside_the_configured_cidrs() {
+    let mut c = config();
+    c.nodeport_addresses = NodePortAddresses::Cidrs(vec!["0.0.0.0/0".parse().unwrap()]);
+    c.local_addresses = vec![
+        "127.0.0.1".parse().unwrap(),
+        "10.0.0.10".parse().unwrap(),
+        "192.168.5.1".parse().unwrap(),
+    ];
+    let t = plan(&[service(WEB)], &[], &c);
+    let ips: Vec<&Vec<Value>> = v4(&t).sets["nodeport-ips"]
+        .elements
+        .iter()
+        .map(|e| &e.key)
+        .collect();
+    assert_eq!(ips, vec![&vec![ip("10.0.0.10")], &vec![ip("192.168.5.1")]]);
+}
+
+#[test]
+fn masquerade_all_marks_every_cluster_ip_connection() {
+    let mut c = config();
+    c.masquerade_all = true;
+    let t = plan(
+        &[service(WEB)],
+        &[slice("web", "IPv4", 8080, TWO_READY)],
+        &c,
+    );
+    let t = v4(&t);
+    let Some(Verdict::Goto(chain)) = verdict_for(&t.sets["service-ips"], &ip("10.96.0.10")) else {
+        panic!()
+    };
+    let first = &t.chains[&chain].rules[0].stmts;
+    assert_eq!(
+        first.len(),
+        2,
+        "only the destination match, no source condition: {first:?}"
+    );
+}
+
+#[test]
+fn the_same_input_renders_byte_for_byte_the_same() {
+    let a = plan(
+        &[service(WEB)],
+        &[slice("web", "IPv4", 8080, TWO_READY)],
+        &config(),
+    );
+    let b = plan(
+        &[service(WEB)],
+        &[slice("web", "IPv4", 8080, TWO_READY)],
+        &config(),
+    );
+    let text = |t: &[Table]| {
+        t.iter()
+            .map(crate::nft::render::render_table)
+            .collect::<String>()
+    };
+    assert_eq!(text(&a), text(&b));
+}
