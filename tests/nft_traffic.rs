@@ -3,12 +3,11 @@
 //! chain, `numgen random mod 2` picks an endpoint, `dnat` rewrites, and the 0x4000 mark decides
 //! whether the node masquerades — exactly the mechanics kubenft's ruleset relies on.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::net::IpAddr;
 
+mod common;
+
+use common::{link, request, serve, sh};
 use kubenft::netns::{Netns, can_create};
 use kubenft::nft::corpus::creation_transaction;
 use kubenft::nft::model::*;
@@ -147,71 +146,6 @@ fn ruleset() -> Table {
         },
     );
     t
-}
-
-fn sh(ns: &Netns, cmd: &str) {
-    let args: Vec<&str> = cmd.split_whitespace().collect();
-    ns.exec(&args)
-        .unwrap_or_else(|e| panic!("{}: {cmd}: {e}", ns.name()));
-}
-
-/// Moves one end of a new veth pair into `b`; names stay under IFNAMSIZ.
-fn link(a: &Netns, a_if: &str, b: &Netns, b_if: &str) {
-    sh(a, &format!("ip link add {a_if} type veth peer name {b_if}"));
-    sh(a, &format!("ip link set {b_if} netns {}", b.name()));
-    sh(a, &format!("ip link set {a_if} up"));
-    sh(b, &format!("ip link set {b_if} up"));
-}
-
-/// A TCP server answering every connection with "<name> <peer address>\n" until dropped.
-struct Backend {
-    stop: Arc<AtomicBool>,
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-fn serve(ns: &Netns, name: &'static str) -> Backend {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    let listener = ns
-        .run(|| {
-            let l = TcpListener::bind("0.0.0.0:8080").unwrap();
-            l.set_nonblocking(true).unwrap();
-            l
-        })
-        .unwrap();
-    std::thread::spawn(move || {
-        while !flag.load(Ordering::Relaxed) {
-            match listener.accept() {
-                Ok((mut s, peer)) => {
-                    let _ = writeln!(s, "{name} {}", peer.ip());
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(5)),
-            }
-        }
-    });
-    Backend { stop }
-}
-
-/// (backend name, source address it saw) of one connection from the client namespace.
-fn request(client: &Netns, to: SocketAddr) -> (String, String) {
-    client
-        .run(move || {
-            let s = TcpStream::connect_timeout(&to, Duration::from_secs(2)).expect("connect");
-            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-            let mut line = String::new();
-            BufReader::new(s).read_line(&mut line).expect("answer");
-            let mut parts = line.split_whitespace();
-            (
-                parts.next().unwrap().to_string(),
-                parts.next().unwrap().to_string(),
-            )
-        })
-        .unwrap()
 }
 
 #[test]

@@ -1,0 +1,181 @@
+//! `kubenft sync --once` end to end: the real binary reads manifests, programs a node
+//! namespace, and real connections from an external client follow the Services: spread over
+//! endpoints and masqueraded, refused without endpoints, NodePorts answered; a second run on
+//! the unchanged cluster changes nothing; `cleanup` removes only our tables.
+
+mod common;
+
+use std::process::Command;
+
+use common::{Outcome, link, serve, sh, try_request};
+use kubenft::netns::{Netns, can_create};
+
+const MANIFESTS: &str = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: node-a}
+spec: {podCIDRs: [10.244.0.0/16]}
+status: {addresses: [{type: InternalIP, address: 10.0.0.1}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: demo}
+spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80, protocol: TCP}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: empty, namespace: demo}
+spec: {clusterIP: 10.96.0.14, ports: [{name: http, port: 80, protocol: TCP}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: demo}
+spec: {type: NodePort, clusterIP: 10.96.0.11, ports: [{name: http, port: 8080, nodePort: 30080, protocol: TCP}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, namespace: demo, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+  - {addresses: [10.244.1.2], nodeName: node-a, conditions: {ready: true}}
+  - {addresses: [10.244.2.2], nodeName: node-a, conditions: {ready: true}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: api-1, namespace: demo, labels: {kubernetes.io/service-name: api}}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+  - {addresses: [10.244.1.2], nodeName: node-a, conditions: {ready: true}}
+"#;
+
+fn kubenft(ns: &Netns, args: &[&str]) -> (bool, String) {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns.name(), env!("CARGO_BIN_EXE_kubenft")])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        strip_ansi(&String::from_utf8_lossy(&out.stderr)),
+    )
+}
+
+/// Log lines without terminal colour codes.
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[test]
+fn sync_once_programs_services_that_real_traffic_follows_and_a_rerun_changes_nothing() {
+    if !can_create() {
+        eprintln!("skipped: network namespaces need root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cluster.yaml"), MANIFESTS).unwrap();
+    let manifests = dir.path().to_str().unwrap().to_string();
+
+    let node = Netns::create("soNode").unwrap();
+    let client = Netns::create("soCli").unwrap();
+    let pods = [
+        Netns::create("soPod1").unwrap(),
+        Netns::create("soPod2").unwrap(),
+    ];
+    sh(&node, "sysctl -qw net.ipv4.ip_forward=1");
+    link(&node, "to-client", &client, "eth0");
+    sh(&node, "ip addr add 10.0.0.1/24 dev to-client");
+    sh(&client, "ip addr add 10.0.0.2/24 dev eth0");
+    sh(&client, "ip route add 10.96.0.0/16 via 10.0.0.1");
+    // Like a real node, this one has a default route, so packets to ClusterIPs without a DNAT
+    // are forwarded and meet the filter rules instead of an unreachable route.
+    sh(&node, "ip route add default via 10.0.0.2");
+    // That route points back out of the client's link: without this the node answers with a
+    // redirect and the per-host ICMP rate limit then swallows the reject's port-unreachable.
+    sh(&node, "sysctl -qw net.ipv4.conf.all.send_redirects=0");
+    sh(&node, "sysctl -qw net.ipv4.conf.to-client.send_redirects=0");
+    for (i, pod) in pods.iter().enumerate() {
+        let n = i + 1;
+        link(&node, &format!("to-pod{n}"), pod, "eth0");
+        sh(&node, &format!("ip addr add 10.244.{n}.1/24 dev to-pod{n}"));
+        sh(pod, &format!("ip addr add 10.244.{n}.2/24 dev eth0"));
+        sh(pod, &format!("ip route add default via 10.244.{n}.1"));
+    }
+    let _backends = [serve(&pods[0], "pod-1"), serve(&pods[1], "pod-2")];
+
+    let flags = [
+        "--manifests",
+        &manifests,
+        "--hostname-override",
+        "node-a",
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--service-cidr",
+        "10.96.0.0/16",
+    ];
+    let mut args = vec!["sync", "--once"];
+    args.extend(flags);
+    let (ok, log) = kubenft(&node, &args);
+    assert!(ok, "sync --once failed: {log}");
+
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..30 {
+        match try_request(&client, "10.96.0.10:80".parse().unwrap()) {
+            Outcome::Answered { backend, source } => {
+                assert!(
+                    source.starts_with("10.244."),
+                    "traffic from outside the cluster CIDR is masqueraded, saw {source}"
+                );
+                seen.insert(backend);
+            }
+            other => panic!("web: {other:?}"),
+        }
+    }
+    assert_eq!(seen.len(), 2, "both endpoints answer: {seen:?}");
+    assert_eq!(
+        try_request(&client, "10.96.0.14:80".parse().unwrap()),
+        Outcome::Refused,
+        "no endpoints: rejected"
+    );
+    match try_request(&client, "10.0.0.1:30080".parse().unwrap()) {
+        Outcome::Answered { backend, .. } => assert_eq!(backend, "pod-1"),
+        other => panic!("NodePort: {other:?}"),
+    }
+    assert_eq!(
+        try_request(&client, "10.96.0.11:9999".parse().unwrap()),
+        Outcome::Refused,
+        "unused port of an active ClusterIP"
+    );
+
+    let (ok, log) = kubenft(&node, &args);
+    assert!(ok, "second sync failed: {log}");
+    assert!(
+        log.contains("ops=0"),
+        "an unchanged cluster needs no operations: {log}"
+    );
+
+    // Another program's table survives our cleanup; ours is gone.
+    sh(&node, "nft add table ip someone-else");
+    let (ok, log) = kubenft(&node, &["cleanup"]);
+    assert!(ok, "cleanup failed: {log}");
+    let listing = node.exec(&["nft", "list", "tables"]).unwrap();
+    let tables = String::from_utf8_lossy(&listing.stdout);
+    assert!(
+        tables.contains("someone-else") && !tables.contains("kubenft"),
+        "{tables}"
+    );
+}
