@@ -33,6 +33,8 @@ pub enum CliError {
         #[source]
         source: BoxError,
     },
+    #[error("demo: {0}")]
+    Demo(#[source] Box<crate::demo::DemoError>),
     #[error("reading table {table} back from the kernel: {source}")]
     Dump {
         table: String,
@@ -129,6 +131,7 @@ mod glue {
                 let tables = build_tables(config)?;
                 sync_once(&config.proxy.table_name, &tables)
             }
+            Command::Demo => crate::demo::run().map_err(|e| CliError::Demo(Box::new(e))),
             Command::Cleanup => apply(
                 "cleanup",
                 &crate::sync::cleanup_transaction(&config.proxy.table_name),

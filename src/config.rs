@@ -37,6 +37,9 @@ pub enum Command {
     },
     /// Delete this proxy's `ip` and `ip6` tables (missing ones are fine) and nothing else.
     Cleanup,
+    /// Build a throw-away cluster of network namespaces, program the example Services and send
+    /// real requests through them (root; removes everything afterwards).
+    Demo,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -199,7 +202,7 @@ impl Cli {
             Command::Render => Some("render"),
             Command::Sync { once: true } => Some("sync"),
             Command::Sync { once: false } => return Err(ConfigError::SyncNeedsOnce),
-            Command::Cleanup => None,
+            Command::Cleanup | Command::Demo => None,
         };
         if let Some(command) = needs_manifests
             && self.proxy.manifests.is_none()

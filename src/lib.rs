@@ -3,6 +3,8 @@
 pub mod access;
 pub mod cli;
 pub mod config;
+pub mod demo;
+pub mod lab;
 pub mod model;
 pub mod netns;
 pub mod nft;
