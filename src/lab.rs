@@ -41,7 +41,8 @@ pub fn serve(ns: &Netns, name: &'static str) -> Backend {
     let flag = stop.clone();
     let listener = ns
         .run(|| {
-            let l = TcpListener::bind("0.0.0.0:8080").unwrap();
+            // Dual-stack: IPv4 clients arrive as IPv4-mapped IPv6 addresses.
+            let l = TcpListener::bind("[::]:8080").unwrap();
             l.set_nonblocking(true).unwrap();
             l
         })
@@ -50,7 +51,13 @@ pub fn serve(ns: &Netns, name: &'static str) -> Backend {
         while !flag.load(Ordering::Relaxed) {
             match listener.accept() {
                 Ok((mut s, peer)) => {
-                    let _ = writeln!(s, "{name} {}", peer.ip());
+                    let ip = match peer.ip() {
+                        std::net::IpAddr::V6(v6) => v6
+                            .to_ipv4_mapped()
+                            .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
+                        v4 => v4,
+                    };
+                    let _ = writeln!(s, "{name} {ip}");
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(5)),
             }

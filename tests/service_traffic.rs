@@ -1,0 +1,255 @@
+//! Service behaviours with real traffic, IPv4 and IPv6: a node namespace programmed by the
+//! planner and the netlink engine, two pods (pod-2 declared on another node, so it counts as
+//! remote), an external client, pod-originated and host-originated connections.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::{Outcome, link, serve, sh, try_request};
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kubenft::model::ClusterState;
+use kubenft::netns::{Netns, can_create};
+use kubenft::nft::netlink::Nftables;
+use kubenft::proxier::ProxyConfig;
+use serde::Deserialize;
+
+const CLUSTER: &str = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: node-a}
+spec: {podCIDRs: [10.244.0.0/16, "fd00:244::/48"]}
+status: {addresses: [{type: InternalIP, address: 10.0.0.1}, {type: InternalIP, address: "fd00::1"}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: t}
+spec: {clusterIP: 10.96.0.10, clusterIPs: [10.96.0.10, "fd00:96::10"], ports: [{name: http, port: 80, protocol: TCP}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: local, namespace: t}
+spec: {type: LoadBalancer, clusterIP: 10.96.0.20, externalTrafficPolicy: Local, ports: [{name: http, port: 80, nodePort: 30020, protocol: TCP}]}
+status: {loadBalancer: {ingress: [{ip: 192.0.2.20}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: remote-only, namespace: t}
+spec: {type: LoadBalancer, clusterIP: 10.96.0.21, externalTrafficPolicy: Local, ports: [{name: http, port: 80, nodePort: 30021, protocol: TCP}]}
+status: {loadBalancer: {ingress: [{ip: 192.0.2.21}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: allowed, namespace: t}
+spec: {type: LoadBalancer, clusterIP: 10.96.0.22, loadBalancerSourceRanges: [10.0.0.0/30], ports: [{name: http, port: 80, nodePort: 30022, protocol: TCP}]}
+status: {loadBalancer: {ingress: [{ip: 192.0.2.22}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: denied, namespace: t}
+spec: {type: LoadBalancer, clusterIP: 10.96.0.23, loadBalancerSourceRanges: [203.0.113.0/24], ports: [{name: http, port: 80, nodePort: 30023, protocol: TCP}]}
+status: {loadBalancer: {ingress: [{ip: 192.0.2.23}]}}
+"#;
+
+fn slice(service: &str, family: &str, endpoints: &[(&str, &str)]) -> String {
+    let eps: Vec<String> = endpoints
+        .iter()
+        .map(|(ip, node)| {
+            format!("  - {{addresses: [\"{ip}\"], nodeName: {node}, conditions: {{ready: true}}}}")
+        })
+        .collect();
+    format!(
+        "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {service}-{}, namespace: t, labels: {{kubernetes.io/service-name: {service}}}}}\naddressType: {family}\nports: [{{name: http, port: 8080, protocol: TCP}}]\nendpoints:\n{}\n",
+        family.to_lowercase(),
+        eps.join("\n")
+    )
+}
+
+struct Cluster {
+    node: Netns,
+    client: Netns,
+    pods: [Netns; 2],
+    _backends: Vec<common::Backend>,
+}
+
+fn cluster() -> Cluster {
+    let node = Netns::create("stNode").unwrap();
+    let client = Netns::create("stCli").unwrap();
+    let pods = [
+        Netns::create("stPod1").unwrap(),
+        Netns::create("stPod2").unwrap(),
+    ];
+    sh(&node, "sysctl -qw net.ipv4.ip_forward=1");
+    sh(&node, "sysctl -qw net.ipv6.conf.all.forwarding=1");
+    sh(&node, "sysctl -qw net.ipv4.conf.all.send_redirects=0");
+    link(&node, "to-client", &client, "eth0");
+    sh(&node, "sysctl -qw net.ipv4.conf.to-client.send_redirects=0");
+    sh(&node, "ip addr add 10.0.0.1/24 dev to-client");
+    sh(&node, "ip -6 addr add fd00::1/64 dev to-client nodad");
+    sh(&node, "ip route add default via 10.0.0.2");
+    sh(&client, "ip addr add 10.0.0.2/24 dev eth0");
+    sh(&client, "ip -6 addr add fd00::2/64 dev eth0 nodad");
+    sh(&client, "ip route add 10.96.0.0/16 via 10.0.0.1");
+    sh(&client, "ip route add 192.0.2.0/24 via 10.0.0.1");
+    sh(&client, "ip -6 route add fd00:96::/64 via fd00::1");
+    for (i, pod) in pods.iter().enumerate() {
+        let n = i + 1;
+        link(&node, &format!("to-pod{n}"), pod, "eth0");
+        sh(&node, &format!("ip addr add 10.244.{n}.1/24 dev to-pod{n}"));
+        sh(
+            &node,
+            &format!("ip -6 addr add fd00:244:{n}::1/64 dev to-pod{n} nodad"),
+        );
+        sh(pod, &format!("ip addr add 10.244.{n}.2/24 dev eth0"));
+        sh(
+            pod,
+            &format!("ip -6 addr add fd00:244:{n}::2/64 dev eth0 nodad"),
+        );
+        sh(pod, &format!("ip route add default via 10.244.{n}.1"));
+        sh(pod, &format!("ip -6 route add default via fd00:244:{n}::1"));
+    }
+    let backends = vec![serve(&pods[0], "pod-1"), serve(&pods[1], "pod-2")];
+
+    let mut yaml = CLUSTER.to_string();
+    yaml += &slice(
+        "web",
+        "IPv4",
+        &[("10.244.1.2", "node-a"), ("10.244.2.2", "node-b")],
+    );
+    yaml += &slice(
+        "web",
+        "IPv6",
+        &[("fd00:244:1::2", "node-a"), ("fd00:244:2::2", "node-b")],
+    );
+    yaml += &slice(
+        "local",
+        "IPv4",
+        &[("10.244.1.2", "node-a"), ("10.244.2.2", "node-b")],
+    );
+    yaml += &slice("remote-only", "IPv4", &[("10.244.2.2", "node-b")]);
+    yaml += &slice("allowed", "IPv4", &[("10.244.1.2", "node-a")]);
+    yaml += &slice("denied", "IPv4", &[("10.244.1.2", "node-a")]);
+    let (mut services, mut slices, mut nodes) = (
+        Vec::<Service>::new(),
+        Vec::<EndpointSlice>::new(),
+        Vec::<Node>::new(),
+    );
+    for doc in serde_yaml::Deserializer::from_str(&yaml) {
+        let v = serde_yaml::Value::deserialize(doc).unwrap();
+        match v["kind"].as_str() {
+            Some("Service") => services.push(serde_yaml::from_value(v).unwrap()),
+            Some("EndpointSlice") => slices.push(serde_yaml::from_value(v).unwrap()),
+            Some("Node") => nodes.push(serde_yaml::from_value(v).unwrap()),
+            _ => {}
+        }
+    }
+    let (state, rejected) = ClusterState::from_objects(&services, &slices, nodes.first());
+    assert!(rejected.is_empty(), "{rejected:?}");
+    let config = ProxyConfig {
+        hostname: "node-a".into(),
+        cluster_cidrs: vec![
+            "10.244.0.0/16".parse().unwrap(),
+            "fd00:244::/48".parse().unwrap(),
+        ],
+        service_cidrs: vec![
+            "10.96.0.0/16".parse().unwrap(),
+            "fd00:96::/112".parse().unwrap(),
+        ],
+        ..ProxyConfig::default()
+    };
+    let tables = kubenft::proxier::build(&state, &config);
+    assert_eq!(tables.len(), 2, "dual-stack node: an ip and an ip6 table");
+    let tx = kubenft::sync::reconcile_transaction(&[], &tables, None);
+    node.run(move || Nftables::open().unwrap().apply(&tx).unwrap())
+        .unwrap();
+    Cluster {
+        node,
+        client,
+        pods,
+        _backends: backends,
+    }
+}
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+fn answers(from: &Netns, to: &str, n: usize) -> Vec<(String, String)> {
+    (0..n)
+        .map(|_| match try_request(from, addr(to)) {
+            Outcome::Answered { backend, source } => (backend, source),
+            other => panic!("{to}: {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn service_behaviours_hold_for_real_traffic() {
+    if !can_create() {
+        eprintln!("skipped: network namespaces need root");
+        return;
+    }
+    let c = cluster();
+
+    // A pod reaching a ClusterIP keeps its own source; reaching itself (hairpin) is masqueraded.
+    for (backend, source) in answers(&c.pods[0], "10.96.0.10:80", 20) {
+        match backend.as_str() {
+            "pod-2" => assert_eq!(source, "10.244.1.2", "pod traffic is not masqueraded"),
+            _ => assert_eq!(source, "10.244.1.1", "hairpin traffic is masqueraded"),
+        }
+    }
+    // The node itself reaches the ClusterIP (nat output hook).
+    let from_host: std::collections::BTreeSet<String> = answers(&c.node, "10.96.0.10:80", 20)
+        .into_iter()
+        .map(|(b, _)| b)
+        .collect();
+    assert_eq!(
+        from_host.len(),
+        2,
+        "host traffic spreads too: {from_host:?}"
+    );
+
+    // IPv6 ClusterIP from the external client: both endpoints, masqueraded to the node.
+    let v6: std::collections::BTreeSet<String> = answers(&c.client, "[fd00:96::10]:80", 20)
+        .into_iter()
+        .map(|(b, s)| {
+            assert!(
+                s.starts_with("fd00:244:"),
+                "masqueraded to the node's pod-side address, saw {s}"
+            );
+            b
+        })
+        .collect();
+    assert_eq!(v6.len(), 2, "{v6:?}");
+
+    // externalTrafficPolicy Local: only the local endpoint, and the client's address survives.
+    for (backend, source) in answers(&c.client, "192.0.2.20:80", 10) {
+        assert_eq!((backend.as_str(), source.as_str()), ("pod-1", "10.0.0.2"));
+    }
+    // ... and without a local endpoint the traffic is dropped, not rejected.
+    assert_eq!(
+        try_request(&c.client, addr("192.0.2.21:80")),
+        Outcome::TimedOut
+    );
+    // NodePort of the same eTP Local service on the node IP: local endpoint only.
+    for (backend, _) in answers(&c.client, "10.0.0.1:30020", 5) {
+        assert_eq!(backend, "pod-1");
+    }
+
+    // LoadBalancerSourceRanges: a listed client gets in, an unlisted one is dropped.
+    assert!(matches!(
+        try_request(&c.client, addr("192.0.2.22:80")),
+        Outcome::Answered { .. }
+    ));
+    assert_eq!(
+        try_request(&c.client, addr("192.0.2.23:80")),
+        Outcome::TimedOut
+    );
+    // NodePorts are not subject to source ranges.
+    assert!(matches!(
+        try_request(&c.client, addr("10.0.0.1:30023")),
+        Outcome::Answered { .. }
+    ));
+    drop(c);
+}
