@@ -6,9 +6,9 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::lab::{Outcome, link, serve, sh, try_request};
+use crate::lab::{Outcome, Topology, try_request};
 use crate::model::ClusterState;
-use crate::netns::{Netns, can_create};
+use crate::netns::can_create;
 use crate::nft::netlink::Nftables;
 use crate::proxier::ProxyConfig;
 
@@ -63,30 +63,12 @@ pub fn run() -> Result<(), DemoError> {
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
 
     step(1, "creating namespaces: node-a, client, pod-1, pod-2")?;
-    let node = Netns::create("demoNode")?;
-    let client = Netns::create("demoCli")?;
-    let pods = [Netns::create("demoPod1")?, Netns::create("demoPod2")?];
-    sh(&node, "sysctl -qw net.ipv4.ip_forward=1");
-    sh(&node, "sysctl -qw net.ipv4.conf.all.send_redirects=0");
-    link(&node, "to-client", &client, "eth0");
-    sh(&node, "sysctl -qw net.ipv4.conf.to-client.send_redirects=0");
-    sh(&node, "ip addr add 10.0.0.1/24 dev to-client");
-    sh(&node, "ip route add default via 10.0.0.2");
-    sh(&client, "ip addr add 10.0.0.2/24 dev eth0");
-    sh(&client, "ip route add 10.96.0.0/16 via 10.0.0.1");
-    for (i, pod) in pods.iter().enumerate() {
-        let n = i + 1;
-        link(&node, &format!("to-pod{n}"), pod, "eth0");
-        sh(&node, &format!("ip addr add 10.244.{n}.1/24 dev to-pod{n}"));
-        sh(pod, &format!("ip addr add 10.244.{n}.2/24 dev eth0"));
-        sh(pod, &format!("ip route add default via 10.244.{n}.1"));
-    }
-
+    let lab = Topology::build("demo")?;
+    let (node, client) = (&lab.node, &lab.client);
     step(
         2,
-        "starting backends: pod-1 and pod-2 answer on :8080 with their name",
+        "backends running: pod-1 and pod-2 answer on :8080 with their name",
     )?;
-    let _backends = [serve(&pods[0], "pod-1"), serve(&pods[1], "pod-2")];
 
     step(
         3,
@@ -129,7 +111,7 @@ pub fn run() -> Result<(), DemoError> {
         let addr: SocketAddr = to.parse().expect("literal");
         println!(
             "      {label:<34} {to:<16} → {}",
-            describe(&try_request(&client, addr))
+            describe(&try_request(client, addr))
         );
     };
     for i in 1..=6 {

@@ -123,3 +123,78 @@ pub fn try_request(client: &Netns, to: SocketAddr) -> Outcome {
         )
         .unwrap()
 }
+
+/// The standard lab: a node (10.0.0.1, fd00::1) with an external client (10.0.0.2, fd00::2)
+/// on one link, and two pods (10.244.N.2, fd00:244:N::2) each behind its own link to the node,
+/// so every packet between them crosses the node's netfilter hooks. The node routes by default
+/// through the client's link (as a real node has a default route) without sending redirects,
+/// and the client routes the service ranges (10.96.0.0/16, 192.0.2.0/24, fd00:96::/64) via the
+/// node. Each pod runs an echo backend on :8080 named `pod-N`. Dropping it removes everything.
+pub struct Topology {
+    pub node: Netns,
+    pub client: Netns,
+    pub pods: [Netns; 2],
+    _backends: Vec<Backend>,
+}
+
+impl Topology {
+    /// `tag` prefixes the namespace names (keep it short: it helps tell leftovers apart).
+    pub fn build(tag: &str) -> Result<Topology, crate::netns::NetnsError> {
+        let node = Netns::create(&format!("{tag}Node"))?;
+        let client = Netns::create(&format!("{tag}Cli"))?;
+        let pods = [
+            Netns::create(&format!("{tag}Pod1"))?,
+            Netns::create(&format!("{tag}Pod2"))?,
+        ];
+        for cmd in [
+            "sysctl -qw net.ipv4.ip_forward=1",
+            "sysctl -qw net.ipv6.conf.all.forwarding=1",
+            // The default route points back out of the client's link: a redirect there would
+            // make the per-host ICMP rate limit swallow the rejects we want to observe.
+            "sysctl -qw net.ipv4.conf.all.send_redirects=0",
+        ] {
+            sh(&node, cmd);
+        }
+        link(&node, "to-client", &client, "eth0");
+        for cmd in [
+            "sysctl -qw net.ipv4.conf.to-client.send_redirects=0",
+            "ip addr add 10.0.0.1/24 dev to-client",
+            "ip -6 addr add fd00::1/64 dev to-client nodad",
+            "ip route add default via 10.0.0.2",
+        ] {
+            sh(&node, cmd);
+        }
+        for cmd in [
+            "ip addr add 10.0.0.2/24 dev eth0",
+            "ip -6 addr add fd00::2/64 dev eth0 nodad",
+            "ip route add 10.96.0.0/16 via 10.0.0.1",
+            "ip route add 192.0.2.0/24 via 10.0.0.1",
+            "ip -6 route add fd00:96::/64 via fd00::1",
+        ] {
+            sh(&client, cmd);
+        }
+        for (i, pod) in pods.iter().enumerate() {
+            let n = i + 1;
+            link(&node, &format!("to-pod{n}"), pod, "eth0");
+            sh(&node, &format!("ip addr add 10.244.{n}.1/24 dev to-pod{n}"));
+            sh(
+                &node,
+                &format!("ip -6 addr add fd00:244:{n}::1/64 dev to-pod{n} nodad"),
+            );
+            sh(pod, &format!("ip addr add 10.244.{n}.2/24 dev eth0"));
+            sh(
+                pod,
+                &format!("ip -6 addr add fd00:244:{n}::2/64 dev eth0 nodad"),
+            );
+            sh(pod, &format!("ip route add default via 10.244.{n}.1"));
+            sh(pod, &format!("ip -6 route add default via fd00:244:{n}::1"));
+        }
+        let backends = vec![serve(&pods[0], "pod-1"), serve(&pods[1], "pod-2")];
+        Ok(Topology {
+            node,
+            client,
+            pods,
+            _backends: backends,
+        })
+    }
+}

@@ -7,8 +7,8 @@ use std::net::IpAddr;
 
 mod common;
 
-use common::{link, request, serve, sh};
-use kubenft::netns::{Netns, can_create};
+use common::{Topology, request};
+use kubenft::netns::can_create;
 use kubenft::nft::corpus::creation_transaction;
 use kubenft::nft::model::*;
 use kubenft::nft::netlink::Nftables;
@@ -154,25 +154,8 @@ fn numgen_dispatch_reaches_both_backends_and_the_mark_alone_decides_masquerading
         eprintln!("skipped: network namespaces need root");
         return;
     }
-    let node = Netns::create("trNode").unwrap();
-    let client = Netns::create("trCli").unwrap();
-    let pods = [
-        Netns::create("trPod1").unwrap(),
-        Netns::create("trPod2").unwrap(),
-    ];
-    sh(&node, "sysctl -qw net.ipv4.ip_forward=1");
-    link(&node, "to-client", &client, "eth0");
-    sh(&node, "ip addr add 10.0.0.1/24 dev to-client");
-    sh(&client, "ip addr add 10.0.0.2/24 dev eth0");
-    sh(&client, "ip route add 10.96.0.0/16 via 10.0.0.1");
-    for (i, pod) in pods.iter().enumerate() {
-        let n = i + 1;
-        link(&node, &format!("to-pod{n}"), pod, "eth0");
-        sh(&node, &format!("ip addr add 10.244.{n}.1/24 dev to-pod{n}"));
-        sh(pod, &format!("ip addr add 10.244.{n}.2/24 dev eth0"));
-        sh(pod, &format!("ip route add default via 10.244.{n}.1"));
-    }
-    let _backends = [serve(&pods[0], "pod-1"), serve(&pods[1], "pod-2")];
+    let lab = Topology::build("tr").unwrap();
+    let (node, client) = (&lab.node, &lab.client);
     let table = ruleset();
     node.run(move || {
         Nftables::open()
@@ -184,7 +167,7 @@ fn numgen_dispatch_reaches_both_backends_and_the_mark_alone_decides_masquerading
 
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..30 {
-        let (backend, source) = request(&client, "10.96.0.10:80".parse().unwrap());
+        let (backend, source) = request(client, "10.96.0.10:80".parse().unwrap());
         let node_side = if backend == "pod-1" {
             "10.244.1.1"
         } else {
@@ -204,7 +187,7 @@ fn numgen_dispatch_reaches_both_backends_and_the_mark_alone_decides_masquerading
 
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..30 {
-        let (backend, source) = request(&client, "10.96.0.11:80".parse().unwrap());
+        let (backend, source) = request(client, "10.96.0.11:80".parse().unwrap());
         assert_eq!(
             source, "10.0.0.2",
             "unmarked traffic keeps the client's address"

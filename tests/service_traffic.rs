@@ -6,7 +6,7 @@ mod common;
 
 use std::net::SocketAddr;
 
-use common::{Outcome, link, serve, sh, try_request};
+use common::{Outcome, Topology, try_request};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kubenft::model::ClusterState;
@@ -66,51 +66,8 @@ fn slice(service: &str, family: &str, endpoints: &[(&str, &str)]) -> String {
     )
 }
 
-struct Cluster {
-    node: Netns,
-    client: Netns,
-    pods: [Netns; 2],
-    _backends: Vec<common::Backend>,
-}
-
-fn cluster() -> Cluster {
-    let node = Netns::create("stNode").unwrap();
-    let client = Netns::create("stCli").unwrap();
-    let pods = [
-        Netns::create("stPod1").unwrap(),
-        Netns::create("stPod2").unwrap(),
-    ];
-    sh(&node, "sysctl -qw net.ipv4.ip_forward=1");
-    sh(&node, "sysctl -qw net.ipv6.conf.all.forwarding=1");
-    sh(&node, "sysctl -qw net.ipv4.conf.all.send_redirects=0");
-    link(&node, "to-client", &client, "eth0");
-    sh(&node, "sysctl -qw net.ipv4.conf.to-client.send_redirects=0");
-    sh(&node, "ip addr add 10.0.0.1/24 dev to-client");
-    sh(&node, "ip -6 addr add fd00::1/64 dev to-client nodad");
-    sh(&node, "ip route add default via 10.0.0.2");
-    sh(&client, "ip addr add 10.0.0.2/24 dev eth0");
-    sh(&client, "ip -6 addr add fd00::2/64 dev eth0 nodad");
-    sh(&client, "ip route add 10.96.0.0/16 via 10.0.0.1");
-    sh(&client, "ip route add 192.0.2.0/24 via 10.0.0.1");
-    sh(&client, "ip -6 route add fd00:96::/64 via fd00::1");
-    for (i, pod) in pods.iter().enumerate() {
-        let n = i + 1;
-        link(&node, &format!("to-pod{n}"), pod, "eth0");
-        sh(&node, &format!("ip addr add 10.244.{n}.1/24 dev to-pod{n}"));
-        sh(
-            &node,
-            &format!("ip -6 addr add fd00:244:{n}::1/64 dev to-pod{n} nodad"),
-        );
-        sh(pod, &format!("ip addr add 10.244.{n}.2/24 dev eth0"));
-        sh(
-            pod,
-            &format!("ip -6 addr add fd00:244:{n}::2/64 dev eth0 nodad"),
-        );
-        sh(pod, &format!("ip route add default via 10.244.{n}.1"));
-        sh(pod, &format!("ip -6 route add default via fd00:244:{n}::1"));
-    }
-    let backends = vec![serve(&pods[0], "pod-1"), serve(&pods[1], "pod-2")];
-
+fn cluster() -> Topology {
+    let lab = Topology::build("st").unwrap();
     let mut yaml = CLUSTER.to_string();
     yaml += &slice(
         "web",
@@ -161,14 +118,10 @@ fn cluster() -> Cluster {
     let tables = kubenft::proxier::build(&state, &config);
     assert_eq!(tables.len(), 2, "dual-stack node: an ip and an ip6 table");
     let tx = kubenft::sync::reconcile_transaction(&[], &tables, None);
-    node.run(move || Nftables::open().unwrap().apply(&tx).unwrap())
+    lab.node
+        .run(move || Nftables::open().unwrap().apply(&tx).unwrap())
         .unwrap();
-    Cluster {
-        node,
-        client,
-        pods,
-        _backends: backends,
-    }
+    lab
 }
 
 fn addr(s: &str) -> SocketAddr {

@@ -7,7 +7,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{Outcome, link, serve, sh, try_request};
+use common::{Outcome, Topology, sh, try_request};
 use kubenft::netns::{Netns, can_create};
 
 const MANIFESTS: &str = r#"
@@ -90,32 +90,8 @@ fn sync_once_programs_services_that_real_traffic_follows_and_a_rerun_changes_not
     std::fs::write(dir.path().join("cluster.yaml"), MANIFESTS).unwrap();
     let manifests = dir.path().to_str().unwrap().to_string();
 
-    let node = Netns::create("soNode").unwrap();
-    let client = Netns::create("soCli").unwrap();
-    let pods = [
-        Netns::create("soPod1").unwrap(),
-        Netns::create("soPod2").unwrap(),
-    ];
-    sh(&node, "sysctl -qw net.ipv4.ip_forward=1");
-    link(&node, "to-client", &client, "eth0");
-    sh(&node, "ip addr add 10.0.0.1/24 dev to-client");
-    sh(&client, "ip addr add 10.0.0.2/24 dev eth0");
-    sh(&client, "ip route add 10.96.0.0/16 via 10.0.0.1");
-    // Like a real node, this one has a default route, so packets to ClusterIPs without a DNAT
-    // are forwarded and meet the filter rules instead of an unreachable route.
-    sh(&node, "ip route add default via 10.0.0.2");
-    // That route points back out of the client's link: without this the node answers with a
-    // redirect and the per-host ICMP rate limit then swallows the reject's port-unreachable.
-    sh(&node, "sysctl -qw net.ipv4.conf.all.send_redirects=0");
-    sh(&node, "sysctl -qw net.ipv4.conf.to-client.send_redirects=0");
-    for (i, pod) in pods.iter().enumerate() {
-        let n = i + 1;
-        link(&node, &format!("to-pod{n}"), pod, "eth0");
-        sh(&node, &format!("ip addr add 10.244.{n}.1/24 dev to-pod{n}"));
-        sh(pod, &format!("ip addr add 10.244.{n}.2/24 dev eth0"));
-        sh(pod, &format!("ip route add default via 10.244.{n}.1"));
-    }
-    let _backends = [serve(&pods[0], "pod-1"), serve(&pods[1], "pod-2")];
+    let lab = Topology::build("so").unwrap();
+    let (node, client) = (&lab.node, &lab.client);
 
     let flags = [
         "--manifests",
@@ -129,12 +105,12 @@ fn sync_once_programs_services_that_real_traffic_follows_and_a_rerun_changes_not
     ];
     let mut args = vec!["sync", "--once"];
     args.extend(flags);
-    let (ok, log) = kubenft(&node, &args);
+    let (ok, log) = kubenft(node, &args);
     assert!(ok, "sync --once failed: {log}");
 
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..30 {
-        match try_request(&client, "10.96.0.10:80".parse().unwrap()) {
+        match try_request(client, "10.96.0.10:80".parse().unwrap()) {
             Outcome::Answered { backend, source } => {
                 assert!(
                     source.starts_with("10.244."),
@@ -147,21 +123,21 @@ fn sync_once_programs_services_that_real_traffic_follows_and_a_rerun_changes_not
     }
     assert_eq!(seen.len(), 2, "both endpoints answer: {seen:?}");
     assert_eq!(
-        try_request(&client, "10.96.0.14:80".parse().unwrap()),
+        try_request(client, "10.96.0.14:80".parse().unwrap()),
         Outcome::Refused,
         "no endpoints: rejected"
     );
-    match try_request(&client, "10.0.0.1:30080".parse().unwrap()) {
+    match try_request(client, "10.0.0.1:30080".parse().unwrap()) {
         Outcome::Answered { backend, .. } => assert_eq!(backend, "pod-1"),
         other => panic!("NodePort: {other:?}"),
     }
     assert_eq!(
-        try_request(&client, "10.96.0.11:9999".parse().unwrap()),
+        try_request(client, "10.96.0.11:9999".parse().unwrap()),
         Outcome::Refused,
         "unused port of an active ClusterIP"
     );
 
-    let (ok, log) = kubenft(&node, &args);
+    let (ok, log) = kubenft(node, &args);
     assert!(ok, "second sync failed: {log}");
     assert!(
         log.contains("ops=0"),
@@ -169,8 +145,8 @@ fn sync_once_programs_services_that_real_traffic_follows_and_a_rerun_changes_not
     );
 
     // Another program's table survives our cleanup; ours is gone.
-    sh(&node, "nft add table ip someone-else");
-    let (ok, log) = kubenft(&node, &["cleanup"]);
+    sh(node, "nft add table ip someone-else");
+    let (ok, log) = kubenft(node, &["cleanup"]);
     assert!(ok, "cleanup failed: {log}");
     let listing = node.exec(&["nft", "list", "tables"]).unwrap();
     let tables = String::from_utf8_lossy(&listing.stdout);
