@@ -164,6 +164,32 @@ impl Builder<'_> {
         s.elements.push(Element { key, data, comment });
     }
 
+    /// `<daddr> . l4proto . dport vmap @map`: dispatch by destination address and port.
+    fn by_destination(&self, map: &str) -> Rule {
+        let key = vec![self.fam.daddr(), Selector::L4Proto, Selector::ThDport];
+        rule(
+            vec![Stmt::VMap {
+                key,
+                map: MapRef::Named(map.into()),
+            }],
+            None,
+        )
+    }
+
+    /// `<daddr> @nodeport-ips l4proto . dport vmap @map`: dispatch NodePort traffic by port.
+    fn by_node_port(&self, map: &str) -> Rule {
+        let lookup = Stmt::Lookup {
+            key: vec![self.fam.daddr()],
+            set: NODEPORT_IPS.into(),
+            negate: false,
+        };
+        let vmap = Stmt::VMap {
+            key: vec![Selector::L4Proto, Selector::ThDport],
+            map: MapRef::Named(map.into()),
+        };
+        rule(vec![lookup, vmap], None)
+    }
+
     /// Base chains, fixed regular chains and the shared sets and maps.
     fn skeleton(&mut self) {
         use ChainType::{Filter, Nat};
@@ -294,27 +320,8 @@ impl Builder<'_> {
             None,
             None,
             vec![
-                rule(
-                    vec![Stmt::VMap {
-                        key: vec![f.daddr(), Selector::L4Proto, Selector::ThDport],
-                        map: MapRef::Named(SERVICE_IPS.into()),
-                    }],
-                    None,
-                ),
-                rule(
-                    vec![
-                        Stmt::Lookup {
-                            key: vec![f.daddr()],
-                            set: NODEPORT_IPS.into(),
-                            negate: false,
-                        },
-                        Stmt::VMap {
-                            key: vec![Selector::L4Proto, Selector::ThDport],
-                            map: MapRef::Named(SERVICE_NODEPORTS.into()),
-                        },
-                    ],
-                    None,
-                ),
+                self.by_destination(SERVICE_IPS),
+                self.by_node_port(SERVICE_NODEPORTS),
             ],
         );
         self.chain(
@@ -327,44 +334,19 @@ impl Builder<'_> {
             SERVICE_ENDPOINTS_CHECK,
             None,
             None,
-            vec![rule(
-                vec![Stmt::VMap {
-                    key: vec![f.daddr(), Selector::L4Proto, Selector::ThDport],
-                    map: MapRef::Named(NO_ENDPOINT_SERVICES.into()),
-                }],
-                None,
-            )],
+            vec![self.by_destination(NO_ENDPOINT_SERVICES)],
         );
         self.chain(
             NODEPORT_ENDPOINTS_CHECK,
             None,
             None,
-            vec![rule(
-                vec![
-                    Stmt::Lookup {
-                        key: vec![f.daddr()],
-                        set: NODEPORT_IPS.into(),
-                        negate: false,
-                    },
-                    Stmt::VMap {
-                        key: vec![Selector::L4Proto, Selector::ThDport],
-                        map: MapRef::Named(NO_ENDPOINT_NODEPORTS.into()),
-                    },
-                ],
-                None,
-            )],
+            vec![self.by_node_port(NO_ENDPOINT_NODEPORTS)],
         );
         self.chain(
             FIREWALL_CHECK,
             None,
             None,
-            vec![rule(
-                vec![Stmt::VMap {
-                    key: vec![f.daddr(), Selector::L4Proto, Selector::ThDport],
-                    map: MapRef::Named(FIREWALL_IPS.into()),
-                }],
-                None,
-            )],
+            vec![self.by_destination(FIREWALL_IPS)],
         );
         let mut checks = vec![rule(
             vec![
