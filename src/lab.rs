@@ -83,6 +83,11 @@ pub fn request(client: &Netns, to: SocketAddr) -> (String, String) {
         .unwrap()
 }
 
+/// How long a connection attempt may take before it counts as dropped. Long enough for one
+/// SYN retransmission: over IPv6 the first SYN's port-unreachable was seen not to abort the
+/// connect, the retransmitted one's does (under investigation).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(1800);
+
 /// What a connection attempt came to.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -96,7 +101,7 @@ pub enum Outcome {
 pub fn try_request(client: &Netns, to: SocketAddr) -> Outcome {
     client
         .run(
-            move || match TcpStream::connect_timeout(&to, Duration::from_millis(800)) {
+            move || match TcpStream::connect_timeout(&to, CONNECT_TIMEOUT) {
                 Ok(s) => {
                     s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
                     let mut line = String::new();
@@ -126,14 +131,17 @@ pub fn try_request(client: &Netns, to: SocketAddr) -> Outcome {
 
 /// The standard lab: a node (10.0.0.1, fd00::1) with an external client (10.0.0.2, fd00::2)
 /// on one link, and two pods (10.244.N.2, fd00:244:N::2) each behind its own link to the node,
-/// so every packet between them crosses the node's netfilter hooks. The node routes by default
-/// through the client's link (as a real node has a default route) without sending redirects,
-/// and the client routes the service ranges (10.96.0.0/16, 192.0.2.0/24, fd00:96::/64) via the
-/// node. Each pod runs an echo backend on :8080 named `pod-N`. Dropping it removes everything.
+/// so every packet between them crosses the node's netfilter hooks. Like a real node it has a
+/// default route, to an upstream router namespace (10.255.0.2, fd00:ff::2) that drops what it
+/// gets; so packets to unprogrammed service addresses are forwarded into the filter hooks
+/// instead of failing route lookup. The client routes the service ranges (10.96.0.0/16,
+/// 192.0.2.0/24, fd00:96::/64) via the node. Each pod runs an echo backend on :8080 named
+/// `pod-N`. Dropping it removes everything.
 pub struct Topology {
     pub node: Netns,
     pub client: Netns,
     pub pods: [Netns; 2],
+    pub upstream: Netns,
     _backends: Vec<Backend>,
 }
 
@@ -146,24 +154,23 @@ impl Topology {
             Netns::create(&format!("{tag}Pod1"))?,
             Netns::create(&format!("{tag}Pod2"))?,
         ];
-        for cmd in [
-            "sysctl -qw net.ipv4.ip_forward=1",
-            "sysctl -qw net.ipv6.conf.all.forwarding=1",
-            // The default route points back out of the client's link: a redirect there would
-            // make the per-host ICMP rate limit swallow the rejects we want to observe.
-            "sysctl -qw net.ipv4.conf.all.send_redirects=0",
-        ] {
-            sh(&node, cmd);
-        }
+        let upstream = Netns::create(&format!("{tag}Up"))?;
+        sh(&node, "sysctl -qw net.ipv4.ip_forward=1");
+        sh(&node, "sysctl -qw net.ipv6.conf.all.forwarding=1");
         link(&node, "to-client", &client, "eth0");
+        link(&node, "to-upstream", &upstream, "eth0");
         for cmd in [
-            "sysctl -qw net.ipv4.conf.to-client.send_redirects=0",
             "ip addr add 10.0.0.1/24 dev to-client",
             "ip -6 addr add fd00::1/64 dev to-client nodad",
-            "ip route add default via 10.0.0.2",
+            "ip addr add 10.255.0.1/30 dev to-upstream",
+            "ip -6 addr add fd00:ff::1/64 dev to-upstream nodad",
+            "ip route add default via 10.255.0.2",
+            "ip -6 route add default via fd00:ff::2",
         ] {
             sh(&node, cmd);
         }
+        sh(&upstream, "ip addr add 10.255.0.2/30 dev eth0");
+        sh(&upstream, "ip -6 addr add fd00:ff::2/64 dev eth0 nodad");
         for cmd in [
             "ip addr add 10.0.0.2/24 dev eth0",
             "ip -6 addr add fd00::2/64 dev eth0 nodad",
@@ -194,6 +201,7 @@ impl Topology {
             node,
             client,
             pods,
+            upstream,
             _backends: backends,
         })
     }

@@ -50,6 +50,16 @@ kind: Service
 metadata: {name: denied, namespace: t}
 spec: {type: LoadBalancer, clusterIP: 10.96.0.23, loadBalancerSourceRanges: [203.0.113.0/24], ports: [{name: http, port: 80, nodePort: 30023, protocol: TCP}]}
 status: {loadBalancer: {ingress: [{ip: 192.0.2.23}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: sticky, namespace: t}
+spec: {clusterIP: 10.96.0.30, sessionAffinity: ClientIP, ports: [{name: http, port: 80, protocol: TCP}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: empty6, namespace: t}
+spec: {clusterIP: "fd00:96::31", clusterIPs: ["fd00:96::31"], ipFamilies: [IPv6], ports: [{name: http, port: 80, protocol: TCP}]}
 "#;
 
 fn slice(service: &str, family: &str, endpoints: &[(&str, &str)]) -> String {
@@ -87,6 +97,11 @@ fn cluster() -> Topology {
     yaml += &slice("remote-only", "IPv4", &[("10.244.2.2", "node-b")]);
     yaml += &slice("allowed", "IPv4", &[("10.244.1.2", "node-a")]);
     yaml += &slice("denied", "IPv4", &[("10.244.1.2", "node-a")]);
+    yaml += &slice(
+        "sticky",
+        "IPv4",
+        &[("10.244.1.2", "node-a"), ("10.244.2.2", "node-b")],
+    );
     let (mut services, mut slices, mut nodes) = (
         Vec::<Service>::new(),
         Vec::<EndpointSlice>::new(),
@@ -204,5 +219,22 @@ fn service_behaviours_hold_for_real_traffic() {
         try_request(&c.client, addr("10.0.0.1:30023")),
         Outcome::Answered { .. }
     ));
+
+    // ClientIP affinity: once chosen, the same endpoint keeps answering this client.
+    let sticky: std::collections::BTreeSet<String> = answers(&c.client, "10.96.0.30:80", 10)
+        .into_iter()
+        .map(|(b, _)| b)
+        .collect();
+    assert_eq!(sticky.len(), 1, "{sticky:?}");
+
+    // An address in the service CIDR that no Service holds is dropped; IPv6 rejects too.
+    assert_eq!(
+        try_request(&c.client, addr("10.96.0.99:80")),
+        Outcome::TimedOut
+    );
+    assert_eq!(
+        try_request(&c.client, addr("[fd00:96::31]:80")),
+        Outcome::Refused
+    );
     drop(c);
 }

@@ -339,3 +339,106 @@ fn the_same_input_renders_byte_for_byte_the_same() {
     };
     assert_eq!(text(&a), text(&b));
 }
+
+#[test]
+fn zone_hints_keep_traffic_in_this_zone_only_when_every_endpoint_has_them() {
+    let svc = service(
+        "
+metadata: {name: web, namespace: default}
+spec: {clusterIP: 10.96.0.10, trafficDistribution: PreferClose, ports: [{name: http, port: 80, protocol: TCP}]}
+",
+    );
+    let hinted = "[{addresses: [10.244.0.11], zone: zone-a, hints: {forZones: [{name: zone-a}]}, conditions: {ready: true}}, {addresses: [10.244.1.12], zone: zone-b, hints: {forZones: [{name: zone-b}]}, conditions: {ready: true}}]";
+    let t = plan(
+        &[svc.clone()],
+        &[slice("web", "IPv4", 8080, hinted)],
+        &config(),
+    );
+    let endpoints: Vec<&String> = v4(&t)
+        .chains
+        .keys()
+        .filter(|c| c.starts_with("endpoint-"))
+        .collect();
+    assert_eq!(endpoints.len(), 1, "only zone-a's endpoint: {endpoints:?}");
+    assert!(endpoints[0].contains("10.244.0.11"));
+
+    let partly = "[{addresses: [10.244.0.11], hints: {forZones: [{name: zone-a}]}, conditions: {ready: true}}, {addresses: [10.244.1.12], conditions: {ready: true}}]";
+    let t = plan(&[svc], &[slice("web", "IPv4", 8080, partly)], &config());
+    assert_eq!(
+        v4(&t)
+            .chains
+            .keys()
+            .filter(|c| c.starts_with("endpoint-"))
+            .count(),
+        2,
+        "incomplete hints are ignored"
+    );
+}
+
+#[test]
+fn detect_local_modes_decide_which_sources_are_not_masqueraded() {
+    let source_condition = |detect: DetectLocal| {
+        let mut c = config();
+        c.detect_local = detect;
+        let t = plan(
+            &[service(WEB)],
+            &[slice("web", "IPv4", 8080, TWO_READY)],
+            &c,
+        );
+        let t = v4(&t);
+        let Some(Verdict::Goto(chain)) = verdict_for(&t.sets["service-ips"], &ip("10.96.0.10"))
+        else {
+            panic!()
+        };
+        t.chains[&chain].rules[0].stmts[1].clone()
+    };
+    let cond = |left, right| Stmt::Match {
+        left,
+        mask: None,
+        op: crate::nft::model::CmpOp::Ne,
+        right,
+    };
+    use crate::nft::model::Selector;
+    assert_eq!(
+        source_condition(DetectLocal::ClusterCidr),
+        cond(
+            Selector::IpSaddr,
+            Value::Ipv4Net("10.244.0.0/16".parse().unwrap())
+        )
+    );
+    assert_eq!(
+        source_condition(DetectLocal::NodeCidr),
+        cond(
+            Selector::IpSaddr,
+            Value::Ipv4Net("10.244.0.0/24".parse().unwrap())
+        )
+    );
+    assert_eq!(
+        source_condition(DetectLocal::BridgeInterface("cbr0".into())),
+        cond(Selector::IifName, Value::IfName("cbr0".into()))
+    );
+    assert_eq!(
+        source_condition(DetectLocal::InterfaceNamePrefix("veth".into())),
+        cond(Selector::IifName, Value::IfName("veth*".into()))
+    );
+}
+
+#[test]
+fn tcp_udp_and_sctp_on_one_port_number_are_distinct_entries() {
+    let svc = service(
+        "
+metadata: {name: multi, namespace: default}
+spec: {clusterIP: 10.96.0.10, ports: [{name: t, port: 53, protocol: TCP}, {name: u, port: 53, protocol: UDP}, {name: s, port: 53, protocol: SCTP}]}
+",
+    );
+    let t = plan(&[svc], &[], &config());
+    let protos: Vec<&Value> = v4(&t).sets["no-endpoint-services"]
+        .elements
+        .iter()
+        .map(|e| &e.key[1])
+        .collect();
+    assert_eq!(
+        protos,
+        vec![&Value::Proto(6), &Value::Proto(17), &Value::Proto(132)]
+    );
+}
