@@ -350,7 +350,7 @@ spec: {clusterIP: 10.96.0.10, trafficDistribution: PreferClose, ports: [{name: h
     );
     let hinted = "[{addresses: [10.244.0.11], zone: zone-a, hints: {forZones: [{name: zone-a}]}, conditions: {ready: true}}, {addresses: [10.244.1.12], zone: zone-b, hints: {forZones: [{name: zone-b}]}, conditions: {ready: true}}]";
     let t = plan(
-        &[svc.clone()],
+        std::slice::from_ref(&svc),
         &[slice("web", "IPv4", 8080, hinted)],
         &config(),
     );
