@@ -31,7 +31,12 @@ fn main() -> ExitCode {
             return ExitCode::from(EX_USAGE);
         }
     };
-    for warning in &config.warnings {
+    // Flag warnings concern the planner; the demo and cleanup do not use these flags.
+    let plans = matches!(
+        config.command,
+        kubenft::config::Command::Render | kubenft::config::Command::Sync { .. }
+    );
+    for warning in config.warnings.iter().filter(|_| plans) {
         tracing::warn!("{warning}");
     }
     match kubenft::cli::run(&config) {
