@@ -39,6 +39,9 @@ pub const NLMSG_HDRLEN: usize = 16;
 /// Size of `struct nfgenmsg`.
 pub const NFGENMSG_LEN: usize = 4;
 
+/// Receive buffer offered on every read (the kernel's cap for one dump message is 32 KiB).
+const DUMP_BUFFER: usize = 64 << 10;
+
 /// Default socket buffers: dumps of a large table arrive faster than we parse them.
 const DEFAULT_BUFFER: usize = 4 << 20;
 /// The kernel answers synchronously; a reply this late means none is coming.
@@ -391,9 +394,10 @@ impl NetlinkSocket {
         let mut size = None;
         for peek in [true, false] {
             self.buf.clear();
-            if let Some(n) = size {
-                self.buf.reserve(n);
-            }
+            // Offer at least 32 KiB: the kernel sizes each dump message after the largest
+            // buffer a reader has offered (up to 32 KiB), and set dumps restart their walk per
+            // message, so small messages make large dumps quadratically slower.
+            self.buf.reserve(size.unwrap_or(0).max(DUMP_BUFFER));
             let f = if peek {
                 flags | libc::MSG_PEEK | libc::MSG_TRUNC
             } else {
