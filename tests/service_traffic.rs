@@ -19,7 +19,7 @@ const CLUSTER: &str = r#"
 apiVersion: v1
 kind: Node
 metadata: {name: node-a}
-spec: {podCIDRs: [10.244.0.0/16, "fd00:244::/48"]}
+spec: {podCIDRs: [10.244.0.0/16, "fd00:244::/32"]}
 status: {addresses: [{type: InternalIP, address: 10.0.0.1}, {type: InternalIP, address: "fd00::1"}]}
 ---
 apiVersion: v1
@@ -60,6 +60,24 @@ apiVersion: v1
 kind: Service
 metadata: {name: empty6, namespace: t}
 spec: {clusterIP: "fd00:96::31", clusterIPs: ["fd00:96::31"], ipFamilies: [IPv6], ports: [{name: http, port: 80, protocol: TCP}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: local6, namespace: t}
+spec: {type: LoadBalancer, clusterIP: "fd00:96::20", clusterIPs: ["fd00:96::20"], ipFamilies: [IPv6], externalTrafficPolicy: Local, ports: [{name: http, port: 80, nodePort: 30040, protocol: TCP}]}
+status: {loadBalancer: {ingress: [{ip: "fd00:96::1:20"}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: allowed6, namespace: t}
+spec: {type: LoadBalancer, clusterIP: "fd00:96::22", clusterIPs: ["fd00:96::22"], ipFamilies: [IPv6], loadBalancerSourceRanges: ["fd00::/64"], ports: [{name: http, port: 80, nodePort: 30042, protocol: TCP}]}
+status: {loadBalancer: {ingress: [{ip: "fd00:96::1:22"}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: denied6, namespace: t}
+spec: {type: LoadBalancer, clusterIP: "fd00:96::23", clusterIPs: ["fd00:96::23"], ipFamilies: [IPv6], loadBalancerSourceRanges: ["2001:db8::/32"], ports: [{name: http, port: 80, nodePort: 30043, protocol: TCP}]}
+status: {loadBalancer: {ingress: [{ip: "fd00:96::1:23"}]}}
 "#;
 
 fn slice(service: &str, family: &str, endpoints: &[(&str, &str)]) -> String {
@@ -102,6 +120,13 @@ fn cluster() -> Topology {
         "IPv4",
         &[("10.244.1.2", "node-a"), ("10.244.2.2", "node-b")],
     );
+    for svc in ["local6", "allowed6", "denied6"] {
+        yaml += &slice(
+            svc,
+            "IPv6",
+            &[("fd00:244:1::2", "node-a"), ("fd00:244:2::2", "node-b")],
+        );
+    }
     let (mut services, mut slices, mut nodes) = (
         Vec::<Service>::new(),
         Vec::<EndpointSlice>::new(),
@@ -122,7 +147,7 @@ fn cluster() -> Topology {
         hostname: "node-a".into(),
         cluster_cidrs: vec![
             "10.244.0.0/16".parse().unwrap(),
-            "fd00:244::/48".parse().unwrap(),
+            "fd00:244::/32".parse().unwrap(),
         ],
         service_cidrs: vec![
             "10.96.0.0/16".parse().unwrap(),
@@ -226,6 +251,29 @@ fn service_behaviours_hold_for_real_traffic() {
         .map(|(b, _)| b)
         .collect();
     assert_eq!(sticky.len(), 1, "{sticky:?}");
+
+    // IPv6: a pod keeps its source, the host reaches services, eTP Local keeps the client's
+    // address and uses the local endpoint only, source ranges admit and drop.
+    for (backend, source) in answers(&c.pods[0], "[fd00:96::10]:80", 10) {
+        if backend == "pod-2" {
+            assert_eq!(
+                source, "fd00:244:1::2",
+                "IPv6 pod traffic is not masqueraded"
+            );
+        }
+    }
+    assert_eq!(answers(&c.node, "[fd00:96::10]:80", 3).len(), 3);
+    for (backend, source) in answers(&c.client, "[fd00:96::1:20]:80", 8) {
+        assert_eq!((backend.as_str(), source.as_str()), ("pod-1", "fd00::2"));
+    }
+    assert!(matches!(
+        try_request(&c.client, addr("[fd00:96::1:22]:80")),
+        Outcome::Answered { .. }
+    ));
+    assert_eq!(
+        try_request(&c.client, addr("[fd00:96::1:23]:80")),
+        Outcome::TimedOut
+    );
 
     // An address in the service CIDR that no Service holds is dropped; IPv6 rejects too.
     assert_eq!(
