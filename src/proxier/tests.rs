@@ -442,3 +442,32 @@ spec: {clusterIP: 10.96.0.10, ports: [{name: t, port: 53, protocol: TCP}, {name:
         vec![&Value::Proto(6), &Value::Proto(17), &Value::Proto(132)]
     );
 }
+
+#[test]
+fn prefer_same_node_keeps_traffic_on_this_node_when_the_hints_allow() {
+    let svc = service(
+        "
+metadata: {name: web, namespace: default}
+spec: {clusterIP: 10.96.0.10, trafficDistribution: PreferSameNode, ports: [{name: http, port: 80, protocol: TCP}]}
+",
+    );
+    let hinted = "[{addresses: [10.244.0.11], nodeName: node-a, hints: {forNodes: [{name: node-a}], forZones: [{name: zone-a}]}, conditions: {ready: true}}, {addresses: [10.244.1.12], nodeName: node-b, hints: {forNodes: [{name: node-b}], forZones: [{name: zone-a}]}, conditions: {ready: true}}]";
+    let t = plan(&[svc], &[slice("web", "IPv4", 8080, hinted)], &config());
+    let endpoints: Vec<&String> = v4(&t)
+        .chains
+        .keys()
+        .filter(|c| c.starts_with("endpoint-"))
+        .collect();
+    assert_eq!(endpoints.len(), 1, "{endpoints:?}");
+    assert!(endpoints[0].contains("10.244.0.11"));
+}
+
+#[test]
+fn external_name_services_are_not_proxied() {
+    let svc = service(
+        "metadata: {name: ext, namespace: default}\nspec: {type: ExternalName, externalName: example.invalid}",
+    );
+    let node: Node = serde_yaml::from_str(NODE).unwrap();
+    let (state, rejected) = ClusterState::from_objects(&[svc], &[], Some(&node));
+    assert!(rejected.is_empty() && state.services.is_empty());
+}
