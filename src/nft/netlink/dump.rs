@@ -49,6 +49,10 @@ pub enum DumpError {
     Lift(#[source] LiftError),
     #[error("set {set}: {reason}")]
     Set { set: String, reason: String },
+    /// The kernel listed an element twice: the set's hash table was resized while it was being
+    /// dumped (this does not change the ruleset generation), so the listing is not trustworthy.
+    #[error("set {set} was resized while it was being read")]
+    Torn { set: String },
     #[error("the ruleset kept changing during {attempts} dump attempts")]
     Unstable { attempts: usize },
 }
@@ -79,7 +83,7 @@ pub fn dump_table(
     family: Family,
     name: &str,
 ) -> Result<Option<Table>, DumpError> {
-    for _ in 0..ATTEMPTS {
+    for attempt in 0..ATTEMPTS {
         let before = sock.generation().map_err(DumpError::Generation)?;
         let result = dump_once(sock, family, name);
         let after = sock.generation().map_err(DumpError::Generation)?;
@@ -91,6 +95,11 @@ pub fn dump_table(
                 source: SocketError::DumpInterrupted { .. },
                 ..
             }) => continue,
+            // A resize finishes in the background within moments; read again after it.
+            Err(DumpError::Torn { .. }) => {
+                std::thread::sleep(std::time::Duration::from_millis(100 << attempt));
+                continue;
+            }
             // A decode error on a half-changed ruleset is not trustworthy either: retry.
             _ if before != after => continue,
             other => return other,
@@ -348,6 +357,11 @@ pub fn build_set(raw: &RawSet, elems: Vec<RawElem>) -> Result<Set, DumpError> {
             .map_err(fail)?
     };
     elements.sort();
+    if elements.windows(2).any(|w| w[0].key == w[1].key) {
+        return Err(DumpError::Torn {
+            set: raw.name.clone(),
+        });
+    }
     Ok(Set {
         name: raw.name.clone(),
         key,

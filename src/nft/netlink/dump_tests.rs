@@ -1087,6 +1087,35 @@ fn interval_elements_reassemble_into_cidrs_including_adjacent_and_top_ranges() {
 }
 
 #[test]
+fn an_element_listed_twice_marks_the_set_dump_as_torn_so_it_is_read_again() {
+    use super::decode::{RawElem, RawSet};
+    let raw = RawSet {
+        table: "t".into(),
+        name: "ips".into(),
+        flags: 0,
+        key_type: 7,
+        key_len: 4,
+        data_type: None,
+        timeout_ms: None,
+        field_lens: Vec::new(),
+        comment: None,
+    };
+    let e = |k: [u8; 4]| RawElem {
+        key: k.to_vec(),
+        key_end: None,
+        data: None,
+        flags: 0,
+        comment: None,
+    };
+    let err = super::dump::build_set(
+        &raw,
+        vec![e([10, 0, 0, 1]), e([10, 0, 0, 2]), e([10, 0, 0, 1])],
+    )
+    .unwrap_err();
+    assert!(matches!(err, super::dump::DumpError::Torn { .. }), "{err}");
+}
+
+#[test]
 fn truncated_or_corrupted_kernel_dump_messages_decode_to_errors_never_panics() {
     use super::sys::*;
     if !can_create() {
