@@ -7,5 +7,6 @@ pub mod model;
 pub mod netns;
 pub mod nft;
 pub mod proxier;
+pub mod serve;
 pub mod source;
 pub mod sync;
