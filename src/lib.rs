@@ -9,5 +9,6 @@ pub mod model;
 pub mod netns;
 pub mod nft;
 pub mod proxier;
+pub mod serve;
 pub mod source;
 pub mod sync;

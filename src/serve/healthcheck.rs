@@ -1,0 +1,330 @@
+//! healthCheckNodePort servers for `externalTrafficPolicy: Local` load balancers: exactly one
+//! listener set per desired port, answering 200 while the Service has local endpoints and the
+//! proxy is healthy, 503 otherwise, so cloud load balancers only send traffic to nodes that can
+//! serve it without a second hop.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use hyper::Method;
+use tokio::task::JoinHandle;
+
+use super::{HealthState, bind, json_response, method_not_allowed, serve_on};
+
+/// What one healthCheckNodePort reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceHealth {
+    /// The Service as `namespace/name`.
+    pub name: String,
+    /// Ready endpoints of the Service on this node.
+    pub local_endpoints: usize,
+}
+
+/// Failures of [`HealthCheckServers::sync`].
+#[derive(Debug, thiserror::Error)]
+pub enum HealthCheckError {
+    #[error("cannot open healthCheckNodePort {addr} for service {service}")]
+    Bind {
+        addr: SocketAddr,
+        service: String,
+        #[source]
+        source: super::ServeError,
+    },
+}
+
+struct Listening {
+    /// Read by the request handlers; updated in place when only the endpoint count changes.
+    service: Arc<Mutex<ServiceHealth>>,
+    servers: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        // Aborting the server task drops its listener and every open connection with it.
+        for s in &self.servers {
+            s.abort();
+        }
+    }
+}
+
+/// The set of open healthCheckNodePort listeners, reconciled to the desired set on each sync.
+/// Dropping it closes every port.
+pub struct HealthCheckServers {
+    addresses: Vec<IpAddr>,
+    health: HealthState,
+    open: BTreeMap<u16, Listening>,
+}
+
+impl std::fmt::Debug for HealthCheckServers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HealthCheckServers")
+            .field("addresses", &self.addresses)
+            .field("ports", &self.open.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl HealthCheckServers {
+    /// Listeners are opened on each of `addresses` (the node's nodeport addresses), or on
+    /// 0.0.0.0 when the list is empty. `health` is the proxy's own health: a Service is only
+    /// reported healthy while the proxy is.
+    pub fn new(addresses: Vec<IpAddr>, health: HealthState) -> Self {
+        let addresses = if addresses.is_empty() {
+            vec![IpAddr::V4(Ipv4Addr::UNSPECIFIED)]
+        } else {
+            addresses
+        };
+        HealthCheckServers {
+            addresses,
+            health,
+            open: BTreeMap::new(),
+        }
+    }
+
+    /// The ports currently listened on.
+    pub fn ports(&self) -> Vec<u16> {
+        self.open.keys().copied().collect()
+    }
+
+    /// Makes the open ports exactly `desired`: closes ports no longer wanted, updates the
+    /// answer of ports kept (also when the port moved to another Service), opens new ones.
+    /// A port that cannot be opened is left closed and retried on the next sync; the first
+    /// such failure is returned after every other port has been handled.
+    pub async fn sync(
+        &mut self,
+        desired: BTreeMap<u16, ServiceHealth>,
+    ) -> Result<(), HealthCheckError> {
+        self.open.retain(|port, _| desired.contains_key(port));
+        let mut first_error = None;
+        for (port, wanted) in desired {
+            if let Some(l) = self.open.get(&port) {
+                *l.service.lock().unwrap_or_else(|p| p.into_inner()) = wanted;
+                continue;
+            }
+            match self.listen(port, wanted).await {
+                Ok(l) => {
+                    self.open.insert(port, l);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, source = ?std::error::Error::source(&e), "healthCheckNodePort not opened");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    async fn listen(
+        &self,
+        port: u16,
+        wanted: ServiceHealth,
+    ) -> Result<Listening, HealthCheckError> {
+        let service = Arc::new(Mutex::new(wanted));
+        // Built before binding so a failure part-way drops (closes) what was opened.
+        let mut listening = Listening {
+            service: service.clone(),
+            servers: Vec::with_capacity(self.addresses.len()),
+        };
+        for ip in &self.addresses {
+            let addr = SocketAddr::new(*ip, port);
+            let listener = bind(addr).await.map_err(|source| HealthCheckError::Bind {
+                addr,
+                service: service
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .name
+                    .clone(),
+                source,
+            })?;
+            let service = service.clone();
+            let health = self.health.clone();
+            let handler = Arc::new(move |method: &Method, _path: &str| {
+                // Load balancers probe various paths; kube-proxy answers on all of them.
+                if method != Method::GET && method != Method::HEAD {
+                    return method_not_allowed();
+                }
+                let svc = service.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let proxy_healthy = health.is_healthy(health.clock().now());
+                let (namespace, name) = svc.name.split_once('/').unwrap_or(("", &svc.name));
+                let body = serde_json::json!({
+                    "service": { "namespace": namespace, "name": name },
+                    "localEndpoints": svc.local_endpoints,
+                    "serviceProxyHealthy": proxy_healthy,
+                });
+                json_response(svc.local_endpoints > 0 && proxy_healthy, body.to_string())
+            });
+            listening.servers.push(tokio::spawn(async move {
+                if let Err(e) = serve_on(listener, handler, std::future::pending()).await {
+                    tracing::warn!(%addr, error = %e, "healthCheckNodePort server stopped");
+                }
+            }));
+        }
+        Ok(listening)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testclient::get;
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    fn health(n: &str, local_endpoints: usize) -> ServiceHealth {
+        ServiceHealth {
+            name: n.to_owned(),
+            local_endpoints,
+        }
+    }
+
+    /// A port that was free a moment ago on 127.0.0.1 (the kernel does not hand it out again
+    /// right away, so the race with other tests is negligible).
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    fn loopback(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    /// Waits (bounded) until nothing accepts on `addr`: closing is an abort that the runtime
+    /// carries out on its next turn.
+    async fn closed(addr: SocketAddr) -> bool {
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(addr).await.is_err() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
+    fn servers() -> (HealthCheckServers, HealthState) {
+        let state = HealthState::new(Duration::from_secs(60));
+        let loopback_only = vec![IpAddr::V4(Ipv4Addr::LOCALHOST)];
+        (HealthCheckServers::new(loopback_only, state.clone()), state)
+    }
+
+    #[tokio::test]
+    async fn a_service_with_local_endpoints_answers_200_with_kube_proxys_body() {
+        let (mut hc, _) = servers();
+        let port = free_port();
+        hc.sync(BTreeMap::from([(port, health("default/web", 2))]))
+            .await
+            .unwrap();
+        let a = get(loopback(port), "/").await.unwrap();
+        assert_eq!(a.status, 200, "{a:?}");
+        assert_eq!(a.header("content-type"), Some("application/json"));
+        assert_eq!(a.header("x-content-type-options"), Some("nosniff"));
+        let v: serde_json::Value = serde_json::from_str(&a.body).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "service": {"namespace": "default", "name": "web"},
+                "localEndpoints": 2,
+                "serviceProxyHealthy": true
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn no_local_endpoints_or_an_unhealthy_proxy_answers_503() {
+        let (mut hc, state) = servers();
+        let (empty, full) = (free_port(), free_port());
+        hc.sync(BTreeMap::from([
+            (empty, health("ns/empty", 0)),
+            (full, health("ns/full", 1)),
+        ]))
+        .await
+        .unwrap();
+        let a = get(loopback(empty), "/healthz").await.unwrap();
+        assert_eq!(a.status, 503);
+        assert!(a.body.contains("\"localEndpoints\":0"), "{}", a.body);
+
+        // A change queued long ago and never synced: the proxy is stale, so even a Service
+        // with endpoints must not attract traffic.
+        state.queued(SystemTime::now() - Duration::from_secs(3600));
+        let b = get(loopback(full), "/").await.unwrap();
+        assert_eq!(b.status, 503);
+        let v: serde_json::Value = serde_json::from_str(&b.body).unwrap();
+        assert_eq!(v["serviceProxyHealthy"], false);
+        assert_eq!(v["localEndpoints"], 1);
+    }
+
+    #[tokio::test]
+    async fn sync_opens_updates_and_closes_ports_as_services_come_and_go() {
+        let (mut hc, _) = servers();
+        let (a, b) = (free_port(), free_port());
+        hc.sync(BTreeMap::from([
+            (a, health("ns/a", 1)),
+            (b, health("ns/b", 0)),
+        ]))
+        .await
+        .unwrap();
+        assert_eq!(hc.ports(), {
+            let mut p = vec![a, b];
+            p.sort();
+            p
+        });
+        assert_eq!(get(loopback(b), "/").await.unwrap().status, 503);
+
+        // b gains an endpoint and a goes away.
+        hc.sync(BTreeMap::from([(b, health("ns/b", 3))]))
+            .await
+            .unwrap();
+        assert_eq!(hc.ports(), vec![b]);
+        let answer = get(loopback(b), "/").await.unwrap();
+        assert_eq!(answer.status, 200);
+        assert!(answer.body.contains("\"localEndpoints\":3"));
+        assert!(closed(loopback(a)).await, "port {a} should be closed");
+
+        // The port is handed to another Service: same listener, new answer.
+        hc.sync(BTreeMap::from([(b, health("other/svc", 1))]))
+            .await
+            .unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&get(loopback(b), "/").await.unwrap().body).unwrap();
+        assert_eq!(v["service"]["namespace"], "other");
+        assert_eq!(v["service"]["name"], "svc");
+
+        hc.sync(BTreeMap::new()).await.unwrap();
+        assert!(hc.ports().is_empty());
+        assert!(closed(loopback(b)).await, "port {b} should be closed");
+    }
+
+    #[tokio::test]
+    async fn a_port_in_use_is_reported_and_retried_on_the_next_sync() {
+        let (mut hc, _) = servers();
+        let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let taken = squatter.local_addr().unwrap().port();
+        let free = free_port();
+        let desired = BTreeMap::from([(taken, health("ns/x", 1)), (free, health("ns/y", 1))]);
+        let err = hc.sync(desired.clone()).await.unwrap_err();
+        let HealthCheckError::Bind { addr, service, .. } = err;
+        assert_eq!(addr, loopback(taken));
+        assert_eq!(service, "ns/x");
+        // The other port was opened regardless.
+        assert_eq!(hc.ports(), vec![free]);
+        assert_eq!(get(loopback(free), "/").await.unwrap().status, 200);
+
+        drop(squatter);
+        hc.sync(desired).await.unwrap();
+        assert_eq!(get(loopback(taken), "/").await.unwrap().status, 200);
+    }
+
+    #[tokio::test]
+    async fn dropping_the_manager_closes_every_port() {
+        let (mut hc, _) = servers();
+        let port = free_port();
+        hc.sync(BTreeMap::from([(port, health("ns/a", 1))]))
+            .await
+            .unwrap();
+        assert_eq!(get(loopback(port), "/").await.unwrap().status, 200);
+        drop(hc);
+        assert!(closed(loopback(port)).await);
+    }
+}

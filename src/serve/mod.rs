@@ -1,0 +1,458 @@
+//! The daemon's HTTP servers: `/healthz` and `/livez` (kube-proxy semantics), `/metrics`
+//! (Prometheus text), and the healthCheckNodePort servers. Every server stops accepting and
+//! drops its open connections when its shutdown future resolves; any other path is a 404.
+
+pub mod health;
+pub mod healthcheck;
+pub mod metrics;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+pub use health::{Clock, HealthReport, HealthState, SystemClock};
+pub use healthcheck::{HealthCheckError, HealthCheckServers, ServiceHealth};
+pub use metrics::{Metrics, SyncKind, SyncResult};
+
+/// Failures of the health and metrics servers.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("bind address {addr:?} is not host:port (e.g. 0.0.0.0:10256 or [::]:10256)")]
+    ParseAddress {
+        addr: String,
+        #[source]
+        source: std::net::AddrParseError,
+    },
+    #[error("cannot listen on {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot accept a connection on {addr}")]
+    Accept {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Parses a kube-proxy style bind address: `0.0.0.0:10256`, `127.0.0.1:10249`, `[::]:10256`,
+/// or `:10256` (Go's spelling of "all IPv4 addresses").
+pub fn parse_bind_address(addr: &str) -> Result<SocketAddr, ServeError> {
+    let err = |source| ServeError::ParseAddress {
+        addr: addr.to_owned(),
+        source,
+    };
+    if let Some(port) = addr.strip_prefix(':') {
+        // Reuse SocketAddr's parser for the port so the error type stays one.
+        let parsed: SocketAddr = format!("0.0.0.0:{port}").parse().map_err(err)?;
+        return Ok(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            parsed.port(),
+        ));
+    }
+    addr.parse().map_err(err)
+}
+
+/// Binds a listener for one of the servers (port 0 picks a free port, for tests).
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })
+}
+
+/// Serves `/healthz` and `/livez` on `addr` until `shutdown` resolves.
+pub async fn serve_healthz(
+    addr: &str,
+    health: HealthState,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let listener = bind(parse_bind_address(addr)?).await?;
+    serve_healthz_on(listener, health, shutdown).await
+}
+
+/// Serves `/healthz` and `/livez` on an already bound listener until `shutdown` resolves.
+pub async fn serve_healthz_on(
+    listener: TcpListener,
+    health: HealthState,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    serve_on(
+        listener,
+        Arc::new(move |method: &Method, path: &str| {
+            let now = health.clock().now();
+            let report = match path {
+                "/healthz" => health.healthz(now),
+                "/livez" => health.livez(now),
+                _ => return not_found(),
+            };
+            if !read_method(method) {
+                return method_not_allowed();
+            }
+            json_response(report.healthy, report.body)
+        }),
+        shutdown,
+    )
+    .await
+}
+
+/// Serves `/metrics` on `addr` until `shutdown` resolves.
+pub async fn serve_metrics(
+    addr: &str,
+    metrics: Metrics,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let listener = bind(parse_bind_address(addr)?).await?;
+    serve_metrics_on(listener, metrics, shutdown).await
+}
+
+/// Serves `/metrics` on an already bound listener until `shutdown` resolves.
+pub async fn serve_metrics_on(
+    listener: TcpListener,
+    metrics: Metrics,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    serve_on(
+        listener,
+        Arc::new(move |method: &Method, path: &str| {
+            if path != "/metrics" {
+                return not_found();
+            }
+            if !read_method(method) {
+                return method_not_allowed();
+            }
+            let mut resp = Response::new(Full::new(Bytes::from(metrics.render())));
+            resp.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static(metrics::CONTENT_TYPE),
+            );
+            resp
+        }),
+        shutdown,
+    )
+    .await
+}
+
+/// A request handler: method and path in, full response out. Handlers only read shared
+/// state, so they are plain synchronous functions.
+pub(crate) type Handler = Arc<dyn Fn(&Method, &str) -> Response<Full<Bytes>> + Send + Sync>;
+
+fn read_method(method: &Method) -> bool {
+    method == Method::GET || method == Method::HEAD
+}
+
+/// The JSON answer of the health endpoints: 200 or 503, with kube-proxy's headers.
+pub(crate) fn json_response(healthy: bool, body: String) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = if healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let h = resp.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    resp
+}
+
+pub(crate) fn not_found() -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from_static(b"404 page not found\n")));
+    *resp.status_mut() = StatusCode::NOT_FOUND;
+    resp
+}
+
+pub(crate) fn method_not_allowed() -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::new()));
+    *resp.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    resp
+}
+
+/// Accepts HTTP/1 connections on `listener` and answers them with `handler` until `shutdown`
+/// resolves; then the listener is closed and open connections are dropped (a closed port must
+/// stop answering at once, e.g. a healthCheckNodePort whose Service went away).
+pub(crate) async fn serve_on(
+    listener: TcpListener,
+    handler: Handler,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let local = listener
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    let mut connections = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => return Ok(()),
+            // Reap finished connections so the set does not grow without bound.
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => {
+                let (stream, _) = match accepted {
+                    Ok(a) => a,
+                    // Per-connection failures (the peer reset before accept) are not the
+                    // server's; resource exhaustion is worth reporting but also transient.
+                    Err(e) if is_transient_accept_error(&e) => {
+                        tracing::debug!(addr = %local, error = %e, "accept failed, continuing");
+                        if e.raw_os_error() == Some(libc::EMFILE)
+                            || e.raw_os_error() == Some(libc::ENFILE)
+                        {
+                            // Out of descriptors: give connections a moment to close.
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        }
+                        continue;
+                    }
+                    Err(source) => return Err(ServeError::Accept { addr: local, source }),
+                };
+                let handler = handler.clone();
+                connections.spawn(async move {
+                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                        let resp = handler(req.method(), req.uri().path());
+                        async move { Ok::<_, Infallible>(resp) }
+                    });
+                    if let Err(e) = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await
+                    {
+                        tracing::debug!(error = %e, "http connection ended with an error");
+                    }
+                });
+            }
+        }
+    }
+}
+
+fn is_transient_accept_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionReset | Interrupted | WouldBlock
+    ) || matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+/// A minimal HTTP/1.1 client for the tests: one GET, `Connection: close`, whole answer back.
+#[cfg(test)]
+pub(crate) mod testclient {
+    use std::net::SocketAddr;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    #[derive(Debug)]
+    pub struct Answer {
+        pub status: u16,
+        /// Header names lower-cased.
+        pub headers: Vec<(String, String)>,
+        pub body: String,
+    }
+
+    impl Answer {
+        pub fn header(&self, name: &str) -> Option<&str> {
+            self.headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        }
+    }
+
+    pub async fn get(addr: SocketAddr, path: &str) -> std::io::Result<Answer> {
+        let mut s = TcpStream::connect(addr).await?;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await?;
+        let text = String::from_utf8(raw).expect("utf-8 answer");
+        let (head, body) = text.split_once("\r\n\r\n").expect("header/body separator");
+        let mut lines = head.split("\r\n");
+        let status = lines
+            .next()
+            .and_then(|l| l.split(' ').nth(1))
+            .and_then(|c| c.parse().ok())
+            .expect("status line");
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        Ok(Answer {
+            status,
+            headers,
+            body: body.to_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testclient::get;
+    use super::*;
+    use std::sync::Mutex;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    use tokio::sync::oneshot;
+
+    #[derive(Debug)]
+    struct FixedClock(Mutex<SystemTime>);
+
+    impl Clock for FixedClock {
+        fn now(&self) -> SystemTime {
+            *self.0.lock().unwrap()
+        }
+    }
+
+    fn loopback() -> SocketAddr {
+        "127.0.0.1:0".parse().unwrap()
+    }
+
+    #[test]
+    fn bind_addresses_are_parsed_like_kube_proxy_flags() {
+        assert_eq!(
+            parse_bind_address("0.0.0.0:10256").unwrap(),
+            "0.0.0.0:10256".parse().unwrap()
+        );
+        assert_eq!(
+            parse_bind_address("127.0.0.1:10249").unwrap(),
+            "127.0.0.1:10249".parse().unwrap()
+        );
+        assert_eq!(
+            parse_bind_address("[::]:10256").unwrap(),
+            "[::]:10256".parse().unwrap()
+        );
+        assert_eq!(
+            parse_bind_address(":10256").unwrap(),
+            "0.0.0.0:10256".parse().unwrap()
+        );
+        for bad in [
+            "0.0.0.0",
+            "localhost:10256",
+            ":",
+            "::10256",
+            "1.2.3.4:70000",
+        ] {
+            assert!(
+                matches!(
+                    parse_bind_address(bad),
+                    Err(ServeError::ParseAddress { .. })
+                ),
+                "{bad} should be rejected"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn healthz_answers_200_then_503_once_a_queued_change_is_late() {
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let clock = Arc::new(FixedClock(Mutex::new(t0)));
+        let health = HealthState::with_clock(Duration::from_secs(60), clock.clone());
+        let listener = bind(loopback()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(serve_healthz_on(listener, health.clone(), async {
+            let _ = stopped.await;
+        }));
+
+        let ok = get(addr, "/healthz").await.unwrap();
+        assert_eq!(ok.status, 200, "{ok:?}");
+        assert_eq!(ok.header("content-type"), Some("application/json"));
+        assert_eq!(ok.header("x-content-type-options"), Some("nosniff"));
+        let v: serde_json::Value = serde_json::from_str(&ok.body).unwrap();
+        assert_eq!(v["nodeEligible"], true);
+        assert_eq!(v["currentTime"], "2023-11-14T22:13:20.000Z");
+
+        health.queued(t0);
+        *clock.0.lock().unwrap() = t0 + Duration::from_secs(61);
+        let late = get(addr, "/healthz").await.unwrap();
+        assert_eq!(late.status, 503, "{late:?}");
+        assert_eq!(get(addr, "/livez").await.unwrap().status, 503);
+
+        health.synced(t0 + Duration::from_secs(61));
+        health.set_node_eligible(false);
+        assert_eq!(get(addr, "/livez").await.unwrap().status, 200);
+        let draining = get(addr, "/healthz").await.unwrap();
+        assert_eq!(draining.status, 503);
+        assert!(!draining.body.contains("nodeEligible\": true"));
+
+        assert_eq!(get(addr, "/").await.unwrap().status, 404);
+        assert_eq!(get(addr, "/metrics").await.unwrap().status, 404);
+
+        stop.send(()).unwrap();
+        server.await.unwrap().unwrap();
+        assert!(
+            tokio::net::TcpStream::connect(addr).await.is_err(),
+            "the listener closes on shutdown"
+        );
+    }
+
+    #[tokio::test]
+    async fn metrics_are_served_as_prometheus_text_at_slash_metrics_only() {
+        let metrics = Metrics::new();
+        metrics.record_sync(SyncKind::Full, SyncResult::Success, 0.01);
+        let listener = bind(loopback()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(serve_metrics_on(listener, metrics.clone(), async {
+            let _ = stopped.await;
+        }));
+
+        let a = get(addr, "/metrics").await.unwrap();
+        assert_eq!(a.status, 200);
+        assert_eq!(a.header("content-type"), Some(metrics::CONTENT_TYPE));
+        assert!(
+            a.body
+                .contains("kubeproxy_sync_full_proxy_rules_duration_seconds_count 1\n"),
+            "{}",
+            a.body
+        );
+        // The answer is rendered per request, not cached.
+        metrics.record_sync(SyncKind::Full, SyncResult::Success, 0.01);
+        let b = get(addr, "/metrics").await.unwrap();
+        assert!(
+            b.body
+                .contains("kubeproxy_sync_full_proxy_rules_duration_seconds_count 2\n")
+        );
+
+        assert_eq!(get(addr, "/healthz").await.unwrap().status, 404);
+        assert_eq!(get(addr, "/metrics/x").await.unwrap().status, 404);
+
+        stop.send(()).unwrap();
+        server.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn serving_an_unparsable_address_fails_before_binding() {
+        let err = serve_metrics("nonsense", Metrics::new(), std::future::pending())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ServeError::ParseAddress { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn binding_a_port_in_use_reports_the_address() {
+        let held = bind(loopback()).await.unwrap();
+        let addr = held.local_addr().unwrap();
+        let err = serve_healthz(
+            &addr.to_string(),
+            HealthState::new(Duration::from_secs(1)),
+            std::future::pending(),
+        )
+        .await
+        .unwrap_err();
+        match err {
+            ServeError::Bind { addr: a, .. } => assert_eq!(a, addr),
+            other => panic!("expected a bind error, got {other}"),
+        }
+    }
+}
