@@ -536,8 +536,11 @@ mod tests {
     fn a_port_that_keeps_some_endpoints_or_gains_more_clears_nothing() {
         let before = dns(&["10.1.0.5:5353"]);
         let after = dns(&["10.1.0.5:5353", "10.1.0.6:5353"]);
-        assert_eq!(plan(&[before.clone()], &[after]), vec![]);
-        assert_eq!(plan(&[before.clone()], &[before]), vec![]);
+        assert_eq!(plan(std::slice::from_ref(&before), &[after]), vec![]);
+        assert_eq!(
+            plan(std::slice::from_ref(&before), std::slice::from_ref(&before)),
+            vec![]
+        );
         assert_eq!(plan(&[dns(&[])], &[dns(&[])]), vec![]);
     }
 
