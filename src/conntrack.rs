@@ -245,9 +245,10 @@ const AF_UNSPEC: u8 = 0;
 const DELETE_CHUNK: usize = 128;
 
 /// Deletes every conntrack entry of the calling thread's network namespace that matches one
-/// of `flows`. An entry that vanished in the meantime counts as `already_gone`, not an error;
-/// an entry re-created with the same tuple after the dump is left alone (deletes carry the
-/// dumped entry's id).
+/// of `flows`. An entry that vanished in the meantime counts as `already_gone`, not an error.
+/// Deletes carry the dumped entry's id, so the kernel refuses one whose tuple now belongs to
+/// another entry; the id is derived from the entry's memory, so an entry re-created in the
+/// same slot may still be deleted, which only makes its next packet consult the rules again.
 pub fn delete_flows(flows: &[StaleFlow]) -> Result<DeleteReport, ConntrackError> {
     let mut report = DeleteReport::default();
     if flows.is_empty() {
@@ -750,6 +751,71 @@ mod tests {
     #[test]
     fn a_dumped_entry_without_ports_is_skipped_not_an_error() {
         assert!(decode_entry(&dumped_entry(1, false)).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_delete_spares_an_entry_with_another_id_and_counts_a_vanished_one_as_already_gone() {
+        use crate::netns::{Netns, can_create};
+        use std::net::UdpSocket;
+        if !can_create() {
+            eprintln!("skipped: creating network namespaces needs root");
+            return;
+        }
+        let ns = Netns::create("ctid").unwrap();
+        crate::nft::inspect::apply_script(
+            &ns,
+            "table ip t {\n chain out {\n type filter hook output priority 0;\n ct state new counter\n }\n}\n",
+        )
+        .unwrap();
+        let (found, reports, left) = ns
+            .run(|| {
+                let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+                let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+                let to_sink = |flow: &Flow| flow.orig_dst == sink.local_addr().unwrap();
+                client.send_to(b"1", sink.local_addr().unwrap()).unwrap();
+                let mut sock = NetlinkSocket::open().unwrap();
+                let mut undecodable = 0;
+                let entries = dump(&mut sock, &mut undecodable, to_sink).unwrap();
+                // The same tuple under another id stands for an entry re-created after the dump.
+                let other_id: Vec<Entry> = entries
+                    .iter()
+                    .map(|e| Entry {
+                        flow: e.flow,
+                        family: e.family,
+                        key: e
+                            .key
+                            .iter()
+                            .map(|a| match a {
+                                ConntrackAttribute::Other(n) if n.kind() == CTA_ID => {
+                                    ConntrackAttribute::Other(raw_nla(CTA_ID, &[0, 0, 0, 1]))
+                                }
+                                a => a.clone(),
+                            })
+                            .collect(),
+                    })
+                    .collect();
+                let mut left = Vec::new();
+                let mut reports = Vec::new();
+                for batch in [&other_id, &entries, &entries] {
+                    let mut report = DeleteReport::default();
+                    delete_entries(&mut sock, batch, &mut report).unwrap();
+                    reports.push(report);
+                    left.push(dump(&mut sock, &mut undecodable, to_sink).unwrap().len());
+                }
+                (entries.len(), reports, left)
+            })
+            .unwrap();
+        assert_eq!(found, 1);
+        let counts: Vec<(usize, usize, usize)> = reports
+            .iter()
+            .map(|r| (r.deleted, r.already_gone, r.failed.len()))
+            .collect();
+        assert_eq!(
+            counts,
+            vec![(0, 1, 0), (1, 0, 0), (0, 1, 0)],
+            "another id: refused; the dumped id: deleted; again: already gone"
+        );
+        assert_eq!(left, vec![1, 0, 0]);
     }
 
     #[test]

@@ -324,7 +324,7 @@ fn flows_dnated_to_a_removed_endpoint_move_to_the_remaining_one_after_cleanup() 
 }
 
 #[test]
-fn nothing_to_delete_opens_no_socket_and_leaves_the_table_alone() {
+fn stale_flows_that_match_nothing_leave_the_table_alone() {
     if !can_run() {
         return;
     }
