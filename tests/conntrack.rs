@@ -349,3 +349,44 @@ fn stale_flows_that_match_nothing_leave_the_table_alone() {
     assert_eq!(empty.deleted, 0);
     assert_eq!(oracle(&ns), before);
 }
+
+#[test]
+fn more_stale_entries_than_one_delete_datagram_carries_are_all_deleted() {
+    if !can_run() {
+        return;
+    }
+    let ns = lab("ctmany");
+    set_nat(&ns, &[], &[]);
+    let client = socket(&ns, "0.0.0.0:0");
+    let ports: Vec<u16> = (20000..20300).collect();
+    for &port in &ports {
+        client
+            .send_to(b"x", sa(&format!("{SERVICE4}:{port}")))
+            .unwrap();
+    }
+    client
+        .send_to(b"x", sa(&format!("{OTHER_SERVICE4}:20000")))
+        .unwrap();
+    assert_eq!(oracle(&ns).len(), ports.len() + 1);
+
+    let stale: Vec<StaleFlow> = ports
+        .iter()
+        .map(|&port| StaleFlow::ToService {
+            ip: SERVICE4.parse().unwrap(),
+            port,
+            proto: Proto::Udp,
+        })
+        .collect();
+    let report = ns
+        .run(move || conntrack::delete_flows(&stale))
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.deleted, ports.len(), "{report:?}");
+    assert_eq!(
+        oracle(&ns),
+        vec![(
+            sa(&format!("{OTHER_SERVICE4}:20000")),
+            sa(&format!("{OTHER_SERVICE4}:20000"))
+        )]
+    );
+}
