@@ -3,6 +3,7 @@
 pub mod access;
 pub mod cli;
 pub mod config;
+pub mod conntrack;
 pub mod demo;
 pub mod lab;
 pub mod model;
