@@ -389,11 +389,9 @@ mod tests {
         assert_eq!(get(addr, "/metrics").await.unwrap().status, 404);
 
         stop.send(()).unwrap();
+        // The server task ends on shutdown. (Probing the port afterwards would race with other
+        // tests that bind ephemeral ports in parallel.)
         server.await.unwrap().unwrap();
-        assert!(
-            tokio::net::TcpStream::connect(addr).await.is_err(),
-            "the listener closes on shutdown"
-        );
     }
 
     #[tokio::test]
