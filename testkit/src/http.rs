@@ -630,6 +630,15 @@ impl WatchPlan {
     }
 }
 
+/// Sends one line; false when the client is gone or the watch was dropped.
+async fn send_unless_closed(
+    tx: &mpsc::Sender<Bytes>,
+    closed: &tokio::sync::watch::Receiver<u64>,
+    line: Bytes,
+) -> bool {
+    !closed.has_changed().unwrap_or(true) && tx.send(line).await.is_ok()
+}
+
 async fn stream_watch(
     mut plan: WatchPlan,
     tx: mpsc::Sender<Bytes>,
@@ -642,25 +651,23 @@ async fn stream_watch(
         .map_or(DEFAULT_WATCH_TIMEOUT, Duration::from_secs);
     let deadline = tokio::time::Instant::now() + timeout;
     let ns = plan.namespace.clone();
+    // Catch-up phase: a drop_watches() arriving meanwhile ends the stream just as it does later.
     for (key, object) in std::mem::take(&mut plan.initial) {
         if plan.query.selects(&key, ns.as_deref(), &object)
-            && tx.send(event_line("ADDED", &object)).await.is_err()
+            && !send_unless_closed(&tx, &closed, event_line("ADDED", &object)).await
         {
             return;
         }
     }
     if plan.initial_end_bookmark
-        && tx
-            .send(bookmark(plan.kind, plan.position, true))
-            .await
-            .is_err()
+        && !send_unless_closed(&tx, &closed, bookmark(plan.kind, plan.position, true)).await
     {
         return;
     }
     for event in std::mem::take(&mut plan.backlog) {
         plan.position = event.rv;
         if let Some(line) = plan.translate(&event)
-            && tx.send(line).await.is_err()
+            && !send_unless_closed(&tx, &closed, line).await
         {
             return;
         }
@@ -671,6 +678,17 @@ async fn stream_watch(
     );
     loop {
         tokio::select! {
+            // Closing wins over pending events: a dropped watch delivers nothing written after
+            // the drop, and the client fetches it on resumption from its last revision.
+            biased;
+            _ = closed.changed() => return,
+            _ = tx.closed() => return,
+            _ = tokio::time::sleep_until(deadline) => {
+                if plan.query.allow_bookmarks {
+                    let _ = tx.send(bookmark(plan.kind, plan.position, false)).await;
+                }
+                return;
+            }
             received = plan.live.recv() => match received {
                 Ok(event) => {
                     plan.position = event.rv;
@@ -689,14 +707,6 @@ async fn stream_watch(
                     return;
                 }
             }
-            _ = closed.changed() => return,
-            _ = tokio::time::sleep_until(deadline) => {
-                if plan.query.allow_bookmarks {
-                    let _ = tx.send(bookmark(plan.kind, plan.position, false)).await;
-                }
-                return;
-            }
-            _ = tx.closed() => return,
         }
     }
 }
