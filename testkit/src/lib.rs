@@ -265,13 +265,21 @@ impl TestApiServer {
         )
     }
 
-    /// Writes [`Self::kubeconfig`] to a file.
+    /// Writes [`Self::kubeconfig`] to a file, atomically (written aside, then renamed), so a
+    /// process polling for the file never reads half of it.
     pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> Result<(), TestkitError> {
         let path = path.as_ref();
-        std::fs::write(path, self.kubeconfig()).map_err(|source| TestkitError::KubeconfigWrite {
+        let error = |source| TestkitError::KubeconfigWrite {
             path: path.display().to_string(),
             source,
-        })
+        };
+        let file_name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let aside = path.with_file_name(format!(".{file_name}.tmp"));
+        std::fs::write(&aside, self.kubeconfig()).map_err(error)?;
+        std::fs::rename(&aside, path).map_err(error)
     }
 
     /// Creates or replaces an object (a k8s-openapi Service, EndpointSlice or Node, or a

@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand};
 use kubenft_testkit::{TestApiServer, TestkitError};
+use serde::Deserialize as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -89,8 +90,6 @@ fn load(server: &TestApiServer, path: &PathBuf) -> Result<usize, CliError> {
     }
     Ok(count)
 }
-
-use serde::Deserialize as _;
 
 async fn serve(
     kubeconfig_out: PathBuf,
