@@ -300,7 +300,7 @@ impl TestApiServer {
         serde_json::from_value((*stored).clone()).map_err(TestkitError::ApplyDecode)
     }
 
-    /// Deletes an object; `namespace` is ignored for cluster-scoped kinds.
+    /// Deletes an object; `namespace` None means "default", and is ignored for cluster-scoped kinds.
     pub fn delete(
         &self,
         kind: Kind,
@@ -315,7 +315,7 @@ impl TestApiServer {
         Ok(())
     }
 
-    /// One object as currently stored.
+    /// One object as currently stored (`namespace` as for [`Self::delete`]).
     pub fn get(
         &self,
         kind: Kind,
