@@ -35,12 +35,10 @@ pub enum CliError {
     },
     #[error("demo: {0}")]
     Demo(#[source] Box<crate::demo::DemoError>),
-    #[error("reading table {table} back from the kernel: {source}")]
-    Dump {
-        table: String,
-        #[source]
-        source: BoxError,
-    },
+    #[error("sync: {0}")]
+    Sync(#[source] Box<crate::sync::SyncError>),
+    #[error("run: {0}")]
+    Run(#[source] Box<crate::daemon::DaemonError>),
 }
 
 /// The objects a build starts from.
@@ -132,6 +130,7 @@ mod glue {
                 sync_once(&config.proxy.table_name, &tables)
             }
             Command::Demo => crate::demo::run().map_err(|e| CliError::Demo(Box::new(e))),
+            Command::Run(_) => crate::daemon::run(config).map_err(|e| CliError::Run(Box::new(e))),
             Command::Cleanup => apply(
                 "cleanup",
                 &crate::sync::cleanup_transaction(&config.proxy.table_name),
@@ -166,63 +165,20 @@ mod glue {
     }
 
     /// Reads our tables back, plans the difference and applies it in one transaction guarded by
-    /// the generation it read; another program committing in between makes it read again.
+    /// the generation it read (the daemon's full sync, once).
     fn sync_once(table_name: &str, desired: &[Table]) -> Result<(), CliError> {
-        use crate::nft::model::Family;
-        use crate::nft::netlink::{ApplyError, DumpError, canonical};
-        use crate::nft::transaction::TableRef;
-        use crate::sync::{Observed, reconcile_transaction};
-        let mut nft = Nftables::open().map_err(|e| CliError::Open(e.into()))?;
-        let desired: Vec<Table> = desired.iter().map(canonical).collect();
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let generation = nft.generation().map_err(|e| CliError::Open(e.into()))?;
-            let mut observed = Vec::new();
-            for family in [Family::Ip, Family::Ip6] {
-                let tref = TableRef {
-                    family,
-                    name: table_name.to_string(),
-                };
-                let o = match nft.dump_table(family, table_name) {
-                    Ok(Some(t)) => Observed::Read(t),
-                    Ok(None) => Observed::Absent,
-                    Err(
-                        e @ (DumpError::Lift(_) | DumpError::Decode { .. } | DumpError::Set { .. }),
-                    ) => {
-                        tracing::warn!(table = table_name, error = %e, "cannot read our table back; replacing it");
-                        Observed::Unreadable
-                    }
-                    Err(e) => {
-                        return Err(CliError::Dump {
-                            table: table_name.to_string(),
-                            source: e.into(),
-                        });
-                    }
-                };
-                observed.push((tref, o));
-            }
-            let tx = reconcile_transaction(&observed, &desired, Some(generation));
-            match nft.apply(&tx) {
-                Ok(stats) => {
-                    tracing::info!(
-                        command = "sync",
-                        ops = tx.ops.len(),
-                        bytes = stats.bytes,
-                        "transaction applied"
-                    );
-                    return Ok(());
-                }
-                Err(ApplyError::GenerationChanged { .. }) if attempt < 3 => continue,
-                Err(e) => {
-                    return Err(CliError::Apply {
-                        command: "sync",
-                        ops: tx.ops.len(),
-                        source: e.into(),
-                    });
-                }
-            }
-        }
+        let nft = Nftables::open().map_err(|e| CliError::Open(e.into()))?;
+        let mut syncer = crate::sync::Syncer::new(nft, table_name);
+        let report = syncer
+            .sync(desired, true)
+            .map_err(|e| CliError::Sync(Box::new(e)))?;
+        tracing::info!(
+            command = "sync",
+            ops = report.ops,
+            bytes = report.bytes,
+            "transaction applied"
+        );
+        Ok(())
     }
 
     fn apply(command: &'static str, tx: &Transaction) -> Result<(), CliError> {

@@ -5,8 +5,9 @@
 //! the offending value and the reason, so `main` can print it and exit 64 before touching
 //! anything.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ipnet::IpNet;
@@ -35,11 +36,45 @@ pub enum Command {
         #[arg(long)]
         once: bool,
     },
+    /// The daemon: watch the cluster (the API, or --manifests), keep the kernel in sync, serve
+    /// health and metrics. Leaves the rules in place when it stops.
+    Run(RunFlags),
     /// Delete this proxy's `ip` and `ip6` tables (missing ones are fine) and nothing else.
     Cleanup,
     /// Build a throw-away cluster of network namespaces, program the example Services and send
     /// real requests through them (root; removes everything afterwards).
     Demo,
+}
+
+/// The daemon's own flags, spelled as kube-proxy's.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct RunFlags {
+    /// kubeconfig file for the API server; without it (and without --manifests) the pod's
+    /// in-cluster service account is used.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Proxy only Services labelled `service.kubernetes.io/service-proxy-name=NAME` (by default,
+    /// Services without that label, like kube-proxy).
+    #[arg(long, value_name = "NAME")]
+    pub service_proxy_name: Option<String>,
+    /// Minimum time between two syncs; bursts of changes are coalesced (e.g. 100ms, 1s).
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    pub min_sync_period: String,
+    /// Retry delay after a failed sync, and the longest time without any sync.
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
+    pub sync_period: String,
+    /// Longest time without a full sync (one that reads the kernel's tables back).
+    #[arg(long, default_value = "1h", value_name = "DURATION")]
+    pub full_sync_period: String,
+    /// host:port for /healthz and /livez; empty disables.
+    #[arg(long, default_value = "0.0.0.0:10256", value_name = "HOST:PORT")]
+    pub healthz_bind_address: String,
+    /// host:port for /metrics; empty disables.
+    #[arg(long, default_value = "127.0.0.1:10249", value_name = "HOST:PORT")]
+    pub metrics_bind_address: String,
+    /// How often --manifests is checked for changes.
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    pub manifests_poll_period: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -130,6 +165,20 @@ pub struct Config {
     pub manifests: Option<PathBuf>,
     /// Accepted but probably not what the operator meant (logged once tracing is up).
     pub warnings: Vec<String>,
+    /// Set for `run`.
+    pub run: Option<RunSettings>,
+}
+
+/// The daemon's validated settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSettings {
+    pub kubeconfig: Option<PathBuf>,
+    pub service_proxy_name: Option<String>,
+    pub periods: crate::sync::Periods,
+    /// `None`: the server is disabled.
+    pub healthz_bind_address: Option<SocketAddr>,
+    pub metrics_bind_address: Option<SocketAddr>,
+    pub manifests_poll_period: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -181,10 +230,24 @@ pub enum ConfigError {
     Hostname(#[source] std::io::Error),
     #[error("the node name is empty (--hostname-override {value:?}, or the host name)")]
     EmptyHostname { value: String },
-    #[error("{command}: --manifests PATH is required (no Kubernetes API source yet)")]
+    #[error("{command}: --manifests PATH is required (only `run` reads the Kubernetes API)")]
     ManifestsRequired { command: &'static str },
-    #[error("sync: only `sync --once` is available so far")]
+    #[error("sync: only `sync --once` is available; `run` is the daemon")]
     SyncNeedsOnce,
+    #[error("--{flag}: {value:?} is not a duration: {reason} (write it like 100ms, 1s, 1m30s, 1h)")]
+    Duration {
+        flag: &'static str,
+        value: String,
+        reason: &'static str,
+    },
+    #[error("--{flag}: {value:?} must be greater than zero")]
+    ZeroDuration { flag: &'static str, value: String },
+    #[error("--{flag}: {source}")]
+    BindAddress {
+        flag: &'static str,
+        #[source]
+        source: crate::serve::ServeError,
+    },
 }
 
 impl Cli {
@@ -202,7 +265,7 @@ impl Cli {
             Command::Render => Some("render"),
             Command::Sync { once: true } => Some("sync"),
             Command::Sync { once: false } => return Err(ConfigError::SyncNeedsOnce),
-            Command::Cleanup | Command::Demo => None,
+            Command::Cleanup | Command::Demo | Command::Run(_) => None,
         };
         if let Some(command) = needs_manifests
             && self.proxy.manifests.is_none()
@@ -210,11 +273,16 @@ impl Cli {
             return Err(ConfigError::ManifestsRequired { command });
         }
         let (proxy, warnings) = self.proxy.validate_with(hostname)?;
+        let run = match &self.command {
+            Command::Run(flags) => Some(flags.validate()?),
+            _ => None,
+        };
         Ok(Config {
             command: self.command.clone(),
             proxy,
             manifests: self.proxy.manifests.clone(),
             warnings,
+            run,
         })
     }
 }
@@ -321,6 +389,97 @@ impl ProxyFlags {
         };
         Ok((config, warnings))
     }
+}
+
+impl RunFlags {
+    pub fn validate(&self) -> Result<RunSettings, ConfigError> {
+        let periods = crate::sync::Periods {
+            min_sync_period: positive_duration("min-sync-period", &self.min_sync_period)?,
+            sync_period: positive_duration("sync-period", &self.sync_period)?,
+            full_sync_period: positive_duration("full-sync-period", &self.full_sync_period)?,
+        };
+        let bind = |flag: &'static str, value: &str| -> Result<Option<SocketAddr>, ConfigError> {
+            if value.is_empty() {
+                return Ok(None);
+            }
+            crate::serve::parse_bind_address(value)
+                .map(Some)
+                .map_err(|source| ConfigError::BindAddress { flag, source })
+        };
+        Ok(RunSettings {
+            kubeconfig: self.kubeconfig.clone(),
+            service_proxy_name: self.service_proxy_name.clone().filter(|n| !n.is_empty()),
+            periods,
+            healthz_bind_address: bind("healthz-bind-address", &self.healthz_bind_address)?,
+            metrics_bind_address: bind("metrics-bind-address", &self.metrics_bind_address)?,
+            manifests_poll_period: positive_duration(
+                "manifests-poll-period",
+                &self.manifests_poll_period,
+            )?,
+        })
+    }
+}
+
+fn positive_duration(flag: &'static str, value: &str) -> Result<Duration, ConfigError> {
+    let d = parse_go_duration(value).map_err(|reason| ConfigError::Duration {
+        flag,
+        value: value.to_string(),
+        reason,
+    })?;
+    if d.is_zero() {
+        return Err(ConfigError::ZeroDuration {
+            flag,
+            value: value.to_string(),
+        });
+    }
+    Ok(d)
+}
+
+/// Parses a duration as Go's `time.ParseDuration` (and so kube-proxy's flags) writes them:
+/// a sequence of decimal numbers with units `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`, e.g. `1h30m`,
+/// `1.5s`, `100ms`; `0` alone is zero. Negative durations are refused.
+pub fn parse_go_duration(text: &str) -> Result<Duration, &'static str> {
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if text.is_empty() {
+        return Err("empty");
+    }
+    if text.starts_with('-') {
+        return Err("negative");
+    }
+    let mut rest = text.strip_prefix('+').unwrap_or(text);
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or("a number without a unit")?;
+        if number_len == 0 {
+            return Err("expected a number");
+        }
+        let number: f64 = rest[..number_len]
+            .parse()
+            .map_err(|_| "a malformed number")?;
+        rest = &rest[number_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let nanos_per_unit = match &rest[..unit_len] {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return Err("an unknown unit"),
+        };
+        rest = &rest[unit_len..];
+        total += number * nanos_per_unit;
+    }
+    if total > u64::MAX as f64 {
+        return Err("too large");
+    }
+    Ok(Duration::from_nanos(total.round() as u64))
 }
 
 /// Splits a comma-separated flag value; surrounding blanks are tolerated, empty entries are not.
@@ -818,17 +977,95 @@ mod tests {
     fn render_and_sync_need_manifests_and_sync_needs_once() {
         assert_eq!(
             error(&["render"]),
-            "render: --manifests PATH is required (no Kubernetes API source yet)"
+            "render: --manifests PATH is required (only `run` reads the Kubernetes API)"
         );
         assert_eq!(
             error(&["sync", "--once"]),
-            "sync: --manifests PATH is required (no Kubernetes API source yet)"
+            "sync: --manifests PATH is required (only `run` reads the Kubernetes API)"
         );
         assert_eq!(
             error(&["sync", "--manifests", "d"]),
-            "sync: only `sync --once` is available so far"
+            "sync: only `sync --once` is available; `run` is the daemon"
         );
         let c = validate(&["sync", "--once", "--manifests", "d"]).unwrap();
         assert_eq!(c.command, Command::Sync { once: true });
+    }
+
+    #[test]
+    fn run_takes_kube_proxys_defaults_and_durations() {
+        let c = validate(&["run"]).unwrap();
+        let run = c.run.unwrap();
+        assert_eq!(run.periods, crate::sync::Periods::default());
+        assert_eq!(
+            run.healthz_bind_address,
+            Some("0.0.0.0:10256".parse().unwrap())
+        );
+        assert_eq!(
+            run.metrics_bind_address,
+            Some("127.0.0.1:10249".parse().unwrap())
+        );
+        assert_eq!(run.kubeconfig, None);
+
+        let c = validate(&[
+            "run",
+            "--min-sync-period=100ms",
+            "--sync-period=1m30s",
+            "--full-sync-period=2h",
+            "--metrics-bind-address=",
+            "--healthz-bind-address=:10256",
+        ])
+        .unwrap();
+        let run = c.run.unwrap();
+        assert_eq!(run.periods.min_sync_period, Duration::from_millis(100));
+        assert_eq!(run.periods.sync_period, Duration::from_secs(90));
+        assert_eq!(run.periods.full_sync_period, Duration::from_secs(7200));
+        assert_eq!(run.metrics_bind_address, None, "empty disables");
+        assert_eq!(
+            run.healthz_bind_address,
+            Some("0.0.0.0:10256".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn bad_run_durations_and_addresses_are_explained() {
+        assert_eq!(
+            error(&["run", "--sync-period=30"]),
+            "--sync-period: \"30\" is not a duration: a number without a unit \
+             (write it like 100ms, 1s, 1m30s, 1h)"
+        );
+        assert_eq!(
+            error(&["run", "--min-sync-period=1d"]),
+            "--min-sync-period: \"1d\" is not a duration: an unknown unit \
+             (write it like 100ms, 1s, 1m30s, 1h)"
+        );
+        assert_eq!(
+            error(&["run", "--sync-period=0s"]),
+            "--sync-period: \"0s\" must be greater than zero"
+        );
+        assert!(
+            error(&["run", "--metrics-bind-address=localhost"])
+                .starts_with("--metrics-bind-address: bind address \"localhost\" is not host:port")
+        );
+    }
+
+    #[test]
+    fn go_durations_parse_like_go() {
+        for (text, nanos) in [
+            ("0", 0u64),
+            ("1ns", 1),
+            ("1.5s", 1_500_000_000),
+            ("1h2m3s4ms5us6ns", 3_723_004_005_006),
+            ("2µs", 2_000),
+            ("+1m", 60_000_000_000),
+        ] {
+            assert_eq!(
+                parse_go_duration(text),
+                Ok(Duration::from_nanos(nanos)),
+                "{text}"
+            );
+        }
+        for bad in ["", "-1s", "s", "1", "1..2s", "1sec"] {
+            assert!(parse_go_duration(bad).is_err(), "{bad} is refused");
+        }
     }
 }

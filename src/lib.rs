@@ -4,6 +4,7 @@ pub mod access;
 pub mod cli;
 pub mod config;
 pub mod conntrack;
+pub mod daemon;
 pub mod demo;
 pub mod lab;
 pub mod model;

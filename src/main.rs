@@ -34,7 +34,9 @@ fn main() -> ExitCode {
     // Flag warnings concern the planner; the demo and cleanup do not use these flags.
     let plans = matches!(
         config.command,
-        kubenft::config::Command::Render | kubenft::config::Command::Sync { .. }
+        kubenft::config::Command::Render
+            | kubenft::config::Command::Sync { .. }
+            | kubenft::config::Command::Run(_)
     );
     for warning in config.warnings.iter().filter(|_| plans) {
         tracing::warn!("{warning}");

@@ -7,6 +7,7 @@ pub mod names;
 
 pub use build::{IpFamily, build_family, families};
 pub use config::{DetectLocal, NodePortAddresses, ProxyConfig};
+pub use endpoints::{cluster_endpoints, local_endpoints};
 
 use crate::model::ClusterState;
 use crate::nft::model::Table;

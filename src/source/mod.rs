@@ -1,5 +1,7 @@
-//! The outside world the proxy reads: Kubernetes objects (a directory of YAML manifests) and
-//! this host's interface addresses.
+//! The outside world the proxy reads: Kubernetes objects (the API's watchers, or a directory of
+//! YAML manifests) into one store, and this host's interface addresses.
 
+pub mod kube;
 pub mod local_addrs;
 pub mod manifests;
+pub mod store;

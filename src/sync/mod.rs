@@ -1,9 +1,15 @@
-//! Turning desired tables into transactions: a full sync that replaces our tables atomically,
-//! and the cleanup that removes them.
+//! Turning desired tables into transactions (a wholesale replacement, a reconcile against what
+//! the kernel holds, the cleanup), the engine that applies them, and the schedule of syncs.
 //!
 //! Guarantees: each function returns ONE transaction, so the kernel applies all of it or none
 //! of it; neither needs to know what the kernel currently holds, and neither fails because a
 //! table does or does not exist yet.
+
+pub mod engine;
+pub mod schedule;
+
+pub use engine::{Kernel, KernelError, SyncError, SyncKind, SyncReport, Syncer};
+pub use schedule::{Periods, Schedule};
 
 use crate::nft::model::{Family, Table};
 use crate::nft::transaction::{Op, TableRef, Transaction};

@@ -1,0 +1,525 @@
+//! `kubenft run`: the daemon. Sources (the API's watchers, or a manifests directory) feed one
+//! store; one loop turns the store into desired tables and syncs them on kube-proxy's schedule;
+//! after each sync it cleans stale UDP conntrack entries and reconciles the healthCheckNodePort
+//! servers; `/healthz`, `/livez` and `/metrics` are served alongside.
+//!
+//! Guarantees: nothing is programmed before every kind was listed completely once; a failed
+//! sync leaves the previous rules, is logged and counted, and is retried as a full sync; API
+//! outages never clear the rules; stopping (SIGTERM, SIGINT) leaves the rules in place, so a
+//! restart drops no connection.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::Node;
+use tokio::sync::{Notify, watch};
+
+use crate::cli::{Inputs, add_local_addresses, load_inputs};
+use crate::config::{Config, RunSettings};
+use crate::conntrack::{self, UdpServiceView};
+use crate::model::{ClusterState, Protocol, Rejected, TrafficPolicy};
+use crate::nft::netlink::Nftables;
+use crate::proxier::{self, ProxyConfig};
+use crate::serve::{self, HealthCheckServers, HealthState, Metrics, ServiceHealth, SyncResult};
+use crate::source::kube as kube_source;
+use crate::source::store::ClusterStore;
+use crate::sync::{Schedule, SyncKind, SyncReport, Syncer};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("starting the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("opening the nf_tables netlink socket: {0}")]
+    Netlink(#[source] crate::nft::netlink::SocketError),
+    #[error("serving {what}: {source}")]
+    Serve {
+        what: &'static str,
+        #[source]
+        source: serve::ServeError,
+    },
+    #[error("connecting to the Kubernetes API: {0}")]
+    Kube(#[source] kube_source::KubeSourceError),
+    #[error("waiting for a stop signal: {0}")]
+    Signal(#[source] std::io::Error),
+}
+
+/// Where the cluster objects come from.
+#[derive(Debug, Clone)]
+enum Source {
+    Api {
+        kubeconfig: Option<PathBuf>,
+        service_proxy_name: Option<String>,
+    },
+    Manifests {
+        path: PathBuf,
+        poll: Duration,
+    },
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub fn run(config: &Config) -> Result<(), DaemonError> {
+    let settings = config
+        .run
+        .clone()
+        .expect("validation fills the run settings for `run`");
+    let source = match &config.manifests {
+        Some(path) => Source::Manifests {
+            path: path.clone(),
+            poll: settings.manifests_poll_period,
+        },
+        None => Source::Api {
+            kubeconfig: settings.kubeconfig.clone(),
+            service_proxy_name: settings.service_proxy_name.clone(),
+        },
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    runtime.block_on(run_async(config.proxy.clone(), settings, source))
+}
+
+async fn run_async(
+    proxy: ProxyConfig,
+    settings: RunSettings,
+    source: Source,
+) -> Result<(), DaemonError> {
+    let periods = settings.periods;
+    let metrics = Metrics::new();
+    // kube-proxy: unhealthy when a queued change waited more than twice the sync period.
+    let health = HealthState::new(2 * periods.sync_period);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+
+    // Bind before anything else so a taken port fails the start, not a later probe.
+    let mut servers = Vec::new();
+    if let Some(addr) = settings.healthz_bind_address {
+        let listener = serve::bind(addr)
+            .await
+            .map_err(|source| DaemonError::Serve {
+                what: "healthz",
+                source,
+            })?;
+        tracing::info!(%addr, "serving /healthz and /livez");
+        servers.push(tokio::spawn(serve::serve_healthz_on(
+            listener,
+            health.clone(),
+            stopped(),
+        )));
+    }
+    if let Some(addr) = settings.metrics_bind_address {
+        let listener = serve::bind(addr)
+            .await
+            .map_err(|source| DaemonError::Serve {
+                what: "metrics",
+                source,
+            })?;
+        tracing::info!(%addr, "serving /metrics");
+        servers.push(tokio::spawn(serve::serve_metrics_on(
+            listener,
+            metrics.clone(),
+            stopped(),
+        )));
+    }
+
+    let nft = Nftables::open().map_err(DaemonError::Netlink)?;
+    let store = Arc::new(Mutex::new(ClusterStore::default()));
+    let wake = Arc::new(Notify::new());
+    let sources = match source {
+        Source::Api {
+            kubeconfig,
+            service_proxy_name,
+        } => {
+            let client = kube_source::client(kubeconfig.as_deref())
+                .await
+                .map_err(DaemonError::Kube)?;
+            kube_source::spawn_watchers(
+                client,
+                &proxy.hostname,
+                service_proxy_name.as_deref(),
+                store.clone(),
+                wake.clone(),
+            )
+        }
+        Source::Manifests { path, poll } => vec![tokio::spawn(poll_manifests(
+            path,
+            proxy.hostname.clone(),
+            poll,
+            store.clone(),
+            wake.clone(),
+        ))],
+    };
+
+    let mut sync_loop = SyncLoop {
+        syncer: Syncer::new(nft, &proxy.table_name),
+        proxy,
+        schedule: Schedule::new(periods),
+        metrics,
+        health: health.clone(),
+        health_checks: HealthCheckServers::new(Vec::new(), health),
+        store,
+        udp_before: None,
+        rejected_before: BTreeSet::new(),
+    };
+    let stop = async {
+        wait_for_stop_signal().await?;
+        tracing::info!("stopping; the rules stay in place");
+        Ok::<(), DaemonError>(())
+    };
+    let result = tokio::select! {
+        r = stop => r,
+        () = sync_loop.run(wake) => Ok(()),
+    };
+    let _ = stop_tx.send(true);
+    for task in sources {
+        task.abort();
+    }
+    for server in servers {
+        let _ = server.await;
+    }
+    result
+}
+
+async fn wait_for_stop_signal() -> Result<(), DaemonError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signal)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}
+
+/// Re-reads `path` whenever a file in it changed (size, modification time, or the set of
+/// files), replacing the store's objects as a whole. A read that fails keeps the last objects.
+async fn poll_manifests(
+    path: PathBuf,
+    hostname: String,
+    every: Duration,
+    store: Arc<Mutex<ClusterStore>>,
+    wake: Arc<Notify>,
+) {
+    let mut seen: Option<Vec<(PathBuf, u64, SystemTime)>> = None;
+    loop {
+        let now = fingerprint(&path);
+        if seen.as_ref() != Some(&now) {
+            match load_inputs(&path, &hostname) {
+                Ok(inputs) => {
+                    tracing::info!(path = %path.display(), services = inputs.services.len(), slices = inputs.endpoint_slices.len(), "manifests read");
+                    lock(&store).replace_all(inputs);
+                    wake.notify_one();
+                    seen = Some(now);
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot read manifests; keeping the last ones");
+                }
+            }
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Each file under `path` (recursively) with its size and modification time, sorted.
+fn fingerprint(path: &Path) -> Vec<(PathBuf, u64, SystemTime)> {
+    let mut out = Vec::new();
+    let mut todo = vec![path.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        let Ok(meta) = std::fs::metadata(&p) else {
+            continue;
+        };
+        if meta.is_dir() {
+            if let Ok(entries) = std::fs::read_dir(&p) {
+                todo.extend(entries.flatten().map(|e| e.path()));
+            }
+        } else {
+            let modified = meta.modified().unwrap_or(UNIX_EPOCH);
+            out.push((p, meta.len(), modified));
+        }
+    }
+    out.sort();
+    out
+}
+
+fn lock(store: &Mutex<ClusterStore>) -> std::sync::MutexGuard<'_, ClusterStore> {
+    store.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+struct SyncLoop {
+    proxy: ProxyConfig,
+    syncer: Syncer<Nftables>,
+    schedule: Schedule,
+    metrics: Metrics,
+    health: HealthState,
+    health_checks: HealthCheckServers,
+    store: Arc<Mutex<ClusterStore>>,
+    /// UDP services as of the last successful sync; `None` before the first one.
+    udp_before: Option<Vec<UdpServiceView>>,
+    /// Objects rejected at the last sync, so each rejection is logged and counted once.
+    rejected_before: BTreeSet<(String, String, String, String)>,
+}
+
+impl SyncLoop {
+    async fn run(&mut self, wake: Arc<Notify>) {
+        let mut announced_wait = false;
+        loop {
+            let synced = lock(&self.store).synced();
+            if !synced {
+                if !announced_wait {
+                    tracing::info!("waiting for the first complete list of every kind");
+                    announced_wait = true;
+                }
+                wake.notified().await;
+                self.queued();
+                continue;
+            }
+            let at = self.schedule.next_sync(Instant::now());
+            tokio::select! {
+                () = wake.notified() => {
+                    self.queued();
+                    continue;
+                }
+                () = tokio::time::sleep_until(at.into()) => {}
+            }
+            self.sync_once().await;
+        }
+    }
+
+    fn queued(&mut self) {
+        self.schedule.changed();
+        let now = SystemTime::now();
+        self.health.queued(now);
+        self.metrics.set_last_queued_timestamp(unix_seconds(now));
+    }
+
+    async fn sync_once(&mut self) {
+        let (inputs, triggers) = {
+            let mut store = lock(&self.store);
+            (store.snapshot(&self.proxy.hostname), store.take_triggers())
+        };
+        let mut proxy = self.proxy.clone();
+        if let Err(e) = add_local_addresses(&mut proxy) {
+            tracing::warn!(error = %e, "cannot read local addresses; NodePorts use the previous ones");
+        }
+        let (state, rejected) = ClusterState::from_objects(
+            &inputs.services,
+            &inputs.endpoint_slices,
+            inputs.node.as_ref(),
+        );
+        self.report_rejected(&rejected);
+        self.health.set_node_eligible(node_eligible(&inputs));
+        let tables = proxier::build(&state, &proxy);
+
+        let force_full = self.schedule.start(Instant::now());
+        let started = Instant::now();
+        let result = tokio::task::block_in_place(|| self.syncer.sync(&tables, force_full));
+        let seconds = started.elapsed().as_secs_f64();
+        let now = SystemTime::now();
+        match result {
+            Ok(report) => {
+                self.succeeded(report, seconds, now, &triggers);
+                self.after_sync(&state, &proxy).await;
+            }
+            Err(e) => {
+                let kind = if force_full || !self.syncer.has_applied_state() {
+                    SyncKind::Full
+                } else {
+                    SyncKind::Partial
+                };
+                self.metrics
+                    .record_sync(metric_kind(kind), SyncResult::Failure, seconds);
+                self.schedule.finished(Instant::now(), None);
+                lock(&self.store).requeue_triggers(triggers);
+                tracing::error!(error = %e, source = ?std::error::Error::source(&e), retry_in = ?self.schedule.periods().sync_period, "sync failed; the previous rules stay in place");
+            }
+        }
+    }
+
+    fn succeeded(
+        &mut self,
+        report: SyncReport,
+        seconds: f64,
+        now: SystemTime,
+        triggers: &[SystemTime],
+    ) {
+        self.metrics
+            .record_sync(metric_kind(report.kind), SyncResult::Success, seconds);
+        if report.ops > 0 {
+            self.metrics.observe_transaction(report.ops, report.bytes);
+            tracing::info!(kind = ?report.kind, ops = report.ops, bytes = report.bytes, seconds, "synced");
+        } else {
+            tracing::debug!(kind = ?report.kind, seconds, "synced; nothing to change");
+        }
+        self.metrics.set_last_sync_timestamp(unix_seconds(now));
+        self.health.synced(now);
+        for t in triggers {
+            if let Ok(d) = now.duration_since(*t) {
+                self.metrics.observe_network_programming(d.as_secs_f64());
+            }
+        }
+        self.schedule.finished(Instant::now(), Some(report.kind));
+    }
+
+    /// What follows a successful sync: stale UDP conntrack entries, healthCheckNodePorts and
+    /// the no-local-endpoints gauges.
+    async fn after_sync(&mut self, state: &ClusterState, proxy: &ProxyConfig) {
+        let udp_now = udp_views(state, proxy);
+        // The first sync has nothing to compare with: flows that exist were made by the rules
+        // a previous run left, which this sync kept, so deleting them would only break them.
+        if let Some(before) = self.udp_before.replace(udp_now.clone()) {
+            let stale = conntrack::plan(&before, &udp_now);
+            if !stale.is_empty() {
+                match tokio::task::block_in_place(|| conntrack::delete_flows(&stale)) {
+                    Ok(r) => tracing::info!(
+                        classes = stale.len(),
+                        deleted = r.deleted,
+                        already_gone = r.already_gone,
+                        failed = r.failed.len(),
+                        "stale UDP conntrack entries removed"
+                    ),
+                    Err(e) => tracing::warn!(error = %e, "stale UDP conntrack cleanup failed"),
+                }
+            }
+        }
+        let (checks, internal, external) = local_endpoint_facts(state, proxy);
+        self.metrics.set_no_local_endpoints(internal, external);
+        if let Err(e) = self.health_checks.sync(checks).await {
+            tracing::warn!(error = %e, "healthCheckNodePort servers not all open; retried at the next sync");
+        }
+    }
+
+    fn report_rejected(&mut self, rejected: &[Rejected]) {
+        let now: BTreeSet<_> = rejected
+            .iter()
+            .map(|r| {
+                (
+                    r.kind.to_string(),
+                    r.namespace.clone(),
+                    r.name.clone(),
+                    r.reason.clone(),
+                )
+            })
+            .collect();
+        for (kind, namespace, name, reason) in now.difference(&self.rejected_before) {
+            tracing::warn!(%kind, %namespace, %name, %reason, "object skipped; other objects are unaffected");
+            self.metrics.inc_objects_rejected(kind);
+        }
+        self.rejected_before = now;
+    }
+}
+
+fn metric_kind(kind: SyncKind) -> serve::SyncKind {
+    match kind {
+        SyncKind::Full => serve::SyncKind::Full,
+        SyncKind::Partial => serve::SyncKind::Partial,
+    }
+}
+
+fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
+/// False once the Node is being deleted or the cluster autoscaler marked it for deletion, so
+/// load balancers drain it (kube-proxy's `nodeEligible`).
+fn node_eligible(inputs: &Inputs) -> bool {
+    let Some(node): Option<&Node> = inputs.node.as_ref() else {
+        return true;
+    };
+    let deleting = node.metadata.deletion_timestamp.is_some();
+    let to_be_deleted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == "ToBeDeletedByClusterAutoscaler"));
+    !(deleting || to_be_deleted)
+}
+
+/// Every UDP service port with the endpoints the rules send its traffic to.
+fn udp_views(state: &ClusterState, proxy: &ProxyConfig) -> Vec<UdpServiceView> {
+    let zone = state.node.as_ref().and_then(|n| n.zone.as_deref());
+    state
+        .services
+        .values()
+        .filter(|sp| sp.name.protocol == Protocol::Udp)
+        .map(|sp| {
+            let all = state
+                .endpoints
+                .get(&sp.name)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            let mut endpoints: BTreeSet<SocketAddr> =
+                proxier::cluster_endpoints(sp, all, &proxy.hostname, zone)
+                    .iter()
+                    .map(|e| SocketAddr::new(e.ip, e.port))
+                    .collect();
+            if sp.has_external() && sp.external_policy == TrafficPolicy::Local {
+                endpoints.extend(
+                    proxier::local_endpoints(all, &proxy.hostname)
+                        .iter()
+                        .map(|e| SocketAddr::new(e.ip, e.port)),
+                );
+            }
+            let service_ips: Vec<IpAddr> = sp
+                .cluster_ips
+                .iter()
+                .chain(&sp.external_ips)
+                .chain(&sp.load_balancer_ips)
+                .copied()
+                .collect();
+            UdpServiceView {
+                name: sp.name.to_string(),
+                service_ips,
+                port: sp.port,
+                node_port: sp.node_port,
+                endpoints: endpoints.into_iter().collect(),
+            }
+        })
+        .collect()
+}
+
+/// healthCheckNodePorts to serve (port → service and its local endpoint count), and how many
+/// service ports with an internal / external Local policy have no local endpoint.
+fn local_endpoint_facts(
+    state: &ClusterState,
+    proxy: &ProxyConfig,
+) -> (BTreeMap<u16, ServiceHealth>, u64, u64) {
+    let mut checks: BTreeMap<u16, ServiceHealth> = BTreeMap::new();
+    let (mut internal, mut external) = (0, 0);
+    for sp in state.services.values() {
+        let all = state
+            .endpoints
+            .get(&sp.name)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let local = proxier::local_endpoints(all, &proxy.hostname).len();
+        if sp.internal_policy == TrafficPolicy::Local && local == 0 {
+            internal += 1;
+        }
+        if sp.has_external() && sp.external_policy == TrafficPolicy::Local {
+            if local == 0 {
+                external += 1;
+            }
+            if let Some(port) = sp.health_check_node_port {
+                let name = format!("{}/{}", sp.name.namespace, sp.name.name);
+                let entry = checks.entry(port).or_insert(ServiceHealth {
+                    name,
+                    local_endpoints: 0,
+                });
+                // Ports of one Service share its healthCheckNodePort; count its endpoints once.
+                entry.local_endpoints = entry.local_endpoints.max(local);
+            }
+        }
+    }
+    (checks, internal, external)
+}

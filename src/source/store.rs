@@ -1,0 +1,326 @@
+//! The daemon's copy of the cluster: Services, EndpointSlices and this node's Node, kept up to
+//! date from watch events. A re-list (after an outage, a 410 Expired or a watch restart)
+//! replaces a kind's objects only once the list is complete, so a half-read list never reaches
+//! the planner and the last good state stays programmed until fresh state arrives.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::watcher::Event;
+
+use crate::cli::Inputs;
+
+/// EndpointSlice annotation: when the change that this slice reflects happened (kube-proxy's
+/// source for network programming latency).
+pub const LAST_CHANGE_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+
+/// The objects of one kind, keyed `namespace/name`.
+#[derive(Debug, Clone)]
+pub struct KindStore<K> {
+    live: BTreeMap<String, K>,
+    /// Objects of a re-list in progress; swapped in at `InitDone`.
+    relist: Option<BTreeMap<String, K>>,
+    /// True once the first complete list arrived.
+    synced: bool,
+}
+
+impl<K> Default for KindStore<K> {
+    fn default() -> Self {
+        KindStore {
+            live: BTreeMap::new(),
+            relist: None,
+            synced: false,
+        }
+    }
+}
+
+/// What an event did to a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// The live objects changed (or a re-list completed): a sync is due.
+    Changed,
+    /// Only the pending re-list buffer moved: nothing to program yet.
+    Buffered,
+}
+
+impl<K: kube::Resource + Clone> KindStore<K> {
+    /// Applies one watch event. Live objects change on `Apply`, `Delete` and `InitDone`, never
+    /// on `Init` or `InitApply`.
+    pub fn apply(&mut self, event: Event<K>) -> Change {
+        match event {
+            Event::Apply(obj) => {
+                self.live.insert(key(&obj), obj);
+                Change::Changed
+            }
+            Event::Delete(obj) => {
+                self.live.remove(&key(&obj));
+                Change::Changed
+            }
+            Event::Init => {
+                self.relist = Some(BTreeMap::new());
+                Change::Buffered
+            }
+            Event::InitApply(obj) => {
+                self.relist
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(key(&obj), obj);
+                Change::Buffered
+            }
+            Event::InitDone => {
+                self.live = self.relist.take().unwrap_or_default();
+                self.synced = true;
+                Change::Changed
+            }
+        }
+    }
+
+    pub fn synced(&self) -> bool {
+        self.synced
+    }
+
+    pub fn objects(&self) -> impl Iterator<Item = &K> {
+        self.live.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.live.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live.is_empty()
+    }
+}
+
+fn key<K: kube::Resource>(obj: &K) -> String {
+    let meta = obj.meta();
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or(""),
+        meta.name.as_deref().unwrap_or("")
+    )
+}
+
+/// Services, EndpointSlices and Nodes (the watch selects only ours), plus the change-trigger
+/// times of slices not yet programmed.
+#[derive(Debug, Default)]
+pub struct ClusterStore {
+    pub services: KindStore<Service>,
+    pub endpoint_slices: KindStore<EndpointSlice>,
+    pub nodes: KindStore<Node>,
+    /// Trigger times of EndpointSlice changes received since the last sync took them.
+    pending_triggers: Vec<SystemTime>,
+}
+
+impl ClusterStore {
+    pub fn apply_service(&mut self, event: Event<Service>) -> Change {
+        self.services.apply(event)
+    }
+
+    pub fn apply_endpoint_slice(&mut self, event: Event<EndpointSlice>) -> Change {
+        if let Event::Apply(slice) = &event
+            && let Some(t) = trigger_time(slice)
+        {
+            self.pending_triggers.push(t);
+        }
+        self.endpoint_slices.apply(event)
+    }
+
+    pub fn apply_node(&mut self, event: Event<Node>) -> Change {
+        self.nodes.apply(event)
+    }
+
+    /// True once every kind has been listed completely at least once: syncing before that
+    /// would program a partial cluster (e.g. Services without their endpoints, which rejects
+    /// their traffic).
+    pub fn synced(&self) -> bool {
+        self.services.synced() && self.endpoint_slices.synced() && self.nodes.synced()
+    }
+
+    /// The objects to plan from; the Node is the one named `hostname`, if present.
+    pub fn snapshot(&self, hostname: &str) -> Inputs {
+        Inputs {
+            services: self.services.objects().cloned().collect(),
+            endpoint_slices: self.endpoint_slices.objects().cloned().collect(),
+            node: self
+                .nodes
+                .objects()
+                .find(|n| n.metadata.name.as_deref() == Some(hostname))
+                .cloned(),
+        }
+    }
+
+    /// Takes the change-trigger times gathered since the last call.
+    pub fn take_triggers(&mut self) -> Vec<SystemTime> {
+        std::mem::take(&mut self.pending_triggers)
+    }
+
+    /// Puts back trigger times of a sync that failed, to be observed when a later one succeeds.
+    pub fn requeue_triggers(&mut self, triggers: Vec<SystemTime>) {
+        self.pending_triggers.extend(triggers);
+    }
+
+    /// Replaces everything with a complete set of objects at once (the manifests source, which
+    /// always reads whole directories).
+    pub fn replace_all(&mut self, inputs: Inputs) {
+        fn whole<K: kube::Resource + Clone>(store: &mut KindStore<K>, objects: Vec<K>) {
+            store.apply(Event::Init);
+            for o in objects {
+                store.apply(Event::InitApply(o));
+            }
+            store.apply(Event::InitDone);
+        }
+        for slice in &inputs.endpoint_slices {
+            if let Some(t) = trigger_time(slice) {
+                self.pending_triggers.push(t);
+            }
+        }
+        whole(&mut self.services, inputs.services);
+        whole(&mut self.endpoint_slices, inputs.endpoint_slices);
+        whole(&mut self.nodes, inputs.node.into_iter().collect());
+    }
+}
+
+/// The slice's `last-change-trigger-time` annotation, when present and well-formed.
+pub fn trigger_time(slice: &EndpointSlice) -> Option<SystemTime> {
+    let text = slice
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(LAST_CHANGE_TRIGGER_TIME)?;
+    let ts: jiff::Timestamp = text.parse().ok()?;
+    Some(SystemTime::from(ts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn svc(name: &str, port: i32) -> Service {
+        Service {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::core::v1::ServiceSpec {
+                ports: Some(vec![k8s_openapi::api::core::v1::ServicePort {
+                    port,
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn names(store: &KindStore<Service>) -> Vec<String> {
+        store
+            .objects()
+            .map(|s| s.metadata.name.clone().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_relist_in_progress_keeps_the_previous_objects_live() {
+        let mut store = KindStore::default();
+        store.apply(Event::Init);
+        store.apply(Event::InitApply(svc("a", 80)));
+        store.apply(Event::InitApply(svc("b", 80)));
+        assert!(!store.synced(), "not synced before InitDone");
+        assert!(store.is_empty(), "nothing live before the first InitDone");
+        assert_eq!(store.apply(Event::InitDone), Change::Changed);
+        assert_eq!(names(&store), ["a", "b"]);
+
+        // A watch restart: the old objects stay until the new list is complete.
+        assert_eq!(store.apply(Event::Init), Change::Buffered);
+        assert_eq!(
+            store.apply(Event::InitApply(svc("b", 81))),
+            Change::Buffered
+        );
+        assert_eq!(names(&store), ["a", "b"]);
+        store.apply(Event::InitDone);
+        assert_eq!(names(&store), ["b"], "a vanished during the outage");
+        assert_eq!(
+            store
+                .objects()
+                .next()
+                .unwrap()
+                .spec
+                .as_ref()
+                .unwrap()
+                .ports
+                .as_ref()
+                .unwrap()[0]
+                .port,
+            81
+        );
+    }
+
+    #[test]
+    fn applies_and_deletes_change_live_objects_at_once() {
+        let mut store = KindStore::default();
+        store.apply(Event::Init);
+        store.apply(Event::InitDone);
+        assert!(store.synced());
+        store.apply(Event::Apply(svc("a", 80)));
+        store.apply(Event::Apply(svc("a", 81)));
+        assert_eq!(store.len(), 1);
+        store.apply(Event::Delete(svc("a", 81)));
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn the_cluster_is_synced_only_when_every_kind_was_listed() {
+        let mut store = ClusterStore::default();
+        store.apply_service(Event::Init);
+        store.apply_service(Event::InitDone);
+        store.apply_endpoint_slice(Event::Init);
+        store.apply_endpoint_slice(Event::InitDone);
+        assert!(!store.synced(), "the Node was not listed yet");
+        store.apply_node(Event::Init);
+        store.apply_node(Event::InitDone);
+        assert!(store.synced());
+    }
+
+    #[test]
+    fn slice_trigger_times_are_collected_until_taken() {
+        let mut store = ClusterStore::default();
+        let mut slice = EndpointSlice {
+            address_type: "IPv4".into(),
+            endpoints: vec![],
+            metadata: ObjectMeta {
+                name: Some("web-abc".into()),
+                namespace: Some("default".into()),
+                annotations: Some(
+                    [(
+                        LAST_CHANGE_TRIGGER_TIME.to_string(),
+                        "2026-11-22T10:00:00Z".to_string(),
+                    )]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            ports: None,
+        };
+        store.apply_endpoint_slice(Event::Apply(slice.clone()));
+        slice.metadata.annotations = Some(
+            [(
+                LAST_CHANGE_TRIGGER_TIME.to_string(),
+                "not a time".to_string(),
+            )]
+            .into(),
+        );
+        store.apply_endpoint_slice(Event::Apply(slice));
+        let taken = store.take_triggers();
+        assert_eq!(taken.len(), 1, "the malformed annotation is ignored");
+        let secs = taken[0]
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert_eq!(secs, 1_795_341_600);
+        assert!(store.take_triggers().is_empty());
+    }
+}

@@ -1,0 +1,371 @@
+//! The sync engine: brings the kernel to the desired tables in ONE transaction per sync,
+//! sending only the difference from what it last applied (a partial sync), or, when it cannot
+//! trust that memory, from what it reads back from the kernel (a full sync).
+//!
+//! Guarantees: the kernel sees all of a sync or none of it; after a failure the engine forgets
+//! what it applied, so the next sync is a full one that reads the kernel first; a partial sync
+//! is guarded by the ruleset generation the engine left behind, so if another program changed
+//! nftables in between (flushed or deleted our table, say) the engine re-reads before writing.
+
+use crate::nft::model::{Family, Table};
+use crate::nft::netlink::{ApplyError, DumpError, Nftables, canonical};
+use crate::nft::transaction::{TableRef, Transaction};
+
+use super::{Observed, reconcile_transaction};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The few kernel calls a sync needs; `Nftables` in production, a fake in tests.
+pub trait Kernel {
+    /// The ruleset generation (bumped by every commit, ours or anyone's).
+    fn generation(&mut self) -> Result<u32, KernelError>;
+    /// One of our tables as the kernel holds it.
+    fn read_table(&mut self, family: Family, name: &str) -> Result<Observed, KernelError>;
+    /// Applies `tx` atomically; returns the bytes sent.
+    fn apply(&mut self, tx: &Transaction) -> Result<usize, KernelError>;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    /// The transaction's generation guard failed: someone committed since it was read.
+    #[error("the ruleset changed since generation {expected} was read")]
+    GenerationChanged { expected: u32 },
+    #[error("{0}")]
+    Other(#[source] BoxError),
+}
+
+impl Kernel for Nftables {
+    fn generation(&mut self) -> Result<u32, KernelError> {
+        Nftables::generation(self).map_err(|e| KernelError::Other(e.into()))
+    }
+
+    fn read_table(&mut self, family: Family, name: &str) -> Result<Observed, KernelError> {
+        match self.dump_table(family, name) {
+            Ok(Some(t)) => Ok(Observed::Read(t)),
+            Ok(None) => Ok(Observed::Absent),
+            // Contents we cannot decode (someone else wrote into our table, or an older
+            // kubenft wrote a construct this one does not know) are replaced wholesale.
+            Err(e @ (DumpError::Lift(_) | DumpError::Decode { .. } | DumpError::Set { .. })) => {
+                tracing::warn!(table = name, family = ?family, error = %e, "cannot read our table back; it will be replaced");
+                Ok(Observed::Unreadable)
+            }
+            Err(e) => Err(KernelError::Other(e.into())),
+        }
+    }
+
+    fn apply(&mut self, tx: &Transaction) -> Result<usize, KernelError> {
+        match Nftables::apply(self, tx) {
+            Ok(stats) => Ok(stats.bytes),
+            Err(ApplyError::GenerationChanged { expected }) => {
+                Err(KernelError::GenerationChanged { expected })
+            }
+            Err(e) => Err(KernelError::Other(e.into())),
+        }
+    }
+}
+
+/// Whether a sync worked from memory or from a fresh read of the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncKind {
+    Full,
+    Partial,
+}
+
+/// What one successful sync did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncReport {
+    pub kind: SyncKind,
+    /// Operations in the transaction (0: the kernel already matched).
+    pub ops: usize,
+    pub bytes: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("reading the ruleset generation: {0}")]
+    Generation(#[source] KernelError),
+    #[error("reading table {family:?} {table} back: {source}")]
+    Read {
+        family: Family,
+        table: String,
+        #[source]
+        source: KernelError,
+    },
+    #[error("applying {ops} operations: {source}")]
+    Apply {
+        ops: usize,
+        #[source]
+        source: KernelError,
+    },
+    #[error("other programs kept changing the ruleset during {attempts} attempts to read it")]
+    Contended { attempts: usize },
+}
+
+/// How often a full sync re-reads and retries when another program commits in between.
+const FULL_SYNC_ATTEMPTS: usize = 3;
+
+/// Owns the kernel handle and the memory of what was last applied.
+pub struct Syncer<K> {
+    kernel: K,
+    table_name: String,
+    /// Canonical tables as last committed, with the generation our commit produced; `None`
+    /// forces the next sync to be a full one.
+    applied: Option<(Vec<Table>, u32)>,
+}
+
+impl<K: Kernel> Syncer<K> {
+    pub fn new(kernel: K, table_name: &str) -> Self {
+        Syncer {
+            kernel,
+            table_name: table_name.to_string(),
+            applied: None,
+        }
+    }
+
+    pub fn kernel(&mut self) -> &mut K {
+        &mut self.kernel
+    }
+
+    /// Whether the next `sync` without `force_full` can be partial.
+    pub fn has_applied_state(&self) -> bool {
+        self.applied.is_some()
+    }
+
+    /// Brings the kernel to `desired`. Partial unless `force_full`, or nothing was applied yet,
+    /// or the ruleset generation moved since our last commit.
+    pub fn sync(&mut self, desired: &[Table], force_full: bool) -> Result<SyncReport, SyncError> {
+        let desired: Vec<Table> = desired.iter().map(canonical).collect();
+        if !force_full && let Some((applied, generation)) = self.applied.take() {
+            let now = self.kernel.generation().map_err(SyncError::Generation)?;
+            if now == generation {
+                let observed = self.observed_from(&applied);
+                let tx = reconcile_transaction(&observed, &desired, Some(generation));
+                match self.commit(&tx, desired.clone(), SyncKind::Partial) {
+                    Err(SyncError::Apply {
+                        source: KernelError::GenerationChanged { .. },
+                        ..
+                    }) => {
+                        tracing::info!("the ruleset changed under a partial sync; syncing fully");
+                    }
+                    other => return other,
+                }
+            } else {
+                tracing::info!(
+                    expected = generation,
+                    found = now,
+                    "nftables changed since our last commit; reading our tables back"
+                );
+            }
+        }
+        self.full_sync(desired)
+    }
+
+    fn full_sync(&mut self, desired: Vec<Table>) -> Result<SyncReport, SyncError> {
+        for _ in 0..FULL_SYNC_ATTEMPTS {
+            let generation = self.kernel.generation().map_err(SyncError::Generation)?;
+            let mut observed = Vec::new();
+            for family in [Family::Ip, Family::Ip6] {
+                let o = self
+                    .kernel
+                    .read_table(family, &self.table_name)
+                    .map_err(|source| SyncError::Read {
+                        family,
+                        table: self.table_name.clone(),
+                        source,
+                    })?;
+                observed.push((self.table_ref(family), o));
+            }
+            let tx = reconcile_transaction(&observed, &desired, Some(generation));
+            match self.commit(&tx, desired.clone(), SyncKind::Full) {
+                Err(SyncError::Apply {
+                    source: KernelError::GenerationChanged { .. },
+                    ..
+                }) => continue,
+                other => return other,
+            }
+        }
+        Err(SyncError::Contended {
+            attempts: FULL_SYNC_ATTEMPTS,
+        })
+    }
+
+    /// Applies `tx`; on success remembers `desired` and the generation our commit produced.
+    fn commit(
+        &mut self,
+        tx: &Transaction,
+        desired: Vec<Table>,
+        kind: SyncKind,
+    ) -> Result<SyncReport, SyncError> {
+        let bytes = if tx.ops.is_empty() {
+            0
+        } else {
+            self.kernel.apply(tx).map_err(|source| SyncError::Apply {
+                ops: tx.ops.len(),
+                source,
+            })?
+        };
+        // Read after our commit: a commit by someone else in this short window goes unnoticed
+        // until the next full sync, which is periodic.
+        let generation = if tx.ops.is_empty() {
+            tx.expected_generation
+        } else {
+            self.kernel.generation().ok()
+        };
+        self.applied = generation.map(|g| (desired, g));
+        Ok(SyncReport {
+            kind,
+            ops: tx.ops.len(),
+            bytes,
+        })
+    }
+
+    /// Our last commit, seen as a read of the kernel.
+    fn observed_from(&self, applied: &[Table]) -> Vec<(TableRef, Observed)> {
+        [Family::Ip, Family::Ip6]
+            .into_iter()
+            .map(|family| {
+                let o = applied
+                    .iter()
+                    .find(|t| t.family == family)
+                    .map_or(Observed::Absent, |t| Observed::Read(t.clone()));
+                (self.table_ref(family), o)
+            })
+            .collect()
+    }
+
+    fn table_ref(&self, family: Family) -> TableRef {
+        TableRef {
+            family,
+            name: self.table_name.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::fake::FakeKernel;
+    use crate::nft::model::Chain;
+
+    /// The fake kernel with a generation counter, as `Kernel` needs.
+    #[derive(Default)]
+    struct Fake {
+        kernel: FakeKernel,
+        generation: u32,
+        applied: Vec<usize>,
+        reads: usize,
+        fail_next: bool,
+    }
+
+    impl Kernel for Fake {
+        fn generation(&mut self) -> Result<u32, KernelError> {
+            Ok(self.generation)
+        }
+        fn read_table(&mut self, family: Family, name: &str) -> Result<Observed, KernelError> {
+            self.reads += 1;
+            let t = TableRef {
+                family,
+                name: name.into(),
+            };
+            Ok(self
+                .kernel
+                .table(&t)
+                .map_or(Observed::Absent, |t| Observed::Read(canonical(t))))
+        }
+        fn apply(&mut self, tx: &Transaction) -> Result<usize, KernelError> {
+            if let Some(g) = tx.expected_generation
+                && g != self.generation
+            {
+                return Err(KernelError::GenerationChanged { expected: g });
+            }
+            if std::mem::take(&mut self.fail_next) {
+                return Err(KernelError::Other("injected failure".into()));
+            }
+            self.kernel
+                .apply(tx)
+                .map_err(|e| KernelError::Other(e.into()))?;
+            self.generation += 1;
+            self.applied.push(tx.ops.len());
+            Ok(tx.ops.len() * 100)
+        }
+    }
+
+    fn table(chains: &[&str]) -> Table {
+        Table {
+            family: Family::Ip,
+            name: "kubenft".into(),
+            comment: None,
+            chains: chains
+                .iter()
+                .map(|c| {
+                    (
+                        c.to_string(),
+                        Chain {
+                            name: c.to_string(),
+                            base: None,
+                            comment: None,
+                            rules: vec![],
+                        },
+                    )
+                })
+                .collect(),
+            sets: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_first_sync_reads_the_kernel_and_later_ones_work_from_memory() {
+        let mut s = Syncer::new(Fake::default(), "kubenft");
+        let r = s.sync(&[table(&["a", "b"])], false).unwrap();
+        assert_eq!(r.kind, SyncKind::Full);
+        assert_eq!(s.kernel().reads, 2, "both families read");
+
+        let r = s.sync(&[table(&["a", "b", "c"])], false).unwrap();
+        assert_eq!((r.kind, r.ops), (SyncKind::Partial, 1));
+        assert_eq!(s.kernel().reads, 2, "no read for a partial sync");
+
+        let r = s.sync(&[table(&["a", "b", "c"])], false).unwrap();
+        assert_eq!((r.kind, r.ops), (SyncKind::Partial, 0), "nothing to do");
+    }
+
+    #[test]
+    fn a_foreign_commit_turns_the_next_sync_into_a_full_one_that_repairs_our_table() {
+        let mut s = Syncer::new(Fake::default(), "kubenft");
+        s.sync(&[table(&["a", "b"])], false).unwrap();
+        // Another program deletes our table.
+        let t = TableRef {
+            family: Family::Ip,
+            name: "kubenft".into(),
+        };
+        s.kernel().kernel.tables.remove(&t);
+        s.kernel().generation += 1;
+
+        let r = s.sync(&[table(&["a", "b"])], false).unwrap();
+        assert_eq!(r.kind, SyncKind::Full);
+        assert!(r.ops > 0, "the table is recreated");
+        assert_eq!(s.kernel().kernel.table(&t).map(|t| t.chains.len()), Some(2));
+    }
+
+    #[test]
+    fn a_failed_sync_leaves_the_kernel_as_it_was_and_makes_the_next_sync_full() {
+        let mut s = Syncer::new(Fake::default(), "kubenft");
+        s.sync(&[table(&["a"])], false).unwrap();
+        let before = s.kernel().kernel.clone();
+        s.kernel().fail_next = true;
+        assert!(s.sync(&[table(&["a", "b"])], false).is_err());
+        assert_eq!(s.kernel().kernel, before, "nothing half-applied");
+        assert!(!s.has_applied_state());
+
+        let r = s.sync(&[table(&["a", "b"])], false).unwrap();
+        assert_eq!((r.kind, r.ops), (SyncKind::Full, 1));
+    }
+
+    #[test]
+    fn a_forced_full_sync_on_an_unchanged_kernel_sends_nothing() {
+        let mut s = Syncer::new(Fake::default(), "kubenft");
+        s.sync(&[table(&["a", "b"])], false).unwrap();
+        let r = s.sync(&[table(&["a", "b"])], true).unwrap();
+        assert_eq!((r.kind, r.ops), (SyncKind::Full, 0));
+        assert_eq!(s.kernel().applied, [3], "only the first sync committed");
+    }
+}
