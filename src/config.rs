@@ -89,7 +89,8 @@ pub struct LogFlags {
     /// Log line format (logs go to stderr).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    /// More detail: -v debug, -vv trace. RUST_LOG, when set, takes precedence.
+    /// More detail: -v debug, -vv trace (kubenft's own logs), -vvv trace everything. RUST_LOG,
+    /// when set, takes precedence.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 }

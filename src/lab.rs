@@ -88,6 +88,23 @@ pub fn request(client: &Netns, to: SocketAddr) -> (String, String) {
 /// connect, the retransmitted one's does (under investigation).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(1800);
 
+/// One connection from the calling thread (which must be in the client's namespace): the
+/// backend's answer line, or what went wrong.
+pub fn connect_once(to: SocketAddr) -> Result<String, String> {
+    let s =
+        TcpStream::connect_timeout(&to, CONNECT_TIMEOUT).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    BufReader::new(s)
+        .read_line(&mut line)
+        .map_err(|e| format!("read: {e}"))?;
+    if line.is_empty() {
+        return Err("closed without an answer".into());
+    }
+    Ok(line)
+}
+
 /// What a connection attempt came to.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {

@@ -53,9 +53,11 @@ fn main() -> ExitCode {
 /// Logs go to stderr so `render` output on stdout stays clean. RUST_LOG, when set, overrides
 /// the -v level.
 fn init_tracing(flags: &LogFlags) {
+    // -v is about kubenft; the HTTP and kube client crates stay at info until -vvv.
     let level = match flags.verbose {
         0 => "info",
-        1 => "debug",
+        1 => "info,kubenft=debug",
+        2 => "info,kubenft=trace",
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));

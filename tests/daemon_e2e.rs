@@ -1,0 +1,396 @@
+//! `kubenft run` end to end: the real binary, watching the test API server through a kubeconfig,
+//! programs a node namespace, and real connections from an external client follow every
+//! change made through the API: Services created, scaled, updated and deleted; a restart under
+//! continuous traffic drops no connection and sends no operation; an API outage keeps the rules,
+//! and coming back with an expired resourceVersion converges; health and metrics are served.
+
+mod common;
+#[path = "common/daemon.rs"]
+#[allow(dead_code)]
+mod harness;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Outcome, Topology, try_request};
+use harness::{ApiServer, Daemon, eventually, http_get, metric};
+use kubenft::netns::can_create;
+use kubenft_testkit::Kind;
+use serde_json::{Value, json};
+
+const NODE: &str = "node-a";
+const WEB: &str = "10.96.0.10:80";
+
+fn lab(tag: &str) -> Option<(Topology, ApiServer)> {
+    if !can_create() {
+        eprintln!("skipped: needs root to create network namespaces");
+        return None;
+    }
+    let topo = Topology::build(tag).expect("lab builds");
+    let api = ApiServer::start_in(&topo.node);
+    api.apply(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": NODE, "labels": {"topology.kubernetes.io/zone": "z1"}},
+        "spec": {"podCIDRs": ["10.244.0.0/16"]},
+        "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}
+    }));
+    Some((topo, api))
+}
+
+fn start_daemon(topo: &Topology, api: &ApiServer, extra: &[&str]) -> Daemon {
+    let kubeconfig = api.kubeconfig();
+    let mut args = vec![
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--hostname-override",
+        NODE,
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--min-sync-period",
+        "50ms",
+        "-v",
+    ];
+    args.extend_from_slice(extra);
+    Daemon::start(&topo.node, &args)
+}
+
+fn service(name: &str, ip: &str, port: u16) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "demo"},
+        "spec": {"clusterIP": ip, "clusterIPs": [ip],
+                 "ports": [{"name": "http", "port": port, "protocol": "TCP", "targetPort": 8080}]}
+    })
+}
+
+/// A slice for `service` with ready endpoints `pods` (1 → 10.244.1.2, 2 → 10.244.2.2), stamped
+/// with the change trigger time the endpoint controller would write.
+fn slice(service: &str, pods: &[u8]) -> Value {
+    let now = jiff::Timestamp::now().to_string();
+    let endpoints: Vec<Value> = pods
+        .iter()
+        .map(|n| {
+            json!({"addresses": [format!("10.244.{n}.2")], "nodeName": NODE,
+                        "conditions": {"ready": true}})
+        })
+        .collect();
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": format!("{service}-1"), "namespace": "demo",
+                     "labels": {"kubernetes.io/service-name": service},
+                     "annotations": {"endpoints.kubernetes.io/last-change-trigger-time": now}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": endpoints
+    })
+}
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+fn backend(topo: &Topology, to: &str) -> Option<String> {
+    match try_request(&topo.client, addr(to)) {
+        Outcome::Answered { backend, .. } => Some(backend),
+        _ => None,
+    }
+}
+
+/// Like `backend`, but gives up after 150 ms (the lab's links are virtual: an answer takes
+/// well under a millisecond), so polling for a change measures the daemon, not our timeouts.
+fn quick_backend(topo: &Topology, to: &str) -> Option<String> {
+    let to = addr(to);
+    topo.client
+        .run(move || {
+            let s = std::net::TcpStream::connect_timeout(&to, Duration::from_millis(150)).ok()?;
+            s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut std::io::BufReader::new(s), &mut line).ok()?;
+            line.split_whitespace().next().map(str::to_string)
+        })
+        .unwrap()
+}
+
+/// Waits until connections to `to` reach exactly the backends in `expected` (each seen at least
+/// once, no other); returns how long that took.
+fn wait_for_backends(topo: &Topology, to: &str, expected: &[&str], limit: Duration) -> Duration {
+    let start = Instant::now();
+    eventually(limit, &format!("{to} served by {expected:?}"), || {
+        let seen: std::collections::BTreeSet<String> =
+            (0..8).filter_map(|_| quick_backend(topo, to)).collect();
+        let want: std::collections::BTreeSet<String> =
+            expected.iter().map(|s| s.to_string()).collect();
+        (seen == want).then_some(())
+    });
+    start.elapsed()
+}
+
+fn wait_for_outcome(
+    topo: &Topology,
+    to: &str,
+    limit: Duration,
+    what: &str,
+    f: fn(&Outcome) -> bool,
+) {
+    eventually(limit, what, || {
+        f(&try_request(&topo.client, addr(to))).then_some(())
+    });
+}
+
+#[test]
+fn services_follow_creates_scaling_updates_and_deletes_made_through_the_api() {
+    let Some((topo, api)) = lab("e2eF") else {
+        return;
+    };
+    api.apply(service("web", "10.96.0.10", 80));
+    api.apply(slice("web", &[1]));
+    let _daemon = start_daemon(&topo, &api, &[]);
+    wait_for_backends(&topo, WEB, &["pod-1"], Duration::from_secs(20));
+
+    // Scale up: the second pod takes traffic within a second.
+    api.apply(slice("web", &[1, 2]));
+    let took = wait_for_backends(&topo, WEB, &["pod-1", "pod-2"], Duration::from_secs(5));
+    assert!(took < Duration::from_secs(1), "scale-up took {took:?}");
+
+    // Scale down to the other pod.
+    api.apply(slice("web", &[2]));
+    let took = wait_for_backends(&topo, WEB, &["pod-2"], Duration::from_secs(5));
+    assert!(took < Duration::from_secs(1), "scale-down took {took:?}");
+
+    // A new Service with its endpoints.
+    api.apply(service("api", "10.96.0.11", 8081));
+    api.apply(slice("api", &[1]));
+    let took = wait_for_backends(&topo, "10.96.0.11:8081", &["pod-1"], Duration::from_secs(5));
+    assert!(took < Duration::from_secs(1), "a new service took {took:?}");
+
+    // The Service moves to another port: the old one no longer answers, the new one does.
+    api.apply(service("api", "10.96.0.11", 9090));
+    wait_for_backends(&topo, "10.96.0.11:9090", &["pod-1"], Duration::from_secs(2));
+    assert_eq!(backend(&topo, "10.96.0.11:8081"), None, "old port closed");
+
+    // All endpoints gone: connections are refused (reject), not left hanging.
+    api.apply(slice("web", &[]));
+    wait_for_outcome(
+        &topo,
+        WEB,
+        Duration::from_secs(2),
+        "web refuses without endpoints",
+        |o| *o == Outcome::Refused,
+    );
+
+    // Deleted: no rule for it remains.
+    api.server
+        .delete(Kind::Service, Some("demo"), "api")
+        .unwrap();
+    wait_for_outcome(
+        &topo,
+        "10.96.0.11:9090",
+        Duration::from_secs(2),
+        "api gone",
+        |o| !matches!(o, Outcome::Answered { .. }),
+    );
+    let table = topo
+        .node
+        .exec(&["nft", "list", "table", "ip", "kubenft"])
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        !table.contains("demo/api/"),
+        "no chain of the deleted service:\n{table}"
+    );
+    assert!(
+        table.contains("10.96.0.10"),
+        "web (without endpoints) is still there:\n{table}"
+    );
+}
+
+/// Runs connections to `to` back to back from the client until stopped; counts successes and
+/// failures (anything but an answer).
+struct Traffic {
+    stop: Arc<AtomicBool>,
+    ok: Arc<AtomicUsize>,
+    failed: Arc<std::sync::Mutex<Vec<String>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Traffic {
+    fn start(topo: &Topology, to: &str) -> Traffic {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ok = Arc::new(AtomicUsize::new(0));
+        let failed = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (s, o, f, to) = (stop.clone(), ok.clone(), failed.clone(), addr(to));
+        let thread = topo
+            .client
+            .spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    match kubenft::lab::connect_once(to) {
+                        Ok(_) => o.fetch_add(1, Ordering::Relaxed),
+                        Err(e) => {
+                            f.lock().unwrap().push(e);
+                            0
+                        }
+                    };
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+            .unwrap();
+        Traffic {
+            stop,
+            ok,
+            failed,
+            thread: Some(std::thread::spawn(move || {
+                let _ = thread.join();
+            })),
+        }
+    }
+
+    /// Stops and returns (successful connections, failures).
+    fn finish(mut self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        (
+            self.ok.load(Ordering::Relaxed),
+            self.failed.lock().unwrap().clone(),
+        )
+    }
+}
+
+#[test]
+fn restarting_the_daemon_under_traffic_fails_no_connection_and_changes_nothing() {
+    let Some((topo, api)) = lab("e2eR") else {
+        return;
+    };
+    api.apply(service("web", "10.96.0.10", 80));
+    api.apply(slice("web", &[1, 2]));
+    let mut daemon = start_daemon(&topo, &api, &[]);
+    wait_for_backends(&topo, WEB, &["pod-1", "pod-2"], Duration::from_secs(20));
+    let programmed = topo.node.exec(&["nft", "list", "ruleset"]).unwrap().stdout;
+
+    let traffic = Traffic::start(&topo, WEB);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(daemon.stop(), "a graceful stop exits 0");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut daemon = start_daemon(&topo, &api, &[]);
+    eventually(Duration::from_secs(20), "the new daemon synced", || {
+        daemon.log().contains("synced").then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    // A crash is no different.
+    daemon.kill();
+    let mut daemon = start_daemon(&topo, &api, &[]);
+    eventually(Duration::from_secs(20), "the third daemon synced", || {
+        daemon.log().contains("synced").then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let (ok, failed) = traffic.finish();
+    assert!(ok > 20, "traffic flowed: {ok} connections");
+    assert!(
+        failed.is_empty(),
+        "failed connections across restarts: {failed:?}"
+    );
+
+    let log = daemon.log();
+    assert!(
+        log.contains("synced; nothing to change"),
+        "the restart's sync sent no operation:\n{log}"
+    );
+    assert!(
+        !log.contains("ops="),
+        "no transaction at all after a restart:\n{log}"
+    );
+    assert!(daemon.running());
+    let after = topo.node.exec(&["nft", "list", "ruleset"]).unwrap().stdout;
+    assert_eq!(
+        String::from_utf8_lossy(&after),
+        String::from_utf8_lossy(&programmed),
+        "the ruleset is unchanged"
+    );
+}
+
+#[test]
+fn an_api_outage_keeps_the_rules_and_an_expired_resume_converges() {
+    let Some((topo, api)) = lab("e2eO") else {
+        return;
+    };
+    api.apply(service("web", "10.96.0.10", 80));
+    api.apply(slice("web", &[1, 2]));
+    let daemon = start_daemon(&topo, &api, &[]);
+    wait_for_backends(&topo, WEB, &["pod-1", "pod-2"], Duration::from_secs(20));
+
+    // The API goes away; the rules stay and keep serving.
+    api.server.set_unavailable(true);
+    let traffic = Traffic::start(&topo, WEB);
+    std::thread::sleep(Duration::from_secs(3));
+    let (ok, failed) = traffic.finish();
+    assert!(
+        ok > 20 && failed.is_empty(),
+        "served during the outage: {ok} ok, {failed:?}"
+    );
+
+    // Meanwhile the cluster changed, and the server forgot its history: the daemon's
+    // resourceVersion is expired when it comes back, so it must re-list.
+    api.apply(slice("web", &[2]));
+    api.apply(service("api", "10.96.0.11", 8081));
+    api.apply(slice("api", &[1]));
+    api.server.compact();
+    api.server.set_unavailable(false);
+
+    wait_for_backends(&topo, WEB, &["pod-2"], Duration::from_secs(30));
+    wait_for_backends(&topo, "10.96.0.11:8081", &["pod-1"], Duration::from_secs(5));
+    let log = daemon.log();
+    assert!(
+        log.contains("watch failed"),
+        "the outage was noticed:\n{log}"
+    );
+}
+
+#[test]
+fn health_and_metrics_are_served_with_kube_proxys_names() {
+    let Some((topo, api)) = lab("e2eM") else {
+        return;
+    };
+    api.apply(service("web", "10.96.0.10", 80));
+    api.apply(slice("web", &[1]));
+    let _daemon = start_daemon(&topo, &api, &[]);
+    wait_for_backends(&topo, WEB, &["pod-1"], Duration::from_secs(20));
+    api.apply(slice("web", &[1, 2]));
+    wait_for_backends(&topo, WEB, &["pod-1", "pod-2"], Duration::from_secs(5));
+
+    let healthz = addr("127.0.0.1:10256");
+    let (status, body) = eventually(Duration::from_secs(5), "healthz answers", || {
+        http_get(&topo.node, healthz, "/healthz")
+    });
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"nodeEligible\": true"), "{body}");
+    let (status, _) = http_get(&topo.node, healthz, "/livez").unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(
+        http_get(&topo.client, addr("10.0.0.1:10256"), "/healthz").map(|a| a.0),
+        Some(200),
+        "healthz listens on every address by default"
+    );
+
+    let (status, page) = http_get(&topo.node, addr("127.0.0.1:10249"), "/metrics").unwrap();
+    assert_eq!(status, 200);
+    let count = |name: &str| metric(&page, name).unwrap_or_else(|| panic!("{name} in:\n{page}"));
+    assert!(count("kubeproxy_sync_proxy_rules_duration_seconds_count") >= 2.0);
+    assert!(count("kubeproxy_sync_full_proxy_rules_duration_seconds_count") >= 1.0);
+    assert!(count("kubeproxy_sync_partial_proxy_rules_duration_seconds_count") >= 1.0);
+    assert!(count("kubeproxy_network_programming_duration_seconds_count") >= 1.0);
+    assert!(count("kubeproxy_sync_proxy_rules_last_timestamp_seconds") > 1e9);
+    assert!(count("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds") > 1e9);
+    assert_eq!(
+        count("kubeproxy_sync_proxy_rules_nftables_sync_failures_total"),
+        0.0
+    );
+    assert!(count("kubenft_transaction_operations_count") >= 2.0);
+    assert_eq!(
+        http_get(&topo.client, addr("10.0.0.1:10249"), "/metrics"),
+        None,
+        "metrics listen on localhost only by default"
+    );
+}
