@@ -394,3 +394,95 @@ fn health_and_metrics_are_served_with_kube_proxys_names() {
         "metrics listen on localhost only by default"
     );
 }
+
+const LB_MANIFESTS: &str = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: node-a}
+spec: {podCIDRs: [10.244.0.0/16]}
+status: {addresses: [{type: InternalIP, address: 10.0.0.1}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: lb, namespace: demo}
+spec:
+  type: LoadBalancer
+  externalTrafficPolicy: Local
+  healthCheckNodePort: 32000
+  clusterIP: 10.96.0.20
+  ports: [{name: http, port: 80, nodePort: 30080, protocol: TCP, targetPort: 8080}]
+status: {loadBalancer: {ingress: [{ip: 192.0.2.10}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: lb-1, namespace: demo, labels: {kubernetes.io/service-name: lb}}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+  - {addresses: [10.244.1.2], nodeName: NODE_OF_POD, conditions: {ready: true}}
+"#;
+
+#[test]
+fn run_follows_a_manifests_directory_and_answers_health_check_node_ports() {
+    if !can_create() {
+        eprintln!("skipped: needs root to create network namespaces");
+        return;
+    }
+    let topo = Topology::build("e2eH").expect("lab builds");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cluster.yaml");
+    std::fs::write(&file, LB_MANIFESTS.replace("NODE_OF_POD", NODE)).unwrap();
+    let _daemon = Daemon::start(
+        &topo.node,
+        &[
+            "--manifests",
+            dir.path().to_str().unwrap(),
+            "--manifests-poll-period",
+            "100ms",
+            "--hostname-override",
+            NODE,
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--min-sync-period",
+            "50ms",
+        ],
+    );
+    wait_for_backends(&topo, "192.0.2.10:80", &["pod-1"], Duration::from_secs(20));
+    let health = addr("10.0.0.1:32000");
+    let (status, body) = eventually(
+        Duration::from_secs(5),
+        "healthCheckNodePort answers",
+        || http_get(&topo.client, health, "/healthz").filter(|(s, _)| *s == 200),
+    );
+    assert_eq!(status, 200);
+    assert!(body.contains("\"localEndpoints\":1"), "{body}");
+    assert!(body.contains("\"name\":\"lb\""), "{body}");
+
+    // The only endpoint moves to another node: this node must leave the load balancer's pool
+    // (503) and drop what still arrives rather than forward it.
+    std::fs::write(&file, LB_MANIFESTS.replace("NODE_OF_POD", "node-b")).unwrap();
+    let (_, body) = eventually(Duration::from_secs(5), "healthCheckNodePort fails", || {
+        http_get(&topo.client, health, "/healthz").filter(|(s, _)| *s == 503)
+    });
+    assert!(body.contains("\"localEndpoints\":0"), "{body}");
+    assert_eq!(
+        try_request(&topo.client, addr("192.0.2.10:80")),
+        Outcome::TimedOut,
+        "dropped without a local endpoint"
+    );
+
+    // The Service goes away: so does its healthCheckNodePort.
+    std::fs::write(
+        &file,
+        LB_MANIFESTS
+            .split("---\napiVersion: v1\nkind: Service")
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    eventually(Duration::from_secs(5), "healthCheckNodePort closed", || {
+        http_get(&topo.client, health, "/healthz")
+            .is_none()
+            .then_some(())
+    });
+}

@@ -1,6 +1,7 @@
 //! The size of a sync follows the size of the change, not of the cluster: planning the
 //! difference after one endpoint appears costs a handful of operations at 100 and at 1,000
-//! Services alike, and the fake kernel (ENOENT/EEXIST/EBUSY rules) accepts the plan.
+//! Services alike; the fake kernel (ENOENT/EEXIST/EBUSY rules) accepts the plan, and the
+//! daemon's sync engine sends the same handful to the real kernel.
 
 use std::collections::BTreeMap;
 
@@ -112,5 +113,54 @@ fn one_new_endpoint_costs_a_handful_of_operations_whatever_the_cluster_size() {
     assert!(
         large <= 8,
         "a one-endpoint change is a handful of operations, got {large}"
+    );
+}
+
+/// The daemon's engine on the real kernel: a partial sync after one new endpoint, in a
+/// namespace holding 100 or 1,000 Services, and what the kernel holds afterwards.
+fn kernel_ops_for_one_new_endpoint(services: usize) -> (kubenft::sync::SyncReport, bool) {
+    use kubenft::nft::netlink::{Nftables, canonical};
+    let ns = kubenft::netns::Netns::create("partial").unwrap();
+    let before = tables(services, false);
+    let after = tables(services, true);
+    ns.run(move || {
+        let mut syncer = kubenft::sync::Syncer::new(Nftables::open().unwrap(), "kubenft");
+        let first = syncer.sync(&before, false).unwrap();
+        assert_eq!(first.kind, kubenft::sync::SyncKind::Full);
+        let report = syncer.sync(&after, false).unwrap();
+        let mut nft = Nftables::open().unwrap();
+        let held = after.iter().all(|t| {
+            nft.dump_table(t.family, &t.name)
+                .unwrap()
+                .map(|t| t.without_handles())
+                == Some(canonical(t))
+        });
+        (report, held)
+    })
+    .unwrap()
+}
+
+#[test]
+fn the_daemons_partial_sync_of_one_endpoint_is_the_same_handful_in_the_kernel_at_any_size() {
+    if !kubenft::netns::can_create() {
+        eprintln!("skipped: needs root to create network namespaces");
+        return;
+    }
+    let (small, held_small) = kernel_ops_for_one_new_endpoint(100);
+    let (large, held_large) = kernel_ops_for_one_new_endpoint(1_000);
+    assert_eq!(large.kind, kubenft::sync::SyncKind::Partial);
+    assert!(
+        held_small && held_large,
+        "the kernel holds exactly the new tables"
+    );
+    assert_eq!(
+        small.ops, large.ops,
+        "operations do not grow with the cluster"
+    );
+    assert!(large.ops <= 8, "a handful of operations, got {}", large.ops);
+    assert!(
+        large.bytes < 4096,
+        "the batch is small too: {} bytes",
+        large.bytes
     );
 }
