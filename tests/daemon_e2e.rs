@@ -9,135 +9,12 @@ mod common;
 #[allow(dead_code)]
 mod harness;
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{Outcome, Topology, try_request};
-use harness::{ApiServer, Daemon, eventually, http_get, metric};
+use harness::*;
 use kubenft::netns::can_create;
 use kubenft_testkit::Kind;
-use serde_json::{Value, json};
-
-const NODE: &str = "node-a";
-const WEB: &str = "10.96.0.10:80";
-
-fn lab(tag: &str) -> Option<(Topology, ApiServer)> {
-    if !can_create() {
-        eprintln!("skipped: needs root to create network namespaces");
-        return None;
-    }
-    let topo = Topology::build(tag).expect("lab builds");
-    let api = ApiServer::start_in(&topo.node);
-    api.apply(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": NODE, "labels": {"topology.kubernetes.io/zone": "z1"}},
-        "spec": {"podCIDRs": ["10.244.0.0/16"]},
-        "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}
-    }));
-    Some((topo, api))
-}
-
-fn start_daemon(topo: &Topology, api: &ApiServer, extra: &[&str]) -> Daemon {
-    let kubeconfig = api.kubeconfig();
-    let mut args = vec![
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--hostname-override",
-        NODE,
-        "--cluster-cidr",
-        "10.244.0.0/16",
-        "--min-sync-period",
-        "50ms",
-        "-v",
-    ];
-    args.extend_from_slice(extra);
-    Daemon::start(&topo.node, &args)
-}
-
-fn service(name: &str, ip: &str, port: u16) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": "demo"},
-        "spec": {"clusterIP": ip, "clusterIPs": [ip],
-                 "ports": [{"name": "http", "port": port, "protocol": "TCP", "targetPort": 8080}]}
-    })
-}
-
-/// A slice for `service` with ready endpoints `pods` (1 → 10.244.1.2, 2 → 10.244.2.2), stamped
-/// with the change trigger time the endpoint controller would write.
-fn slice(service: &str, pods: &[u8]) -> Value {
-    let now = jiff::Timestamp::now().to_string();
-    let endpoints: Vec<Value> = pods
-        .iter()
-        .map(|n| {
-            json!({"addresses": [format!("10.244.{n}.2")], "nodeName": NODE,
-                        "conditions": {"ready": true}})
-        })
-        .collect();
-    json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": format!("{service}-1"), "namespace": "demo",
-                     "labels": {"kubernetes.io/service-name": service},
-                     "annotations": {"endpoints.kubernetes.io/last-change-trigger-time": now}},
-        "addressType": "IPv4",
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-        "endpoints": endpoints
-    })
-}
-
-fn addr(s: &str) -> SocketAddr {
-    s.parse().unwrap()
-}
-
-fn backend(topo: &Topology, to: &str) -> Option<String> {
-    match try_request(&topo.client, addr(to)) {
-        Outcome::Answered { backend, .. } => Some(backend),
-        _ => None,
-    }
-}
-
-/// Like `backend`, but gives up after 150 ms (the lab's links are virtual: an answer takes
-/// well under a millisecond), so polling for a change measures the daemon, not our timeouts.
-fn quick_backend(topo: &Topology, to: &str) -> Option<String> {
-    let to = addr(to);
-    topo.client
-        .run(move || {
-            let s = std::net::TcpStream::connect_timeout(&to, Duration::from_millis(150)).ok()?;
-            s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-            let mut line = String::new();
-            std::io::BufRead::read_line(&mut std::io::BufReader::new(s), &mut line).ok()?;
-            line.split_whitespace().next().map(str::to_string)
-        })
-        .unwrap()
-}
-
-/// Waits until connections to `to` reach exactly the backends in `expected` (each seen at least
-/// once, no other); returns how long that took.
-fn wait_for_backends(topo: &Topology, to: &str, expected: &[&str], limit: Duration) -> Duration {
-    let start = Instant::now();
-    eventually(limit, &format!("{to} served by {expected:?}"), || {
-        let seen: std::collections::BTreeSet<String> =
-            (0..8).filter_map(|_| quick_backend(topo, to)).collect();
-        let want: std::collections::BTreeSet<String> =
-            expected.iter().map(|s| s.to_string()).collect();
-        (seen == want).then_some(())
-    });
-    start.elapsed()
-}
-
-fn wait_for_outcome(
-    topo: &Topology,
-    to: &str,
-    limit: Duration,
-    what: &str,
-    f: fn(&Outcome) -> bool,
-) {
-    eventually(limit, what, || {
-        f(&try_request(&topo.client, addr(to))).then_some(())
-    });
-}
 
 #[test]
 fn services_follow_creates_scaling_updates_and_deletes_made_through_the_api() {
@@ -204,59 +81,6 @@ fn services_follow_creates_scaling_updates_and_deletes_made_through_the_api() {
         table.contains("10.96.0.10"),
         "web (without endpoints) is still there:\n{table}"
     );
-}
-
-/// Runs connections to `to` back to back from the client until stopped; counts successes and
-/// failures (anything but an answer).
-struct Traffic {
-    stop: Arc<AtomicBool>,
-    ok: Arc<AtomicUsize>,
-    failed: Arc<std::sync::Mutex<Vec<String>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Traffic {
-    fn start(topo: &Topology, to: &str) -> Traffic {
-        let stop = Arc::new(AtomicBool::new(false));
-        let ok = Arc::new(AtomicUsize::new(0));
-        let failed = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (s, o, f, to) = (stop.clone(), ok.clone(), failed.clone(), addr(to));
-        let thread = topo
-            .client
-            .spawn(move || {
-                while !s.load(Ordering::Relaxed) {
-                    match kubenft::lab::connect_once(to) {
-                        Ok(_) => o.fetch_add(1, Ordering::Relaxed),
-                        Err(e) => {
-                            f.lock().unwrap().push(e);
-                            0
-                        }
-                    };
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            })
-            .unwrap();
-        Traffic {
-            stop,
-            ok,
-            failed,
-            thread: Some(std::thread::spawn(move || {
-                let _ = thread.join();
-            })),
-        }
-    }
-
-    /// Stops and returns (successful connections, failures).
-    fn finish(mut self) -> (usize, Vec<String>) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap();
-        }
-        (
-            self.ok.load(Ordering::Relaxed),
-            self.failed.lock().unwrap().clone(),
-        )
-    }
 }
 
 #[test]

@@ -1,0 +1,131 @@
+//! The daemon against a hostile node: another program squatting on our table name (the kernel
+//! refuses every sync), or flushing and deleting our table behind our back. Refused syncs are
+//! atomic (nothing half-applied in either family), logged and counted, retried, and the first
+//! sync that can succeed restores service; tampering is repaired by the next periodic sync.
+
+mod common;
+#[path = "common/daemon.rs"]
+#[allow(dead_code)]
+mod harness;
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use harness::*;
+use kubenft::nft::netlink::NetlinkSocket;
+use kubenft::nft::netlink::attr::AttrWriter;
+use kubenft::nft::netlink::socket::{NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST, NfHeader};
+use kubenft::nft::netlink::sys::*;
+
+/// Creates `ip kubenft` with the OWNER flag from a socket of this test's: while that socket is
+/// open the kernel refuses every change to the table by anyone else (EPERM), and it deletes the
+/// table when the socket closes. Returns a sender; dropping it closes the socket.
+fn squat_on_our_table(node: &kubenft::netns::Netns) -> mpsc::Sender<()> {
+    let (release, released) = mpsc::channel::<()>();
+    let (ready_tx, ready) = mpsc::channel();
+    node.spawn(move || {
+        let mut sock = NetlinkSocket::open().expect("netlink socket");
+        let mut out = Vec::new();
+        let header = |msg_type, seq| NfHeader {
+            msg_type,
+            flags: NLM_F_REQUEST,
+            seq,
+            family: NFPROTO_UNSPEC,
+            res_id: NFNL_SUBSYS_NFTABLES,
+        };
+        header(NFNL_MSG_BATCH_BEGIN, 1).encode(&[], &mut out);
+        let mut table = AttrWriter::new();
+        table
+            .string(NFTA_TABLE_NAME, "kubenft")
+            .be32(NFTA_TABLE_FLAGS, NFT_TABLE_F_OWNER);
+        NfHeader::nft(NFT_MSG_NEWTABLE, NLM_F_CREATE | NLM_F_ACK, NFPROTO_IPV4, 2)
+            .encode(&table.buf, &mut out);
+        header(NFNL_MSG_BATCH_END, 3).encode(&[], &mut out);
+        sock.send(&out).expect("batch sent");
+        let acked = sock
+            .recv()
+            .expect("reply")
+            .iter()
+            .any(|m| m.error().ok().flatten().is_some_and(|e| e.is_ack()));
+        ready_tx.send(acked).unwrap();
+        // Hold the socket (and so the table) until released.
+        let _ = released.recv();
+        drop(sock);
+    })
+    .expect("thread joins the node namespace");
+    assert!(ready.recv().unwrap(), "the squatting table was created");
+    release
+}
+
+#[test]
+fn a_table_owned_by_another_program_fails_syncs_atomically_until_it_goes_away() {
+    let Some((topo, api)) = lab("fltOwn") else {
+        return;
+    };
+    api.apply(service("web", "10.96.0.10", 80));
+    api.apply(slice("web", &[1]));
+    let squatter = squat_on_our_table(&topo.node);
+    let daemon = start_daemon(&topo, &api, &["--sync-period", "1s"]);
+
+    eventually(Duration::from_secs(20), "two refused syncs", || {
+        (daemon.log().matches("sync failed").count() >= 2).then_some(())
+    });
+    let log = daemon.log();
+    assert!(
+        log.contains("Operation not permitted"),
+        "the kernel's reason is logged:\n{log}"
+    );
+    let (_, page) = http_get(&topo.node, addr("127.0.0.1:10249"), "/metrics").unwrap();
+    assert!(
+        metric(
+            &page,
+            "kubeproxy_sync_proxy_rules_nftables_sync_failures_total"
+        )
+        .unwrap()
+            >= 2.0,
+        "{page}"
+    );
+    let ip6 = topo
+        .node
+        .exec_unchecked(&["nft", "list", "table", "ip6", "kubenft"])
+        .unwrap();
+    assert!(
+        !ip6.status.success(),
+        "the refused transaction left nothing behind in the other family either"
+    );
+    assert_eq!(backend(&topo, WEB), None, "nothing programmed yet");
+
+    // The squatter exits; the kernel removes its table; the next retry programs ours.
+    drop(squatter);
+    wait_for_backends(&topo, WEB, &["pod-1"], Duration::from_secs(10));
+}
+
+#[test]
+fn a_flushed_or_deleted_table_is_repaired_by_the_next_periodic_sync() {
+    let Some((topo, api)) = lab("fltTmp") else {
+        return;
+    };
+    api.apply(service("web", "10.96.0.10", 80));
+    api.apply(slice("web", &[1, 2]));
+    let daemon = start_daemon(&topo, &api, &["--sync-period", "1s"]);
+    wait_for_backends(&topo, WEB, &["pod-1", "pod-2"], Duration::from_secs(20));
+
+    topo.node
+        .exec(&["nft", "flush", "table", "ip", "kubenft"])
+        .unwrap();
+    wait_for_backends(&topo, WEB, &["pod-1", "pod-2"], Duration::from_secs(10));
+
+    topo.node
+        .exec(&["nft", "delete", "table", "ip", "kubenft"])
+        .unwrap();
+    wait_for_backends(&topo, WEB, &["pod-1", "pod-2"], Duration::from_secs(10));
+    let log = daemon.log();
+    assert!(
+        log.contains("nftables changed since our last commit"),
+        "the tampering was noticed:\n{log}"
+    );
+    assert!(
+        !log.contains("sync failed"),
+        "and repaired without a failure:\n{log}"
+    );
+}
