@@ -69,9 +69,16 @@ pub struct Daemon {
 impl Daemon {
     /// Starts `kubenft run ARGS` inside `ns`, logging to a temp file.
     pub fn start(ns: &Netns, args: &[&str]) -> Daemon {
+        Self::start_wrapped(ns, &[], args)
+    }
+
+    /// Like `start`, with `kubenft` run through `wrapper` (e.g. `setpriv …`), which must exec it.
+    pub fn start_wrapped(ns: &Netns, wrapper: &[&str], args: &[&str]) -> Daemon {
         let log = tempfile::NamedTempFile::new().expect("log file");
         let child = Command::new("ip")
-            .args(["netns", "exec", ns.name(), env!("CARGO_BIN_EXE_kubenft")])
+            .args(["netns", "exec", ns.name()])
+            .args(wrapper)
+            .arg(env!("CARGO_BIN_EXE_kubenft"))
             .arg("run")
             .args(args)
             .env("NO_COLOR", "1")
@@ -106,6 +113,11 @@ impl Daemon {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// The daemon's process id (`ip netns exec` and the wrappers exec, so it is the child's).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// Whether the process is still running.
@@ -186,6 +198,15 @@ pub fn lab(tag: &str) -> Option<(Topology, ApiServer)> {
 }
 
 pub fn start_daemon(topo: &Topology, api: &ApiServer, extra: &[&str]) -> Daemon {
+    start_daemon_wrapped(topo, api, &[], extra)
+}
+
+pub fn start_daemon_wrapped(
+    topo: &Topology,
+    api: &ApiServer,
+    wrapper: &[&str],
+    extra: &[&str],
+) -> Daemon {
     let kubeconfig = api.kubeconfig();
     let mut args = vec![
         "--kubeconfig",
@@ -199,7 +220,7 @@ pub fn start_daemon(topo: &Topology, api: &ApiServer, extra: &[&str]) -> Daemon 
         "-v",
     ];
     args.extend_from_slice(extra);
-    Daemon::start(&topo.node, &args)
+    Daemon::start_wrapped(&topo.node, wrapper, &args)
 }
 
 pub fn service(name: &str, ip: &str, port: u16) -> Value {
