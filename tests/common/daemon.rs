@@ -235,6 +235,11 @@ pub fn service(name: &str, ip: &str, port: u16) -> Value {
 /// A slice for `service` with ready endpoints `pods` (1 → 10.244.1.2, 2 → 10.244.2.2), stamped
 /// with the change trigger time the endpoint controller would write.
 pub fn slice(service: &str, pods: &[u8]) -> Value {
+    slice_named(service, "1", pods)
+}
+
+/// Like `slice`, naming the slice `SERVICE-SUFFIX`.
+pub fn slice_named(service: &str, suffix: &str, pods: &[u8]) -> Value {
     let now = jiff::Timestamp::now().to_string();
     let endpoints: Vec<Value> = pods
         .iter()
@@ -245,7 +250,7 @@ pub fn slice(service: &str, pods: &[u8]) -> Value {
         .collect();
     json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": format!("{service}-1"), "namespace": "demo",
+        "metadata": {"name": format!("{service}-{suffix}"), "namespace": "demo",
                      "labels": {"kubernetes.io/service-name": service},
                      "annotations": {"endpoints.kubernetes.io/last-change-trigger-time": now}},
         "addressType": "IPv4",
@@ -322,18 +327,27 @@ pub struct Traffic {
 
 impl Traffic {
     pub fn start(topo: &Topology, to: &str) -> Traffic {
+        Self::start_many(topo, vec![to.to_string()])
+    }
+
+    /// Cycles over `targets`, one connection after the other.
+    pub fn start_many(topo: &Topology, targets: Vec<String>) -> Traffic {
         let stop = Arc::new(AtomicBool::new(false));
         let ok = Arc::new(AtomicUsize::new(0));
         let failed = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (s, o, f, to) = (stop.clone(), ok.clone(), failed.clone(), addr(to));
+        let (s, o, f) = (stop.clone(), ok.clone(), failed.clone());
+        let targets: Vec<SocketAddr> = targets.iter().map(|t| addr(t)).collect();
         let thread = topo
             .client
             .spawn(move || {
-                while !s.load(Ordering::Relaxed) {
-                    match kubenft::lab::connect_once(to) {
+                for to in targets.iter().cycle() {
+                    if s.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    match kubenft::lab::connect_once(*to) {
                         Ok(_) => o.fetch_add(1, Ordering::Relaxed),
                         Err(e) => {
-                            f.lock().unwrap().push(e);
+                            f.lock().unwrap().push(format!("{to}: {e}"));
                             0
                         }
                     };
