@@ -66,7 +66,7 @@ fn connections_never_fail_while_endpoints_churn_at_fifty_changes_per_second() {
 
     let start = Instant::now();
     let mut changes = 0u64;
-    let mut step = vec![0usize; SERVICES];
+    let mut step = [0usize; SERVICES];
     while start.elapsed() < CHURN {
         let i = (changes as usize * 7) % SERVICES;
         step[i] += 1;
