@@ -1,7 +1,7 @@
 //! `kubenft run` end to end: the real binary, watching the test API server through a kubeconfig,
 //! programs a node namespace, and real connections from an external client follow every
 //! change made through the API: Services created, scaled, updated and deleted; a restart under
-//! continuous traffic drops no connection and sends no operation; an API outage keeps the rules,
+//! continuous traffic drops no connection and sends no operation; a 30 s API outage keeps the rules,
 //! and coming back with an expired resourceVersion converges; health and metrics are served.
 
 mod common;
@@ -135,6 +135,8 @@ fn restarting_the_daemon_under_traffic_fails_no_connection_and_changes_nothing()
     );
 }
 
+const OUTAGE: Duration = Duration::from_secs(30);
+
 #[test]
 fn an_api_outage_keeps_the_rules_and_an_expired_resume_converges() {
     let Some((topo, api)) = lab("e2eO") else {
@@ -145,10 +147,15 @@ fn an_api_outage_keeps_the_rules_and_an_expired_resume_converges() {
     let daemon = start_daemon(&topo, &api, &[]);
     wait_for_backends(&topo, WEB, &["pod-1", "pod-2"], Duration::from_secs(20));
 
-    // The API goes away; the rules stay and keep serving.
+    // The API goes away for 30 s; the rules stay and keep serving all along, and the daemon
+    // stays healthy (nothing it knows of is waiting to be programmed).
     api.server.set_unavailable(true);
     let traffic = Traffic::start(&topo, WEB);
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(OUTAGE);
+    assert_eq!(
+        http_get(&topo.node, addr("127.0.0.1:10256"), "/healthz").map(|a| a.0),
+        Some(200)
+    );
     let (ok, failed) = traffic.finish();
     assert!(
         ok > 20 && failed.is_empty(),
