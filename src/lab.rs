@@ -66,6 +66,28 @@ pub fn serve(ns: &Netns, name: &'static str) -> Backend {
     Backend { stop }
 }
 
+/// A UDP echo backend on `[::]:5353` in `ns`: answers every datagram with `name`.
+pub fn serve_udp(ns: &Netns, name: &'static str) -> Backend {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let socket = ns
+        .run(|| {
+            let s = std::net::UdpSocket::bind("[::]:5353").unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+            s
+        })
+        .unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        while !flag.load(Ordering::Relaxed) {
+            if let Ok((_, peer)) = socket.recv_from(&mut buf) {
+                let _ = socket.send_to(name.as_bytes(), peer);
+            }
+        }
+    });
+    Backend { stop }
+}
+
 /// (backend name, source address it saw) of one connection from the client namespace.
 pub fn request(client: &Netns, to: SocketAddr) -> (String, String) {
     client

@@ -2,7 +2,8 @@
 //! programs a node namespace, and real connections from an external client follow every
 //! change made through the API: Services created, scaled, updated and deleted; a restart under
 //! continuous traffic drops no connection and sends no operation; a 30 s API outage keeps the rules,
-//! and coming back with an expired resourceVersion converges; health and metrics are served.
+//! and coming back with an expired resourceVersion converges; stale UDP flows are cleared;
+//! health and metrics are served.
 
 mod common;
 #[path = "common/daemon.rs"]
@@ -316,4 +317,110 @@ fn run_follows_a_manifests_directory_and_answers_health_check_node_ports() {
             .is_none()
             .then_some(())
     });
+}
+
+/// A UDP client in the client namespace that always uses the same source port, as a stub
+/// resolver retrying a query does: every datagram belongs to the same conntrack entry.
+struct UdpClient {
+    socket: std::net::UdpSocket,
+    to: std::net::SocketAddr,
+}
+
+impl UdpClient {
+    fn new(topo: &Topology, to: &str) -> UdpClient {
+        let socket = topo
+            .client
+            .run(|| {
+                let s = std::net::UdpSocket::bind("10.0.0.2:40053").unwrap();
+                s.set_read_timeout(Some(Duration::from_millis(150)))
+                    .unwrap();
+                s
+            })
+            .unwrap();
+        UdpClient {
+            socket,
+            to: addr(to),
+        }
+    }
+
+    /// One query: who answered, if anyone.
+    fn ask(&self) -> Option<String> {
+        self.socket.send_to(b"q", self.to).ok()?;
+        let mut buf = [0u8; 64];
+        let (n, _) = self.socket.recv_from(&mut buf).ok()?;
+        Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+    }
+
+    /// Keeps asking (so the conntrack entry never idles out) until `expected` answers.
+    fn until(&self, expected: &str, limit: Duration, what: &str) {
+        eventually(limit, what, || {
+            (self.ask().as_deref() == Some(expected)).then_some(())
+        });
+    }
+}
+
+#[test]
+fn stale_udp_flows_are_cleared_so_a_retrying_client_follows_the_endpoints() {
+    let Some((topo, api)) = lab("e2eU") else {
+        return;
+    };
+    let _dns = [
+        kubenft::lab::serve_udp(&topo.pods[0], "pod-1"),
+        kubenft::lab::serve_udp(&topo.pods[1], "pod-2"),
+    ];
+    let dns_slice = |pods: &[u8]| {
+        let mut s = slice("dns", pods);
+        s["ports"] = serde_json::json!([{"name": "dns", "port": 5353, "protocol": "UDP"}]);
+        s
+    };
+    api.apply(serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "dns", "namespace": "demo"},
+        "spec": {"clusterIP": "10.96.0.53", "clusterIPs": ["10.96.0.53"],
+                 "ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 5353}]}
+    }));
+    api.apply(dns_slice(&[]));
+    let _daemon = start_daemon(&topo, &api, &[]);
+    let client = UdpClient::new(&topo, "10.96.0.53:53");
+    // No endpoints: the queries are rejected.
+    eventually(Duration::from_secs(20), "the daemon programmed dns", || {
+        let t = topo
+            .node
+            .exec(&["nft", "list", "table", "ip", "kubenft"])
+            .ok()?;
+        String::from_utf8_lossy(&t.stdout)
+            .contains("10.96.0.53")
+            .then_some(())
+    });
+    for _ in 0..5 {
+        assert_eq!(client.ask(), None);
+    }
+
+    // The Service gains an endpoint: the same client (same source port, still retrying)
+    // reaches it.
+    api.apply(dns_slice(&[1]));
+    client.until(
+        "pod-1",
+        Duration::from_secs(5),
+        "the retrying client reaches pod-1",
+    );
+
+    // pod-1 leaves the Service: the flow DNATed to it is deleted and the client moves on
+    // (without the cleanup it would stick to pod-1 for as long as it keeps asking; checked by
+    // disabling it).
+    api.apply(dns_slice(&[2]));
+    client.until(
+        "pod-2",
+        Duration::from_secs(5),
+        "the retrying client moves to pod-2",
+    );
+    let flows = topo
+        .node
+        .exec(&["conntrack", "-L", "-p", "udp", "--orig-port-src", "40053"])
+        .unwrap();
+    let flows = String::from_utf8_lossy(&flows.stdout);
+    assert!(
+        !flows.contains("10.244.1.2"),
+        "no flow to the removed endpoint:\n{flows}"
+    );
 }
