@@ -24,6 +24,9 @@ pub struct Cli {
     pub log: LogFlags,
     #[command(flatten)]
     pub proxy: ProxyFlags,
+    /// Flags given on the command line (by field name), which a --config file does not override.
+    #[arg(skip)]
+    pub explicit: std::collections::BTreeSet<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
@@ -49,6 +52,10 @@ pub enum Command {
 /// The daemon's own flags, spelled as kube-proxy's.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
 pub struct RunFlags {
+    /// A KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1); flags given on the
+    /// command line take precedence over its values.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// kubeconfig file for the API server; without it (and without --manifests) the pod's
     /// in-cluster service account is used.
     #[arg(long, value_name = "PATH")]
@@ -243,6 +250,14 @@ pub enum ConfigError {
     },
     #[error("--{flag}: {value:?} must be greater than zero")]
     ZeroDuration { flag: &'static str, value: String },
+    #[error("--config: {0}")]
+    ConfigFile(#[source] crate::config_file::FileConfigError),
+    #[error("--config: {field}: {value:?} is not one of {expected}")]
+    ConfigFileValue {
+        field: &'static str,
+        value: String,
+        expected: &'static str,
+    },
     #[error("--{flag}: {source}")]
     BindAddress {
         flag: &'static str,
@@ -252,6 +267,29 @@ pub enum ConfigError {
 }
 
 impl Cli {
+    /// Parses `args` (program name first), remembering which flags were given explicitly.
+    pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = Cli::command().try_get_matches_from(args)?;
+        let mut cli = Cli::from_arg_matches(&matches)?;
+        let mut levels = vec![&matches];
+        if let Some((_, sub)) = matches.subcommand() {
+            levels.push(sub);
+        }
+        for m in levels {
+            for id in m.ids() {
+                if m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine) {
+                    cli.explicit.insert(id.as_str().to_string());
+                }
+            }
+        }
+        Ok(cli)
+    }
+
     /// Validates flags, taking the host name from the system when not overridden.
     pub fn validate(&self) -> Result<Config, ConfigError> {
         self.validate_with(system_hostname)
@@ -273,15 +311,31 @@ impl Cli {
         {
             return Err(ConfigError::ManifestsRequired { command });
         }
-        let (proxy, warnings) = self.proxy.validate_with(hostname)?;
-        let run = match &self.command {
-            Command::Run(flags) => Some(flags.validate()?),
+        let mut proxy_flags = self.proxy.clone();
+        let mut file_warnings = Vec::new();
+        let run_flags = match &self.command {
+            Command::Run(flags) => {
+                let mut flags = flags.clone();
+                if let Some(path) = &flags.config {
+                    let file = crate::config_file::load(path).map_err(ConfigError::ConfigFile)?;
+                    apply_file(&file, &self.explicit, &mut proxy_flags, &mut flags)?;
+                    file_warnings = file
+                        .warnings
+                        .iter()
+                        .map(|w| format!("--config: {w}"))
+                        .collect();
+                }
+                Some(flags)
+            }
             _ => None,
         };
+        let (proxy, mut warnings) = proxy_flags.validate_with(hostname)?;
+        warnings.extend(file_warnings);
+        let run = run_flags.as_ref().map(RunFlags::validate).transpose()?;
         Ok(Config {
             command: self.command.clone(),
             proxy,
-            manifests: self.proxy.manifests.clone(),
+            manifests: proxy_flags.manifests.clone(),
             warnings,
             run,
         })
@@ -392,10 +446,103 @@ impl ProxyFlags {
     }
 }
 
+/// Fills the flags not given on the command line from a --config file.
+fn apply_file(
+    file: &crate::config_file::FileConfig,
+    explicit: &std::collections::BTreeSet<String>,
+    proxy: &mut ProxyFlags,
+    run: &mut RunFlags,
+) -> Result<(), ConfigError> {
+    let unset = |id: &str| !explicit.contains(id);
+    fn set<T: Clone>(target: &mut T, value: &Option<T>, unset: bool) {
+        if let (Some(v), true) = (value, unset) {
+            *target = v.clone();
+        }
+    }
+    fn set_some<T: Clone>(target: &mut Option<T>, value: &Option<T>, unset: bool) {
+        if let (Some(v), true) = (value, unset) {
+            *target = Some(v.clone());
+        }
+    }
+    set_some(
+        &mut proxy.hostname_override,
+        &file.hostname_override,
+        unset("hostname_override"),
+    );
+    set_some(&mut proxy.node_ip, &file.node_ip, unset("node_ip"));
+    set_some(
+        &mut proxy.cluster_cidr,
+        &file.cluster_cidr,
+        unset("cluster_cidr"),
+    );
+    set_some(
+        &mut proxy.nodeport_addresses,
+        &file.nodeport_addresses,
+        unset("nodeport_addresses"),
+    );
+    set(
+        &mut proxy.masquerade_all,
+        &file.masquerade_all,
+        unset("masquerade_all"),
+    );
+    set(
+        &mut proxy.masquerade_bit,
+        &file.masquerade_bit,
+        unset("masquerade_bit"),
+    );
+    set_some(
+        &mut proxy.pod_bridge_interface,
+        &file.pod_bridge_interface,
+        unset("pod_bridge_interface"),
+    );
+    set_some(
+        &mut proxy.pod_interface_name_prefix,
+        &file.pod_interface_name_prefix,
+        unset("pod_interface_name_prefix"),
+    );
+    if let (Some(mode), true) = (&file.detect_local_mode, unset("detect_local_mode")) {
+        proxy.detect_local_mode =
+            DetectLocalMode::from_str(mode, false).map_err(|_| ConfigError::ConfigFileValue {
+                field: "detectLocalMode",
+                value: mode.clone(),
+                expected: "ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix",
+            })?;
+    }
+    set_some(&mut run.kubeconfig, &file.kubeconfig, unset("kubeconfig"));
+    set(
+        &mut run.sync_period,
+        &file.sync_period,
+        unset("sync_period"),
+    );
+    set(
+        &mut run.min_sync_period,
+        &file.min_sync_period,
+        unset("min_sync_period"),
+    );
+    set(
+        &mut run.healthz_bind_address,
+        &file.healthz_bind_address,
+        unset("healthz_bind_address"),
+    );
+    set(
+        &mut run.metrics_bind_address,
+        &file.metrics_bind_address,
+        unset("metrics_bind_address"),
+    );
+    Ok(())
+}
+
 impl RunFlags {
     pub fn validate(&self) -> Result<RunSettings, ConfigError> {
         let periods = crate::sync::Periods {
-            min_sync_period: positive_duration("min-sync-period", &self.min_sync_period)?,
+            // kube-proxy accepts 0 here: sync on every change.
+            min_sync_period: parse_go_duration(&self.min_sync_period).map_err(|reason| {
+                ConfigError::Duration {
+                    flag: "min-sync-period",
+                    value: self.min_sync_period.clone(),
+                    reason,
+                }
+            })?,
             sync_period: positive_duration("sync-period", &self.sync_period)?,
             full_sync_period: positive_duration("full-sync-period", &self.full_sync_period)?,
         };
@@ -665,7 +812,7 @@ mod tests {
     fn parse(args: &[&str]) -> Cli {
         let mut argv = vec!["kubenft"];
         argv.extend_from_slice(args);
-        Cli::try_parse_from(argv).unwrap()
+        Cli::parse_args(argv).unwrap()
     }
 
     fn host() -> std::io::Result<String> {
@@ -1068,5 +1215,89 @@ mod tests {
         for bad in ["", "-1s", "s", "1", "1..2s", "1sec"] {
             assert!(parse_go_duration(bad).is_err(), "{bad} is refused");
         }
+    }
+
+    fn config_file(text: &str) -> tempfile::NamedTempFile {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), text).unwrap();
+        f
+    }
+
+    const FILE: &str = "apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clusterCIDR: 10.244.0.0/16
+metricsBindAddress: 0.0.0.0:10249
+clientConnection: {kubeconfig: /etc/k/kubeconfig}
+detectLocalMode: NodeCIDR
+nftables: {masqueradeBit: 13, syncPeriod: 45s, minSyncPeriod: 2s}
+iptables: {masqueradeBit: 14}
+";
+
+    #[test]
+    fn a_config_file_fills_in_what_the_command_line_did_not_say() {
+        let f = config_file(FILE);
+        let c = validate(&["run", "--config", f.path().to_str().unwrap()]).unwrap();
+        assert_eq!(c.proxy.cluster_cidrs, vec![net("10.244.0.0/16")]);
+        assert_eq!(c.proxy.masquerade_bit, 13);
+        assert_eq!(c.proxy.detect_local, DetectLocal::NodeCidr);
+        let run = c.run.unwrap();
+        assert_eq!(run.kubeconfig, Some(PathBuf::from("/etc/k/kubeconfig")));
+        assert_eq!(run.periods.sync_period, Duration::from_secs(45));
+        assert_eq!(run.periods.min_sync_period, Duration::from_secs(2));
+        assert_eq!(
+            run.metrics_bind_address,
+            Some("0.0.0.0:10249".parse().unwrap())
+        );
+        assert_eq!(
+            c.warnings,
+            ["--config: iptables.masqueradeBit belongs to another proxy mode; ignored"]
+        );
+    }
+
+    #[test]
+    fn flags_on_the_command_line_win_over_the_config_file_wherever_they_are_written() {
+        let f = config_file(FILE);
+        let path = f.path().to_str().unwrap();
+        let c = validate(&[
+            "--cluster-cidr",
+            "10.8.0.0/16",
+            "run",
+            "--config",
+            path,
+            "--sync-period=5s",
+            "--masquerade-bit=14",
+        ])
+        .unwrap();
+        assert_eq!(c.proxy.cluster_cidrs, vec![net("10.8.0.0/16")]);
+        assert_eq!(c.proxy.masquerade_bit, 14, "even when equal to the default");
+        let run = c.run.unwrap();
+        assert_eq!(run.periods.sync_period, Duration::from_secs(5));
+        assert_eq!(
+            run.periods.min_sync_period,
+            Duration::from_secs(2),
+            "from the file"
+        );
+    }
+
+    #[test]
+    fn a_bad_config_file_is_a_configuration_error_naming_the_problem() {
+        let f = config_file(&FILE.replace("NodeCIDR", "PodCIDR"));
+        assert_eq!(
+            error(&["run", "--config", f.path().to_str().unwrap()]),
+            "--config: detectLocalMode: \"PodCIDR\" is not one of ClusterCIDR, NodeCIDR, \
+             BridgeInterface, InterfaceNamePrefix"
+        );
+        let f = config_file(&FILE.replace("syncPeriod: 45s", "syncPeriod: 45"));
+        assert_eq!(
+            error(&["run", "--config", f.path().to_str().unwrap()]),
+            format!(
+                "--config: {}: nftables.syncPeriod: expected a string, found the number 45",
+                f.path().display()
+            )
+        );
+        assert!(
+            error(&["run", "--config", "/nonexistent/kubenft.yaml"])
+                .starts_with("--config: reading /nonexistent/kubenft.yaml")
+        );
     }
 }

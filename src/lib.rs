@@ -3,6 +3,7 @@
 pub mod access;
 pub mod cli;
 pub mod config;
+pub mod config_file;
 pub mod conntrack;
 pub mod daemon;
 pub mod demo;

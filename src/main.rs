@@ -3,7 +3,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use kubenft::config::{Cli, LogFlags, LogFormat};
 use tracing_subscriber::EnvFilter;
 
@@ -11,7 +10,7 @@ use tracing_subscriber::EnvFilter;
 const EX_USAGE: u8 = 64;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::parse_args(std::env::args_os()) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();

@@ -117,3 +117,36 @@ fn the_cluster_role_grants_exactly_what_the_code_uses() {
         .collect();
     assert_eq!(granted, used);
 }
+
+#[test]
+fn the_daemonsets_command_line_and_the_configmaps_configuration_validate_without_warnings() {
+    let cm: ConfigMap = one("configmap.yaml", "ConfigMap");
+    let text = cm.data.unwrap()["config.yaml"].clone();
+    let file = kubenft::config_file::parse(&text, "deploy/configmap.yaml").unwrap();
+    assert!(file.warnings.is_empty(), "{:?}", file.warnings);
+
+    // The container's arguments, with the mounted file at a temporary path and the
+    // downward-API node name filled in.
+    let ds: DaemonSet = one("daemonset.yaml", "DaemonSet");
+    let c = &ds.spec.unwrap().template.spec.unwrap().containers[0];
+    let mounted = tempfile::tempdir().unwrap();
+    std::fs::write(mounted.path().join("config.yaml"), &text).unwrap();
+    let mut argv = vec!["kubenft".to_string()];
+    for a in c.args.clone().unwrap() {
+        argv.push(
+            a.replace("/etc/kubenft", mounted.path().to_str().unwrap())
+                .replace("$(NODE_NAME)", "node-a"),
+        );
+    }
+    let cli = kubenft::config::Cli::parse_args(&argv).unwrap();
+    let config = cli.validate().unwrap();
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    assert_eq!(config.proxy.hostname, "node-a");
+    let run = config.run.expect("the DaemonSet runs the daemon");
+    assert_eq!(
+        run.healthz_bind_address,
+        Some("0.0.0.0:10256".parse().unwrap())
+    );
+    let probe_port = c.ports.as_ref().unwrap()[0].container_port;
+    assert_eq!(run.healthz_bind_address.unwrap().port() as i32, probe_port);
+}
