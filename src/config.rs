@@ -29,6 +29,8 @@ pub struct Cli {
     pub explicit: std::collections::BTreeSet<String>,
 }
 
+// Parsed once per process; boxing the daemon's flags would only obscure the clap derive.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum Command {
     /// Print the nftables tables built from --manifests, in `nft -f` syntax; changes nothing.
