@@ -151,7 +151,23 @@ impl ClusterState {
     ) -> (ClusterState, Vec<Rejected>) {
         let mut state = ClusterState::default();
         let mut rejected = Vec::new();
+        // The API keeps names unique; a manifests directory may not. Picking one of several
+        // would depend on file order, so none is proxied.
+        let mut named: BTreeMap<(String, String), usize> = BTreeMap::new();
         for svc in services {
+            *named.entry(object_key(svc)).or_default() += 1;
+        }
+        for svc in services {
+            let copies = named[&object_key(svc)];
+            if copies > 1 {
+                rejected.push(Rejected {
+                    kind: "Service",
+                    namespace: svc.metadata.namespace.clone().unwrap_or_default(),
+                    name: svc.metadata.name.clone().unwrap_or_default(),
+                    reason: format!("{copies} Services share this name; none is proxied"),
+                });
+                continue;
+            }
             match service_ports(svc) {
                 Ok(ports) => {
                     for p in ports {
@@ -183,6 +199,17 @@ impl ClusterState {
         state.node = node.map(node_info);
         (state, rejected)
     }
+}
+
+/// `(namespace, name)` as `service_ports` reads them (no namespace means `default`).
+fn object_key(svc: &Service) -> (String, String) {
+    (
+        svc.metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        svc.metadata.name.clone().unwrap_or_default(),
+    )
 }
 
 fn service_ports(svc: &Service) -> Result<Vec<ServicePort>, String> {

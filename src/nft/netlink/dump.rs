@@ -234,14 +234,30 @@ fn dump_once(
 /// the dump can only return one of them:
 /// - `reject with icmp(v6|x) type port-unreachable` is plain `reject` (same ICMP code);
 /// - in inet tables, `meta nfproto ipv4|ipv6` right before a statement that matches ip/ip6
-///   addresses of that version is the dependency nft adds anyway, so it is dropped.
+///   addresses of that version is the dependency nft adds anyway, so it is dropped;
+/// - comments are stored as the encoder writes them (`sanitize_comment`: no `"`, no control
+///   characters, at most 128 bytes).
 ///
 /// Compare `canonical(desired)` with a dump (both normalized, handles stripped).
 pub fn canonical(t: &Table) -> Table {
     let mut t = t.clone();
     let family = t.family;
+    let stored = |c: &mut Option<String>| {
+        if let Some(text) = c {
+            *text = crate::nft::render::sanitize_comment(text);
+        }
+    };
+    stored(&mut t.comment);
+    for set in t.sets.values_mut() {
+        stored(&mut set.comment);
+        for e in &mut set.elements {
+            stored(&mut e.comment);
+        }
+    }
     for chain in t.chains.values_mut() {
+        stored(&mut chain.comment);
         for rule in &mut chain.rules {
+            stored(&mut rule.comment);
             let mut out: Vec<Stmt> = Vec::with_capacity(rule.stmts.len());
             for stmt in rule.stmts.drain(..) {
                 if family == Family::Inet
