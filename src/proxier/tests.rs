@@ -272,6 +272,18 @@ fn a_malformed_service_is_rejected_and_the_others_still_planned() {
 }
 
 #[test]
+fn two_services_with_one_name_are_both_rejected_whatever_their_order() {
+    let other = service(&WEB.replace("10.96.0.10", "10.96.0.99"));
+    let node: Node = serde_yaml::from_str(NODE).unwrap();
+    for services in [[service(WEB), other.clone()], [other.clone(), service(WEB)]] {
+        let (state, rejected) = ClusterState::from_objects(&services, &[], Some(&node));
+        assert!(state.services.is_empty(), "neither copy is proxied");
+        assert_eq!(rejected.len(), 2);
+        assert!(rejected[0].reason.contains("2 Services share this name"));
+    }
+}
+
+#[test]
 fn headless_services_are_not_proxied() {
     let headless = service(
         "metadata: {name: h, namespace: default}\nspec: {clusterIP: None, ports: [{port: 80}]}",
