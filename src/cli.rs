@@ -37,8 +37,12 @@ pub enum CliError {
     Demo(#[source] Box<crate::demo::DemoError>),
     #[error("sync: {0}")]
     Sync(#[source] Box<crate::sync::SyncError>),
+    #[cfg(feature = "daemon")]
     #[error("run: {0}")]
     Run(#[source] Box<crate::daemon::DaemonError>),
+    #[cfg(not(feature = "daemon"))]
+    #[error("run: this kubenft was built without the daemon (feature `daemon`)")]
+    NoDaemon,
 }
 
 /// The objects a build starts from.
@@ -130,7 +134,10 @@ mod glue {
                 sync_once(&config.proxy.table_name, &tables)
             }
             Command::Demo => crate::demo::run().map_err(|e| CliError::Demo(Box::new(e))),
+            #[cfg(feature = "daemon")]
             Command::Run(_) => crate::daemon::run(config).map_err(|e| CliError::Run(Box::new(e))),
+            #[cfg(not(feature = "daemon"))]
+            Command::Run(_) => Err(CliError::NoDaemon),
             Command::Cleanup => apply(
                 "cleanup",
                 &crate::sync::cleanup_transaction(&config.proxy.table_name),

@@ -5,6 +5,7 @@ pub mod cli;
 pub mod config;
 pub mod config_file;
 pub mod conntrack;
+#[cfg(feature = "daemon")]
 pub mod daemon;
 pub mod demo;
 pub mod lab;
