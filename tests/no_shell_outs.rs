@@ -16,6 +16,10 @@ const SCAFFOLDING: &[(&str, &str)] = &[
     ),
     ("src/lab.rs", "wires the test/demo topology with `ip`"),
     ("src/demo.rs", "prints the demo's table with `nft list`"),
+    (
+        "src/bin/kubenft-bench.rs",
+        "the benchmark compares with `nft -f` and `iptables-restore`",
+    ),
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
