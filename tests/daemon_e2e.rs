@@ -171,7 +171,9 @@ fn an_api_outage_keeps_the_rules_and_an_expired_resume_converges() {
     api.server.compact();
     api.server.set_unavailable(false);
 
-    wait_for_backends(&topo, WEB, &["pod-2"], Duration::from_secs(30));
+    // kube-rs backs off exponentially up to 30 s while the API is down, so the first retry
+    // after it returns may come that late (a node fleet must not stampede a recovering API).
+    wait_for_backends(&topo, WEB, &["pod-2"], Duration::from_secs(60));
     wait_for_backends(&topo, "10.96.0.11:8081", &["pod-1"], Duration::from_secs(5));
     let log = daemon.log();
     assert!(

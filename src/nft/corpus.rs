@@ -502,6 +502,27 @@ fn kube_layout(family: Family) -> Table {
                     }],
                     "",
                 ),
+                // The map-free pick the planner uses for a few endpoints.
+                rule(
+                    vec![
+                        Stmt::NumgenIs {
+                            modulus: 3,
+                            value: 0,
+                        },
+                        v(goto(ep1)),
+                    ],
+                    "",
+                ),
+                rule(
+                    vec![
+                        Stmt::NumgenIs {
+                            modulus: 2,
+                            value: 1,
+                        },
+                        v(goto(ep2)),
+                    ],
+                    "",
+                ),
             ],
         ),
         chain(
@@ -1486,6 +1507,7 @@ mod tests {
                 map_ref(map, "numgen", seen);
                 "numgen"
             }
+            Stmt::NumgenIs { .. } => "numgen compare",
             Stmt::Update { .. } => "update",
             Stmt::SetMark(op) => {
                 let op = match op {
@@ -1670,6 +1692,7 @@ mod tests {
             "lookup",
             "vmap",
             "numgen",
+            "numgen compare",
             "update",
             "set mark",
             "dnat",

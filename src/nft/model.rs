@@ -236,6 +236,10 @@ pub enum Stmt {
     VMap { key: Vec<Selector>, map: MapRef },
     /// `numgen random mod N vmap { 0 : verdict, … }` (`map` must be `Anonymous` or `Named`).
     NumgenVMap { modulus: u32, map: MapRef },
+    /// `numgen random mod N V`: a fresh random number below `modulus` equals `value`. A chain
+    /// of these with moduli N, N-1, … and value 0 picks uniformly without a map (each map in a
+    /// table makes the kernel's loop checks slower for the whole table).
+    NumgenIs { modulus: u32, value: u32 },
     /// `update @set { key . key … }`: add or refresh the key in a dynamic timeout set.
     Update { set: String, key: Vec<Selector> },
     /// `meta mark set …`

@@ -302,6 +302,7 @@ pub fn render_stmt(stmt: &Stmt, family: Option<Family>) -> String {
                 render_map_ref(map, true)
             )
         }
+        Stmt::NumgenIs { modulus, value } => format!("numgen random mod {modulus} {value}"),
         Stmt::Update { set, key } => format!("update @{set} {{ {} }}", concat(key)),
         Stmt::SetMark(op) => match op {
             MarkOp::Or(v) => format!("meta mark set meta mark or 0x{v:08x}"),

@@ -12,6 +12,11 @@ use super::names::*;
 use crate::model::{ClusterState, Endpoint, ServicePort, TrafficPolicy};
 use crate::nft::model::*;
 
+/// Up to this many endpoints, a service picks one by a cascade of rules rather than a map:
+/// a new connection walks n/2 rules on average (tens of nanoseconds each, first packet only),
+/// while each map would slow every commit of the whole table (see `dispatch`).
+pub const CASCADE_MAX_ENDPOINTS: usize = 128;
+
 /// The IP family a table serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IpFamily {
@@ -526,22 +531,45 @@ impl Builder<'_> {
             }
             targets.push(chain);
         }
-        let pick = match targets.as_slice() {
-            [] => None,
-            // One endpoint needs no random choice (and no anonymous map: each one makes the
-            // kernel's loop checks slower for the whole table).
-            [only] => Some(goto(only)),
-            many => Some(Stmt::NumgenVMap {
-                modulus: many.len() as u32,
-                map: MapRef::Anonymous(
-                    many.iter()
-                        .enumerate()
-                        .map(|(i, c)| (vec![Value::Mark(i as u32)], Verdict::Goto(c.clone())))
-                        .collect(),
-                ),
-            }),
-        };
-        rules.extend(pick.map(|p| rule(vec![p], None)));
+        match targets.as_slice() {
+            [] => {}
+            // One endpoint needs no random choice.
+            [only] => rules.push(rule(vec![goto(only)], None)),
+            // A few: a cascade of independent draws, the i-th taken with probability
+            // 1/(n-i), which is uniform overall. Anonymous maps would do it in one lookup,
+            // but every map in the table makes the kernel's loop checks slower for all of
+            // it, so that cold syncs grow quadratically with the number of services.
+            few if few.len() <= CASCADE_MAX_ENDPOINTS => {
+                let n = few.len();
+                for (i, chain) in few.iter().enumerate() {
+                    let stmts = if i + 1 < n {
+                        vec![
+                            Stmt::NumgenIs {
+                                modulus: (n - i) as u32,
+                                value: 0,
+                            },
+                            goto(chain),
+                        ]
+                    } else {
+                        vec![goto(chain)]
+                    };
+                    rules.push(rule(stmts, None));
+                }
+            }
+            // Many: one lookup instead of a long walk for every new connection.
+            many => rules.push(rule(
+                vec![Stmt::NumgenVMap {
+                    modulus: many.len() as u32,
+                    map: MapRef::Anonymous(
+                        many.iter()
+                            .enumerate()
+                            .map(|(i, c)| (vec![Value::Mark(i as u32)], Verdict::Goto(c.clone())))
+                            .collect(),
+                    ),
+                }],
+                None,
+            )),
+        }
         rules
     }
 

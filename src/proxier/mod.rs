@@ -5,7 +5,7 @@ pub mod config;
 mod endpoints;
 pub mod names;
 
-pub use build::{IpFamily, build_family, families};
+pub use build::{CASCADE_MAX_ENDPOINTS, IpFamily, build_family, families};
 pub use config::{DetectLocal, NodePortAddresses, ProxyConfig};
 pub use endpoints::{cluster_endpoints, local_endpoints};
 

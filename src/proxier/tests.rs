@@ -68,7 +68,7 @@ fn ip(s: &str) -> Value {
 }
 
 #[test]
-fn a_cluster_ip_with_two_ready_endpoints_dispatches_by_numgen_over_both() {
+fn a_cluster_ip_with_two_ready_endpoints_picks_one_by_a_numgen_cascade() {
     let t = plan(
         &[service(WEB)],
         &[slice("web", "IPv4", 8080, TWO_READY)],
@@ -79,14 +79,21 @@ fn a_cluster_ip_with_two_ready_endpoints_dispatches_by_numgen_over_both() {
         panic!("no service-ips entry")
     };
     let rules = &t.chains[&chain].rules;
-    let pick = rules.iter().flat_map(|r| &r.stmts).find_map(|s| match s {
-        Stmt::NumgenVMap {
-            modulus,
-            map: MapRef::Anonymous(m),
-        } => Some((*modulus, m.len())),
-        _ => None,
-    });
-    assert_eq!(pick, Some((2, 2)));
+    // A cascade: first endpoint with probability 1/2, else the second.
+    let picks: Vec<&Vec<Stmt>> = rules
+        .iter()
+        .map(|r| &r.stmts)
+        .filter(|s| matches!(s.last(), Some(Stmt::Verdict(Verdict::Goto(c))) if c.starts_with("endpoint-")))
+        .collect();
+    assert_eq!(picks.len(), 2);
+    assert_eq!(
+        picks[0][0],
+        Stmt::NumgenIs {
+            modulus: 2,
+            value: 0
+        }
+    );
+    assert_eq!(picks[1].len(), 1, "the last endpoint takes what is left");
     assert!(
         t.sets["cluster-ips"]
             .elements
@@ -482,4 +489,64 @@ fn external_name_services_are_not_proxied() {
     let node: Node = serde_yaml::from_str(NODE).unwrap();
     let (state, rejected) = ClusterState::from_objects(&[svc], &[], Some(&node));
     assert!(rejected.is_empty() && state.services.is_empty());
+}
+
+#[test]
+fn many_endpoints_are_picked_by_one_numgen_map_and_a_few_by_a_uniform_cascade() {
+    use crate::proxier::CASCADE_MAX_ENDPOINTS;
+    let endpoints = |n: usize| {
+        (0..n)
+            .map(|i| {
+                format!(
+                    "{{addresses: [10.244.{}.{}], conditions: {{ready: true}}}}",
+                    i / 250,
+                    i % 250 + 1
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for (n, map) in [
+        (3, false),
+        (CASCADE_MAX_ENDPOINTS, false),
+        (CASCADE_MAX_ENDPOINTS + 1, true),
+    ] {
+        let t = plan(
+            &[service(WEB)],
+            &[slice("web", "IPv4", 8080, &format!("[{}]", endpoints(n)))],
+            &config(),
+        );
+        let t = v4(&t);
+        let Some(Verdict::Goto(chain)) = verdict_for(&t.sets["service-ips"], &ip("10.96.0.10"))
+        else {
+            panic!("no service-ips entry")
+        };
+        let stmts: Vec<&Stmt> = t.chains[&chain]
+            .rules
+            .iter()
+            .flat_map(|r| &r.stmts)
+            .collect();
+        let maps = stmts
+            .iter()
+            .filter(|s| matches!(s, Stmt::NumgenVMap { .. }))
+            .count();
+        let draws: Vec<u32> = stmts
+            .iter()
+            .filter_map(|s| match s {
+                Stmt::NumgenIs { modulus, value: 0 } => Some(*modulus),
+                _ => None,
+            })
+            .collect();
+        if map {
+            assert_eq!((maps, draws.len()), (1, 0), "{n} endpoints");
+        } else {
+            // n, n-1, …, 2: the i-th endpoint is taken with probability 1/(n-i).
+            assert_eq!(maps, 0);
+            assert_eq!(
+                draws,
+                (2..=n as u32).rev().collect::<Vec<_>>(),
+                "{n} endpoints"
+            );
+        }
+    }
 }

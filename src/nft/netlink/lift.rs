@@ -298,6 +298,13 @@ impl Lifter<'_> {
                     _ => return Err(self.err(e, "only == and != are lifted")),
                 };
                 let reg = self.take(e, *sreg)?;
+                if let Reg::Numgen(modulus) = reg {
+                    let value = ne32(data).filter(|_| op == CmpOp::Eq).ok_or_else(|| {
+                        self.err(e, "numgen is only compared for equality with a u32")
+                    })?;
+                    self.stmts.push(Stmt::NumgenIs { modulus, value });
+                    return Ok(());
+                }
                 if let Reg::Merged(fields) = reg {
                     if op != CmpOp::Eq {
                         return Err(self.err(e, "nft merges only equality matches"));

@@ -324,6 +324,20 @@ impl Lowerer<'_> {
                     inverted: false,
                 });
             }
+            Stmt::NumgenIs { modulus, value } => {
+                self.out.exprs.push(Expr::Numgen {
+                    dreg: r1,
+                    modulus: *modulus,
+                    kind: NFT_NG_RANDOM,
+                    offset: 0,
+                });
+                // numgen writes a host-endian integer, and nft compares it as one.
+                self.out.exprs.push(Expr::Cmp {
+                    sreg: r1,
+                    op: NFT_CMP_EQ,
+                    data: value.to_ne_bytes().to_vec(),
+                });
+            }
             Stmt::Update { set, key } => {
                 let sreg_key = self.load_key(key, Some(set));
                 self.out.exprs.push(Expr::Dynset {
