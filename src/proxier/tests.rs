@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::model::ClusterState;
-use crate::nft::model::{Family, MapRef, Set, Stmt, Table, Value, Verdict};
+use crate::nft::model::{Family, Set, Stmt, Table, Value, Verdict};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
