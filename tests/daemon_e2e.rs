@@ -173,8 +173,11 @@ fn an_api_outage_keeps_the_rules_and_an_expired_resume_converges() {
 
     // kube-rs backs off exponentially up to 30 s while the API is down, so the first retry
     // after it returns may come that late (a node fleet must not stampede a recovering API).
-    wait_for_backends(&topo, WEB, &["pod-2"], Duration::from_secs(60));
-    wait_for_backends(&topo, "10.96.0.11:8081", &["pod-1"], Duration::from_secs(5));
+    // Each kind's watcher has its own backoff: the EndpointSlice watcher may be back well before
+    // the Service watcher, so each wait gets the whole budget.
+    let recovery = Duration::from_secs(60);
+    wait_for_backends(&topo, WEB, &["pod-2"], recovery);
+    wait_for_backends(&topo, "10.96.0.11:8081", &["pod-1"], recovery);
     let log = daemon.log();
     assert!(
         log.contains("watch failed"),
