@@ -101,6 +101,14 @@ pub enum SyncError {
     Contended { attempts: usize },
 }
 
+/// A successful commit: what it sent, and the generation to expect next (`None` if it could
+/// not be read, which makes the next sync a full one).
+struct Committed {
+    ops: usize,
+    bytes: usize,
+    generation: Option<u32>,
+}
+
 /// How often a full sync re-reads and retries when another program commits in between.
 const FULL_SYNC_ATTEMPTS: usize = 3;
 
@@ -138,16 +146,19 @@ impl<K: Kernel> Syncer<K> {
         if !force_full && let Some((applied, generation)) = self.applied.take() {
             let now = self.kernel.generation().map_err(SyncError::Generation)?;
             if now == generation {
-                let observed = self.observed_from(&applied);
+                let observed = self.observed_from(applied);
                 let tx = reconcile_transaction(&observed, &desired, Some(generation));
-                match self.commit(&tx, desired.clone(), SyncKind::Partial) {
+                match self.commit(&tx) {
+                    Ok(committed) => {
+                        return Ok(self.remember(desired, committed, SyncKind::Partial));
+                    }
                     Err(SyncError::Apply {
                         source: KernelError::GenerationChanged { .. },
                         ..
                     }) => {
                         tracing::info!("the ruleset changed under a partial sync; syncing fully");
                     }
-                    other => return other,
+                    Err(e) => return Err(e),
                 }
             } else {
                 tracing::info!(
@@ -176,12 +187,13 @@ impl<K: Kernel> Syncer<K> {
                 observed.push((self.table_ref(family), o));
             }
             let tx = reconcile_transaction(&observed, &desired, Some(generation));
-            match self.commit(&tx, desired.clone(), SyncKind::Full) {
+            match self.commit(&tx) {
+                Ok(committed) => return Ok(self.remember(desired, committed, SyncKind::Full)),
                 Err(SyncError::Apply {
                     source: KernelError::GenerationChanged { .. },
                     ..
                 }) => continue,
-                other => return other,
+                Err(e) => return Err(e),
             }
         }
         Err(SyncError::Contended {
@@ -189,13 +201,8 @@ impl<K: Kernel> Syncer<K> {
         })
     }
 
-    /// Applies `tx`; on success remembers `desired` and the generation our commit produced.
-    fn commit(
-        &mut self,
-        tx: &Transaction,
-        desired: Vec<Table>,
-        kind: SyncKind,
-    ) -> Result<SyncReport, SyncError> {
+    /// Applies `tx`; returns what was sent and the generation our commit left behind.
+    fn commit(&mut self, tx: &Transaction) -> Result<Committed, SyncError> {
         let bytes = if tx.ops.is_empty() {
             0
         } else {
@@ -211,23 +218,33 @@ impl<K: Kernel> Syncer<K> {
         } else {
             self.kernel.generation().ok()
         };
-        self.applied = generation.map(|g| (desired, g));
-        Ok(SyncReport {
-            kind,
+        Ok(Committed {
             ops: tx.ops.len(),
             bytes,
+            generation,
         })
     }
 
-    /// Our last commit, seen as a read of the kernel.
-    fn observed_from(&self, applied: &[Table]) -> Vec<(TableRef, Observed)> {
+    /// Keeps `desired` (moved, not copied: it is the whole cluster's ruleset) as what the kernel
+    /// now holds.
+    fn remember(&mut self, desired: Vec<Table>, c: Committed, kind: SyncKind) -> SyncReport {
+        self.applied = c.generation.map(|g| (desired, g));
+        SyncReport {
+            kind,
+            ops: c.ops,
+            bytes: c.bytes,
+        }
+    }
+
+    /// Our last commit, seen as a read of the kernel (the tables are moved into it).
+    fn observed_from(&self, mut applied: Vec<Table>) -> Vec<(TableRef, Observed)> {
         [Family::Ip, Family::Ip6]
             .into_iter()
             .map(|family| {
-                let o = applied
-                    .iter()
-                    .find(|t| t.family == family)
-                    .map_or(Observed::Absent, |t| Observed::Read(t.clone()));
+                let o = match applied.iter().position(|t| t.family == family) {
+                    Some(i) => Observed::Read(applied.swap_remove(i)),
+                    None => Observed::Absent,
+                };
                 (self.table_ref(family), o)
             })
             .collect()
