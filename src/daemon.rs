@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::Node;
+use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
 use crate::cli::{Inputs, add_local_addresses, load_inputs};
@@ -103,12 +104,7 @@ async fn run_async(
     // Bind before anything else so a taken port fails the start, not a later probe.
     let mut servers = Vec::new();
     if let Some(addr) = settings.healthz_bind_address {
-        let listener = serve::bind(addr)
-            .await
-            .map_err(|source| DaemonError::Serve {
-                what: "healthz",
-                source,
-            })?;
+        let listener = listen(addr, "healthz").await?;
         tracing::info!(%addr, "serving /healthz and /livez");
         servers.push(tokio::spawn(serve::serve_healthz_on(
             listener,
@@ -117,12 +113,7 @@ async fn run_async(
         )));
     }
     if let Some(addr) = settings.metrics_bind_address {
-        let listener = serve::bind(addr)
-            .await
-            .map_err(|source| DaemonError::Serve {
-                what: "metrics",
-                source,
-            })?;
+        let listener = listen(addr, "metrics").await?;
         tracing::info!(%addr, "serving /metrics");
         servers.push(tokio::spawn(serve::serve_metrics_on(
             listener,
@@ -187,6 +178,12 @@ async fn run_async(
         let _ = server.await;
     }
     result
+}
+
+async fn listen(addr: SocketAddr, what: &'static str) -> Result<TcpListener, DaemonError> {
+    serve::bind(addr)
+        .await
+        .map_err(|source| DaemonError::Serve { what, source })
 }
 
 async fn wait_for_stop_signal() -> Result<(), DaemonError> {
@@ -320,6 +317,13 @@ impl SyncLoop {
         let tables = proxier::build(&state, &proxy);
 
         let force_full = self.schedule.start(Instant::now());
+        // Read before syncing: a failed sync always forgets the applied state, so asking
+        // afterwards would call every failure a full one.
+        let attempted = if force_full || !self.syncer.has_applied_state() {
+            SyncKind::Full
+        } else {
+            SyncKind::Partial
+        };
         let started = Instant::now();
         let result = tokio::task::block_in_place(|| self.syncer.sync(&tables, force_full));
         let seconds = started.elapsed().as_secs_f64();
@@ -330,13 +334,8 @@ impl SyncLoop {
                 self.after_sync(&state, &proxy).await;
             }
             Err(e) => {
-                let kind = if force_full || !self.syncer.has_applied_state() {
-                    SyncKind::Full
-                } else {
-                    SyncKind::Partial
-                };
                 self.metrics
-                    .record_sync(metric_kind(kind), SyncResult::Failure, seconds);
+                    .record_sync(metric_kind(attempted), SyncResult::Failure, seconds);
                 self.schedule.finished(Instant::now(), None);
                 lock(&self.store).requeue_triggers(triggers);
                 tracing::error!(error = %e, source = ?std::error::Error::source(&e), retry_in = ?self.schedule.periods().sync_period, "sync failed; the previous rules stay in place");
