@@ -171,8 +171,15 @@ impl ClusterStore {
             }
             store.apply(Event::InitDone);
         }
+        // A re-read returns every slice again; only a new trigger time is a change to program
+        // (an unchanged one was observed when it first arrived).
         for slice in &inputs.endpoint_slices {
-            if let Some(t) = trigger_time(slice) {
+            let before = self
+                .endpoint_slices
+                .live
+                .get(&key(slice))
+                .and_then(trigger_time);
+            if let Some(t) = trigger_time(slice).filter(|t| before != Some(*t)) {
                 self.pending_triggers.push(t);
             }
         }
@@ -322,5 +329,37 @@ mod tests {
             .as_secs();
         assert_eq!(secs, 1_795_341_600);
         assert!(store.take_triggers().is_empty());
+    }
+
+    #[test]
+    fn rereading_unchanged_manifests_observes_no_trigger_time_again() {
+        let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-abc", "namespace": "default",
+                         "annotations": {LAST_CHANGE_TRIGGER_TIME: "2026-11-22T10:00:00Z"}},
+            "addressType": "IPv4", "endpoints": []
+        }))
+        .unwrap();
+        let inputs = Inputs {
+            endpoint_slices: vec![slice.clone()],
+            ..Inputs::default()
+        };
+        let mut store = ClusterStore::default();
+        store.replace_all(inputs.clone());
+        assert_eq!(store.take_triggers().len(), 1, "first read");
+        store.replace_all(inputs);
+        assert!(store.take_triggers().is_empty(), "same slice read again");
+        let mut changed = slice;
+        changed.metadata.annotations = Some(
+            [(
+                LAST_CHANGE_TRIGGER_TIME.to_string(),
+                "2026-11-22T10:05:00Z".to_string(),
+            )]
+            .into(),
+        );
+        store.replace_all(Inputs {
+            endpoint_slices: vec![changed],
+            ..Inputs::default()
+        });
+        assert_eq!(store.take_triggers().len(), 1, "a new trigger time");
     }
 }
