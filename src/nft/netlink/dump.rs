@@ -200,31 +200,35 @@ fn dump_once(
         }
     }
 
-    // Rules, lifted with the sets known.
-    let mut w = AttrWriter::new();
-    w.string(NFTA_RULE_TABLE, name);
-    for m in sock
-        .dump("GETRULE", NFT_MSG_GETRULE, proto, &w.buf)
-        .map_err(DumpError::Rules)?
-    {
-        let (_, _, attrs) = m.nfgen().map_err(DumpError::Rules)?;
-        let raw = decode::rule(attrs).map_err(dec("rule"))?;
-        if raw.table != name {
-            continue;
+    // Rules, lifted with the sets known, one dump per chain: a table-wide rule dump makes the
+    // kernel skip every rule already sent each time it refills the (at most 32 KiB) reply
+    // buffer, which is quadratic (32 s for 300,000 rules); a chain-scoped dump finds its chain
+    // by hash and costs one round trip.
+    let names: Vec<String> = table.chains.keys().cloned().collect();
+    for chain_name in names {
+        let mut w = AttrWriter::new();
+        w.string(NFTA_RULE_TABLE, name);
+        w.string(NFTA_RULE_CHAIN, &chain_name);
+        let replies = sock
+            .dump("GETRULE", NFT_MSG_GETRULE, proto, &w.buf)
+            .map_err(DumpError::Rules)?;
+        let mut rules = Vec::with_capacity(replies.len());
+        for m in replies {
+            let (_, _, attrs) = m.nfgen().map_err(DumpError::Rules)?;
+            let raw = decode::rule(attrs).map_err(dec("rule"))?;
+            if raw.table != name || raw.chain != chain_name {
+                continue;
+            }
+            let stmts = lift_rule(family, &raw, &infos).map_err(DumpError::Lift)?;
+            rules.push(Rule {
+                stmts,
+                comment: raw.comment,
+                handle: Some(raw.handle),
+            });
         }
-        let stmts = lift_rule(family, &raw, &infos).map_err(DumpError::Lift)?;
-        let chain = table.chains.get_mut(&raw.chain).ok_or(DumpError::Decode {
-            stage: "rule",
-            source: DecodeError::Missing {
-                what: "rule's chain",
-                attr: "a chain of that name in the chain dump",
-            },
-        })?;
-        chain.rules.push(Rule {
-            stmts,
-            comment: raw.comment,
-            handle: Some(raw.handle),
-        });
+        if let Some(chain) = table.chains.get_mut(&chain_name) {
+            chain.rules = rules;
+        }
     }
     Ok(Some(table))
 }
