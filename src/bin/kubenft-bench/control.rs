@@ -1,0 +1,265 @@
+//! The control plane: cold full syncs three ways (kubenft over netlink, `nft -f` of the same
+//! ruleset, `iptables-restore` of kube-proxy's iptables-mode chains), partial syncs in the
+//! loaded state split into the daemon's phases, and a restart's read-back.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kubenft::model::ClusterState;
+use kubenft::netns::Netns;
+use kubenft::nft::model::Table;
+use kubenft::nft::netlink::{Nftables, canonical};
+use kubenft::nft::render::render_table;
+use kubenft::proxier::build;
+use kubenft::sync::{Observed, Syncer, reconcile_transaction};
+
+use crate::synthetic::{self, add_service, cluster, config};
+
+/// One partial sync as the daemon does it: rebuild the desired tables from the cluster state,
+/// diff them against the last commit, send the difference as one batch.
+#[derive(Default, Clone, Copy)]
+pub struct Partial {
+    pub build: Duration,
+    pub diff: Duration,
+    /// Encoding plus the kernel's commit.
+    pub commit: Duration,
+    pub ops: usize,
+}
+
+impl Partial {
+    pub fn total(&self) -> Duration {
+        self.build + self.diff + self.commit
+    }
+}
+
+#[derive(Default, Clone)]
+pub struct ControlRow {
+    pub services: usize,
+    pub endpoints: usize,
+    pub chains: usize,
+    pub rules: usize,
+    pub elements: usize,
+    pub build: Duration,
+    pub netlink: Duration,
+    pub nft_text: Duration,
+    pub iptables: Option<Duration>,
+    pub add_endpoint: Partial,
+    pub add_service: Partial,
+    /// A restarted daemon's first sync on an unchanged kernel: read back, diff, no operation.
+    pub restart: Duration,
+    pub restart_ops: usize,
+}
+
+pub fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// The median of `f` over `repeats` runs, each in a fresh namespace.
+fn in_fresh_ns(
+    tag: &str,
+    repeats: usize,
+    f: impl Fn(&Netns) -> Duration + Send + Sync + Clone + 'static,
+) -> Duration {
+    median(
+        (0..repeats)
+            .map(|_| f(&Netns::create(tag).expect("namespace")))
+            .collect(),
+    )
+}
+
+/// Runs `program args` inside `ns` with `input` on stdin; the wall time it took.
+pub fn run_with_stdin(ns: &Netns, program: &str, args: &[&str], input: &str) -> Duration {
+    let start = Instant::now();
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns.name(), program])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {program}: {e}"));
+    // A program that fails early closes its stdin; its stderr below says why.
+    let written = child.stdin.take().unwrap().write_all(input.as_bytes());
+    let out = child.wait_with_output().unwrap();
+    let took = start.elapsed();
+    assert!(
+        out.status.success() && written.is_ok(),
+        "{program} failed ({:?}): {}",
+        written.err(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    took
+}
+
+/// kube-proxy's iptables mode for the same services, in `state.services` order: KUBE-SERVICES
+/// → KUBE-SVC (random probability cascade) → KUBE-SEP (DNAT), with the masquerade mark chain.
+pub fn iptables_ruleset(state: &ClusterState) -> String {
+    let mut chains = String::from(
+        "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n\
+         :KUBE-SERVICES - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n:KUBE-POSTROUTING - [0:0]\n",
+    );
+    let mut rules = String::from(
+        "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+         -A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+         -A POSTROUTING -j KUBE-POSTROUTING\n\
+         -A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000\n\
+         -A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN\n\
+         -A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0\n\
+         -A KUBE-POSTROUTING -j MASQUERADE --random-fully\n",
+    );
+    for (i, (name, sp)) in state.services.iter().enumerate() {
+        let svc = format!("KUBE-SVC-{i:016X}");
+        let _ = writeln!(chains, ":{svc} - [0:0]");
+        let ip = sp.cluster_ips[0];
+        let _ = writeln!(
+            rules,
+            "-A KUBE-SERVICES -d {ip}/32 -p tcp -m comment --comment \"{name}\" -m tcp --dport {} -j {svc}",
+            sp.port
+        );
+        let _ = writeln!(
+            rules,
+            "-A {svc} ! -s {} -d {ip}/32 -p tcp -m tcp --dport {} -j KUBE-MARK-MASQ",
+            synthetic::CLUSTER_CIDR,
+            sp.port
+        );
+        let eps = &state.endpoints[name];
+        for (j, ep) in eps.iter().enumerate() {
+            let sep = format!("KUBE-SEP-{i:08X}{j:08X}");
+            let _ = writeln!(chains, ":{sep} - [0:0]");
+            let left = eps.len() - j;
+            if left > 1 {
+                let _ = writeln!(
+                    rules,
+                    "-A {svc} -m statistic --mode random --probability {:.11} -j {sep}",
+                    1.0 / left as f64
+                );
+            } else {
+                let _ = writeln!(rules, "-A {svc} -j {sep}");
+            }
+            let _ = writeln!(
+                rules,
+                "-A {sep} -s {}/32 -j KUBE-MARK-MASQ\n-A {sep} -p tcp -m tcp -j DNAT --to-destination {}:{}",
+                ep.ip, ep.ip, ep.port
+            );
+        }
+    }
+    chains + &rules + "COMMIT\n"
+}
+
+pub fn measure(services: usize, endpoints: usize, repeats: usize, iptables: bool) -> ControlRow {
+    let state = cluster(services, endpoints);
+    let started = Instant::now();
+    let tables = build(&state, &config());
+    let build_time = started.elapsed();
+    let count = |f: &dyn Fn(&Table) -> usize| tables.iter().map(f).sum::<usize>();
+    let chains = count(&|t| t.chains.len());
+    let rules = count(&|t| t.chains.values().map(|c| c.rules.len()).sum());
+    let elements = count(&|t| t.sets.values().map(|s| s.elements.len()).sum());
+
+    // kubenft: what the daemon's first sync does (read back, plan, one batch).
+    let t = tables.clone();
+    let netlink = in_fresh_ns("bnl", repeats, move |ns| {
+        let t = t.clone();
+        ns.run(move || {
+            let mut s = Syncer::new(Nftables::open().unwrap(), "kubenft");
+            let start = Instant::now();
+            s.sync(&t, true).expect("cold sync");
+            start.elapsed()
+        })
+        .unwrap()
+    });
+
+    let text: String = tables.iter().map(render_table).collect();
+    let nft_text = in_fresh_ns("bnft", repeats, move |ns| {
+        run_with_stdin(ns, "nft", &["-f", "-"], &text)
+    });
+
+    let iptables = iptables.then(|| {
+        let rules = iptables_ruleset(&state);
+        in_fresh_ns("bipt", repeats, move |ns| {
+            run_with_stdin(ns, "iptables-restore", &[], &rules)
+        })
+    });
+
+    let (add_endpoint, add_service, (restart, restart_ops)) = partial_syncs(&state, endpoints);
+    ControlRow {
+        services,
+        endpoints,
+        chains,
+        rules,
+        elements,
+        build: build_time,
+        netlink,
+        nft_text,
+        iptables,
+        add_endpoint,
+        add_service,
+        restart,
+        restart_ops,
+    }
+}
+
+/// In one namespace loaded with `state`: one endpoint added to a service, then one service
+/// added, each as the daemon's partial sync; then a restart's full sync on the unchanged kernel.
+fn partial_syncs(state: &ClusterState, endpoints: usize) -> (Partial, Partial, (Duration, usize)) {
+    let ns = Netns::create("bpart").unwrap();
+    let state = state.clone();
+    ns.run(move || {
+        let mut nl = Nftables::open().unwrap();
+        let tables = build(&state, &config());
+        let mut applied: Vec<Table> = tables.iter().map(canonical).collect();
+        let tref = applied[0].table_ref();
+        nl.apply(&reconcile_transaction(
+            &[(tref.clone(), Observed::Absent)],
+            &applied,
+            None,
+        ))
+        .expect("loading the state");
+
+        let mut change = |state: &ClusterState| {
+            let start = Instant::now();
+            let tables = build(state, &config());
+            let build_time = start.elapsed();
+            let start = Instant::now();
+            let desired: Vec<Table> = tables.iter().map(canonical).collect();
+            let observed = std::mem::take(&mut applied)
+                .into_iter()
+                .map(|t| (t.table_ref(), Observed::Read(t)))
+                .collect::<Vec<_>>();
+            let tx = reconcile_transaction(&observed, &desired, None);
+            let diff = start.elapsed();
+            let start = Instant::now();
+            nl.apply(&tx).expect("partial sync");
+            let commit = start.elapsed();
+            applied = desired;
+            Partial {
+                build: build_time,
+                diff,
+                commit,
+                ops: tx.ops.len(),
+            }
+        };
+        let mut more = state.clone();
+        let first = more.services.keys().next().unwrap().clone();
+        let eps = more.endpoints.get_mut(&first).unwrap();
+        eps.push(synthetic::endpoint(
+            IpAddr::V4(Ipv4Addr::new(10, 255, 255, 254)),
+            8080,
+            1,
+        ));
+        let endpoint = change(&more);
+        add_service(&mut more, 999_999, endpoints.max(1));
+        let service = change(&more);
+
+        let tables = build(&more, &config());
+        let mut restarted = Syncer::new(Nftables::open().unwrap(), "kubenft");
+        let start = Instant::now();
+        let report = restarted.sync(&tables, true).expect("restart sync");
+        (endpoint, service, (start.elapsed(), report.ops))
+    })
+    .unwrap()
+}

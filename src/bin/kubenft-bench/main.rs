@@ -1,0 +1,219 @@
+//! `kubenft-bench`: kubenft measured side by side with kube-proxy's approaches in one run
+//! (root; everything happens in throw-away network namespaces):
+//!
+//! - control plane (`control`): cold full syncs of synthetic clusters — kubenft over netlink,
+//!   `nft -f` of the same ruleset (kube-proxy's nftables mode), `iptables-restore` of
+//!   kube-proxy's iptables-mode chains — then one endpoint and one service added as partial
+//!   syncs split into the daemon's phases, and a restart's read-back;
+//! - the real daemon (`daemon`): `kubenft run --manifests` on the same clusters, time to its
+//!   first sync and its resident memory;
+//! - data plane (`dataplane`): new-connection latency through kubenft, through iptables and to
+//!   the pod directly, with 10 to 30,000 services in the table; numgen's endpoint spread.
+//!
+//! Medians of `--repeats` runs for the cold syncs. Prints the tables and writes BENCHMARKS.md
+//! and benchmarks.svg. Usage (after `cargo build --release`):
+//! `target/release/kubenft-bench [--scales 1000x10,10000x10] [--repeats 3] [--out BENCHMARKS.md]
+//! [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000] [--no-iptables]
+//! [--no-daemon] [--no-dataplane]`
+
+mod control;
+mod daemon;
+mod dataplane;
+mod report;
+mod synthetic;
+
+use std::fmt::Write as _;
+use std::process::Command;
+
+use kubenft::netns::can_create;
+
+const DEFAULT_SCALES: &str = "1000x10,10000x10,30000x10,5000x50,44000x1";
+const DEFAULT_LATENCY_SCALES: &str = "10,10000,30000";
+
+struct Args {
+    scales: Vec<(usize, usize)>,
+    repeats: usize,
+    out: String,
+    iptables: bool,
+    daemon: bool,
+    latency_scales: Vec<usize>,
+    samples: usize,
+    spread: Option<(usize, usize)>,
+}
+
+fn pair(s: &str) -> (usize, usize) {
+    let (a, b) = s
+        .split_once('x')
+        .unwrap_or_else(|| panic!("{s}: expected AxB, like 1000x10"));
+    (
+        a.parse().expect("a count before the x"),
+        b.parse().expect("a count after the x"),
+    )
+}
+
+fn args() -> Args {
+    let argv: Vec<String> = std::env::args().collect();
+    let value = |name: &str| {
+        argv.iter()
+            .position(|a| a == name)
+            .and_then(|i| argv.get(i + 1))
+            .cloned()
+    };
+    let flag = |name: &str| argv.iter().any(|a| a == name);
+    let dataplane = !flag("--no-dataplane");
+    Args {
+        scales: value("--scales")
+            .unwrap_or_else(|| DEFAULT_SCALES.into())
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(pair)
+            .collect(),
+        repeats: value("--repeats").map_or(3, |r| r.parse().expect("--repeats N")),
+        out: value("--out").unwrap_or_else(|| "BENCHMARKS.md".into()),
+        iptables: !flag("--no-iptables"),
+        daemon: !flag("--no-daemon"),
+        latency_scales: if dataplane {
+            value("--latency-scales")
+                .unwrap_or_else(|| DEFAULT_LATENCY_SCALES.into())
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(|n| n.parse().expect("--latency-scales N,N"))
+                .collect()
+        } else {
+            Vec::new()
+        },
+        samples: value("--samples").map_or(2000, |r| r.parse().expect("--samples N")),
+        spread: dataplane.then(|| pair(&value("--spread").unwrap_or_else(|| "10x10000".into()))),
+    }
+}
+
+fn main() {
+    if !can_create() {
+        eprintln!("kubenft-bench needs root (it creates network namespaces)");
+        std::process::exit(1);
+    }
+    let a = args();
+    if a.daemon
+        && let Err(e) = daemon::binary()
+    {
+        eprintln!("{e}; or pass --no-daemon");
+        std::process::exit(1);
+    }
+
+    let mut control_rows = Vec::new();
+    let mut daemon_rows = Vec::new();
+    for &(services, endpoints) in &a.scales {
+        eprintln!("control plane: {services} × {endpoints} …");
+        let row = control::measure(services, endpoints, a.repeats, a.iptables);
+        eprint!(
+            "{}{}",
+            report::cold_table(std::slice::from_ref(&row)),
+            report::change_table(std::slice::from_ref(&row))
+        );
+        control_rows.push(row);
+        if a.daemon {
+            eprintln!("daemon: {services} × {endpoints} …");
+            let run = daemon::measure(services, endpoints);
+            let row = (format!("{services} × {endpoints}"), run);
+            eprint!("{}", report::daemon_table(std::slice::from_ref(&row)));
+            daemon_rows.push(row);
+        }
+    }
+    let mut latency_rows = Vec::new();
+    for &services in &a.latency_scales {
+        eprintln!("data plane: latency with {services} services …");
+        let row = dataplane::latency(services, a.samples, a.iptables);
+        eprint!("{}", report::latency_table(std::slice::from_ref(&row)));
+        latency_rows.push(row);
+    }
+    let spread = a.spread.map(|(endpoints, connections)| {
+        eprintln!("data plane: {connections} connections over {endpoints} endpoints …");
+        dataplane::spread(endpoints, connections)
+    });
+
+    let mut results = String::new();
+    if !control_rows.is_empty() {
+        let _ = write!(
+            results,
+            "## Control plane\n\n### Cold full sync (from an empty kernel)\n\n{}\n\
+             ### Changes in the loaded state\n\n{}\n",
+            report::cold_table(&control_rows),
+            report::change_table(&control_rows)
+        );
+    }
+    if !daemon_rows.is_empty() {
+        let _ = write!(
+            results,
+            "### The daemon holding the cluster\n\n{}\n",
+            report::daemon_table(&daemon_rows)
+        );
+    }
+    if !latency_rows.is_empty() {
+        let _ = write!(
+            results,
+            "## Data plane\n\n### New-connection latency (connect + 1-byte echo, {} samples per path)\n\n{}\n",
+            a.samples,
+            report::latency_table(&latency_rows)
+        );
+    }
+    if let Some(s) = &spread {
+        let _ = write!(
+            results,
+            "### Endpoint spread (numgen random)\n\n{}\n",
+            report::spread_table(s)
+        );
+    }
+    println!("{results}");
+
+    let mut md = String::new();
+    let _ = write!(
+        md,
+        "# Benchmarks\n\nWritten by `target/release/kubenft-bench {}` on {}.\n\n\
+         Machine: {}.\n\n{METHOD}\n{results}",
+        std::env::args().skip(1).collect::<Vec<_>>().join(" "),
+        Command::new("date")
+            .arg("-u")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default(),
+        report::machine(),
+    );
+    if !control_rows.is_empty() {
+        md.push_str("![cold full sync](benchmarks.svg)\n");
+    }
+    std::fs::write(&a.out, md).expect("writing the report");
+    if !control_rows.is_empty() {
+        let svg_path = std::path::Path::new(&a.out).with_file_name("benchmarks.svg");
+        std::fs::write(&svg_path, report::svg(&control_rows)).expect("writing the plot");
+    }
+    eprintln!("wrote {}", a.out);
+}
+
+const METHOD: &str = "\
+## Method
+
+- **Clusters** are synthetic: ClusterIP services with one TCP port (80 → 8080) and N ready
+  endpoints each, generated in memory (and written as manifests for the daemon runs).
+- **Cold full sync**, each in a fresh network namespace, median of the repeats, all three in the
+  same run: *kubenft netlink* is the daemon's first sync without the planner (read our tables
+  back, diff, encode, one batch); *nft -f* applies the same ruleset rendered as text, which is
+  what kube-proxy's nftables mode does; *iptables-restore* applies kube-proxy's iptables-mode
+  chains (KUBE-SERVICES → KUBE-SVC → KUBE-SEP) for the same services through iptables-nft.
+  *planner only* is building the desired tables from the cluster state.
+- **Changes in the loaded state** are the daemon's partial syncs, phase by phase: *build* the
+  desired tables from the whole cluster state, *diff* them against the last commit, *commit*
+  (encode and the kernel's transaction). *restart* is a new engine's full sync on the unchanged
+  kernel (what a restarted daemon does): read our table back over netlink, diff, send nothing.
+- **The daemon** is the real `kubenft run --manifests` in a fresh namespace on the same cluster:
+  wall time from process start to its first full sync (parsing the manifests included), and its
+  resident memory (VmRSS) and high-water mark (VmHWM) right after.
+- **Latency**: the standard test lab (client → node → pod namespaces, every packet through the
+  node's hooks) with N one-endpoint services programmed on the node; the measured service is
+  the last in iteration order, i.e. the last rule of iptables' KUBE-SERVICES (its worst case).
+  Each sample is a new TCP connection timed from `connect` to the echoed byte; *direct* goes to
+  the pod's address on a node without service rules. The three paths run in interleaved
+  batches of 100 so they share the machine's noise.
+- **Spread**: one service whose endpoints are addresses of one pod; each connection is answered
+  with the address it reached. χ² against the uniform distribution; a p-value far below 0.01
+  would mean numgen is biased.
+";

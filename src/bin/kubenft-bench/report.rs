@@ -1,0 +1,224 @@
+//! Tables, the plot and the machine description for BENCHMARKS.md.
+
+use std::fmt::Write as _;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::control::ControlRow;
+use crate::daemon::DaemonRun;
+use crate::dataplane::{Latency, LatencyRow, Spread};
+
+pub fn secs(d: Duration) -> String {
+    if d < Duration::from_millis(10) {
+        format!("{:.2} ms", d.as_secs_f64() * 1e3)
+    } else {
+        format!("{:.3} s", d.as_secs_f64())
+    }
+}
+
+fn micros(d: Duration) -> String {
+    format!("{:.0} µs", d.as_secs_f64() * 1e6)
+}
+
+pub fn cold_table(rows: &[ControlRow]) -> String {
+    let mut out = String::from(
+        "| services × endpoints | chains | rules | map elements | kubenft netlink | nft -f | iptables-restore | nft -f ÷ netlink | planner only |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "| {} × {} | {} | {} | {} | {} | {} | {} | {:.1}× | {} |",
+            r.services,
+            r.endpoints,
+            r.chains,
+            r.rules,
+            r.elements,
+            secs(r.netlink),
+            secs(r.nft_text),
+            r.iptables.map_or("—".into(), secs),
+            r.nft_text.as_secs_f64() / r.netlink.as_secs_f64(),
+            secs(r.build),
+        );
+    }
+    out
+}
+
+pub fn change_table(rows: &[ControlRow]) -> String {
+    let mut out = String::from(
+        "| services × endpoints | +1 endpoint: build | diff | commit | total | ops | +1 service: build | diff | commit | total | ops | restart: read back + diff | ops |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let (e, s) = (r.add_endpoint, r.add_service);
+        let _ = writeln!(
+            out,
+            "| {} × {} | {} | {} | {} | **{}** | {} | {} | {} | {} | **{}** | {} | {} | {} |",
+            r.services,
+            r.endpoints,
+            secs(e.build),
+            secs(e.diff),
+            secs(e.commit),
+            secs(e.total()),
+            e.ops,
+            secs(s.build),
+            secs(s.diff),
+            secs(s.commit),
+            secs(s.total()),
+            s.ops,
+            secs(r.restart),
+            r.restart_ops,
+        );
+    }
+    out
+}
+
+pub fn daemon_table(rows: &[(String, Result<DaemonRun, String>)]) -> String {
+    let mut out = String::from(
+        "| services × endpoints | start → first sync | RSS after it | peak RSS |\n|---|---|---|---|\n",
+    );
+    for (scale, run) in rows {
+        let _ = match run {
+            Ok(d) => writeln!(
+                out,
+                "| {scale} | {} | {:.0} MiB | {:.0} MiB |",
+                secs(d.first_sync),
+                d.rss_mib,
+                d.peak_rss_mib
+            ),
+            Err(e) => writeln!(
+                out,
+                "| {scale} | not measured: {} | | |",
+                e.lines().next().unwrap_or("")
+            ),
+        };
+    }
+    out
+}
+
+pub fn latency_table(rows: &[LatencyRow]) -> String {
+    let mut out = String::from(
+        "| services in the table | direct p50 | direct p99 | kubenft p50 | kubenft p99 | iptables p50 | iptables p99 | kubenft p50 ÷ direct |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    let pair = |l: Option<Latency>| {
+        l.map_or(("—".into(), "—".into()), |l| {
+            (micros(l.p50), micros(l.p99))
+        })
+    };
+    for r in rows {
+        let (d50, d99) = pair(Some(r.direct));
+        let (k50, k99) = pair(Some(r.kubenft));
+        let (i50, i99) = pair(r.iptables);
+        let _ = writeln!(
+            out,
+            "| {} | {d50} | {d99} | {k50} | {k99} | {i50} | {i99} | {:.2} |",
+            r.services,
+            r.kubenft.p50.as_secs_f64() / r.direct.p50.as_secs_f64()
+        );
+    }
+    out
+}
+
+pub fn spread_table(s: &Spread) -> String {
+    let fewest = s.counts.values().min().copied().unwrap_or(0);
+    let most = s.counts.values().max().copied().unwrap_or(0);
+    let counts: Vec<String> = s.counts.values().map(|c| c.to_string()).collect();
+    format!(
+        "| endpoints | connections | per endpoint | fewest | most | χ² (df {}) | p-value |\n|---|---|---|---|---|---|---|\n| {} | {} | {} | {fewest} | {most} | {:.2} | {:.3} |\n",
+        s.counts.len().saturating_sub(1),
+        s.counts.len(),
+        s.connections,
+        counts.join(" "),
+        s.chi_square,
+        s.p_value,
+    )
+}
+
+/// Grouped horizontal bars of the cold syncs, one group per scale, linear in seconds.
+pub fn svg(rows: &[ControlRow]) -> String {
+    let series: [(&str, &str); 3] = [
+        ("kubenft (netlink)", "#2b7bb9"),
+        ("nft -f", "#e08a1e"),
+        ("iptables-restore", "#999999"),
+    ];
+    let value = |r: &ControlRow, i: usize| match i {
+        0 => Some(r.netlink),
+        1 => Some(r.nft_text),
+        _ => r.iptables,
+    };
+    let max = rows
+        .iter()
+        .flat_map(|r| (0..3).filter_map(move |i| value(r, i)))
+        .max()
+        .unwrap_or(Duration::from_secs(1))
+        .as_secs_f64()
+        .max(1e-3);
+    let (left, width, bar, gap) = (150.0, 560.0, 14.0, 16.0);
+    let height = 60.0 + rows.len() as f64 * (3.0 * bar + gap);
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"11\">\n<text x=\"10\" y=\"18\" font-size=\"13\">Cold full sync (median seconds, lower is better)</text>\n",
+        left + width + 90.0
+    );
+    for (i, (name, color)) in series.iter().enumerate() {
+        let x = 10.0 + i as f64 * 170.0;
+        let _ = writeln!(
+            s,
+            "<rect x=\"{x}\" y=\"28\" width=\"10\" height=\"10\" fill=\"{color}\"/><text x=\"{}\" y=\"37\">{name}</text>",
+            x + 14.0
+        );
+    }
+    let mut y = 50.0;
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "<text x=\"10\" y=\"{}\">{} × {}</text>",
+            y + 1.5 * bar + 4.0,
+            r.services,
+            r.endpoints
+        );
+        for (i, (_, color)) in series.iter().enumerate() {
+            if let Some(v) = value(r, i) {
+                let w = (v.as_secs_f64() / max * width).max(1.0);
+                let _ = writeln!(
+                    s,
+                    "<rect x=\"{left}\" y=\"{y}\" width=\"{w:.1}\" height=\"{}\" fill=\"{color}\"/><text x=\"{:.1}\" y=\"{}\">{}</text>",
+                    bar - 2.0,
+                    left + w + 4.0,
+                    y + bar - 4.0,
+                    secs(v)
+                );
+            }
+            y += bar;
+        }
+        y += gap;
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+pub fn machine() -> String {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let kernel = read("/proc/sys/kernel/osrelease").trim().to_string();
+    let cpu = read("/proc/cpuinfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let version = |cmd: &str| {
+        Command::new(cmd)
+            .arg("--version")
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .unwrap_or_else(|_| "not installed".into())
+    };
+    format!(
+        "kernel {kernel}; {cores} × {cpu}; {}; {}",
+        version("nft"),
+        version("iptables-restore")
+    )
+}
