@@ -1,6 +1,7 @@
 //! The `kubenft` binary: parse and validate the configuration first (exit 64 when it is bad,
 //! before touching anything), set up logging, then run one subcommand.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use kubenft::config::{Cli, LogFlags, LogFormat};
@@ -60,8 +61,10 @@ fn init_tracing(flags: &LogFlags) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    // Colours only for a person at a terminal: log collectors and files get plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match flags.log_format {
         LogFormat::Text => builder.init(),
