@@ -95,7 +95,10 @@ fn percentiles(mut v: Vec<Duration>) -> Latency {
 
 pub struct LatencyRow {
     pub services: usize,
+    /// The pod's address through a node without any ruleset (no conntrack).
     pub direct: Latency,
+    /// The pod's address through the node holding kubenft's table.
+    pub pod_via_kubenft: Latency,
     pub kubenft: Latency,
     pub iptables: Option<Latency>,
 }
@@ -176,34 +179,37 @@ pub fn latency(services: usize, samples: usize, with_iptables: bool) -> LatencyR
         lab
     });
 
-    // Interleaved batches, so every path sees the same machine noise.
-    let mut labs: Vec<(&EchoLab, Vec<Duration>)> = vec![(&direct, vec![]), (&kubenft, vec![])];
+    // Interleaved batches, so every path sees the same machine noise. The pod is also reached
+    // directly through the kubenft node: its table turns conntrack on for every packet, so the
+    // difference between that path and the service is the service translation alone.
+    let pod = SocketAddr::from((POD, ECHO_PORT));
+    let mut paths: Vec<(&Topology, SocketAddr, Vec<Duration>)> = vec![
+        (&direct.topo, direct.target, vec![]),
+        (&kubenft.topo, pod, vec![]),
+        (&kubenft.topo, kubenft.target, vec![]),
+    ];
     if let Some(l) = &iptables {
-        labs.push((l, vec![]));
+        paths.push((&l.topo, l.target, vec![]));
     }
-    for (lab, _) in &labs {
-        let to = lab.target;
-        lab.topo
-            .client
-            .run(move || connect_and_echo(to, 50))
-            .unwrap(); // warm-up
+    for &(topo, to, _) in &paths {
+        topo.client.run(move || connect_and_echo(to, 50)).unwrap(); // warm-up
     }
     let batch = 100;
     for _ in 0..samples.div_ceil(batch) {
-        for (lab, times) in labs.iter_mut() {
-            let to = lab.target;
+        for (topo, to, times) in paths.iter_mut() {
+            let to = *to;
             times.extend(
-                lab.topo
-                    .client
+                topo.client
                     .run(move || connect_and_echo(to, batch))
                     .unwrap(),
             );
         }
     }
-    let mut results = labs.into_iter().map(|(_, t)| percentiles(t));
+    let mut results = paths.into_iter().map(|(_, _, t)| percentiles(t));
     LatencyRow {
         services,
         direct: results.next().unwrap(),
+        pod_via_kubenft: results.next().unwrap(),
         kubenft: results.next().unwrap(),
         iptables: results.next(),
     }

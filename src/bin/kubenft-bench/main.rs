@@ -211,8 +211,10 @@ const METHOD: &str = "\
   node's hooks) with N one-endpoint services programmed on the node; the measured service is
   the last in iteration order, i.e. the last rule of iptables' KUBE-SERVICES (its worst case).
   Each sample is a new TCP connection timed from `connect` to the echoed byte; *direct* goes to
-  the pod's address on a node without service rules. The three paths run in interleaved
-  batches of 100 so they share the machine's noise.
+  the pod's address on a node without any ruleset (so without conntrack); *pod via kubenft
+  node* goes to the pod's address through the node holding kubenft's table (conntrack on, no
+  translation), so the service's cost over it is the translation alone. The paths run in
+  interleaved batches of 100 so they share the machine's noise.
 - **Spread**: one service whose endpoints are addresses of one pod; each connection is answered
   with the address it reached. χ² against the uniform distribution; a p-value far below 0.01
   would mean numgen is biased.

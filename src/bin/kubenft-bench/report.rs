@@ -96,7 +96,7 @@ pub fn daemon_table(rows: &[(String, Result<DaemonRun, String>)]) -> String {
 
 pub fn latency_table(rows: &[LatencyRow]) -> String {
     let mut out = String::from(
-        "| services in the table | direct p50 | direct p99 | kubenft p50 | kubenft p99 | iptables p50 | iptables p99 | kubenft p50 ÷ direct |\n|---|---|---|---|---|---|---|---|\n",
+        "| services in the table | direct p50 | direct p99 | pod via kubenft node p50 | p99 | kubenft service p50 | p99 | iptables service p50 | p99 | service p50 ÷ direct | ÷ pod via node |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let pair = |l: Option<Latency>| {
         l.map_or(("—".into(), "—".into()), |l| {
@@ -105,13 +105,15 @@ pub fn latency_table(rows: &[LatencyRow]) -> String {
     };
     for r in rows {
         let (d50, d99) = pair(Some(r.direct));
+        let (v50, v99) = pair(Some(r.pod_via_kubenft));
         let (k50, k99) = pair(Some(r.kubenft));
         let (i50, i99) = pair(r.iptables);
         let _ = writeln!(
             out,
-            "| {} | {d50} | {d99} | {k50} | {k99} | {i50} | {i99} | {:.2} |",
+            "| {} | {d50} | {d99} | {v50} | {v99} | {k50} | {k99} | {i50} | {i99} | {:.2} | {:.2} |",
             r.services,
-            r.kubenft.p50.as_secs_f64() / r.direct.p50.as_secs_f64()
+            r.kubenft.p50.as_secs_f64() / r.direct.p50.as_secs_f64(),
+            r.kubenft.p50.as_secs_f64() / r.pod_via_kubenft.p50.as_secs_f64()
         );
     }
     out
