@@ -14,7 +14,7 @@
 //! and benchmarks.svg. Usage (after `cargo build --release`):
 //! `target/release/kubenft-bench [--scales 1000x10,10000x10] [--repeats 3] [--out BENCHMARKS.md]
 //! [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000] [--no-iptables]
-//! [--no-daemon] [--no-dataplane]`
+//! [--no-control] [--no-daemon] [--no-dataplane]`
 
 mod control;
 mod daemon;
@@ -39,6 +39,8 @@ struct Args {
     latency_scales: Vec<usize>,
     samples: usize,
     spread: Option<(usize, usize)>,
+    /// Off with --no-control: only the daemon and data plane runs.
+    control: bool,
 }
 
 fn pair(s: &str) -> (usize, usize) {
@@ -72,6 +74,7 @@ fn args() -> Args {
         out: value("--out").unwrap_or_else(|| "BENCHMARKS.md".into()),
         iptables: !flag("--no-iptables"),
         daemon: !flag("--no-daemon"),
+        control: !flag("--no-control"),
         latency_scales: if dataplane {
             value("--latency-scales")
                 .unwrap_or_else(|| DEFAULT_LATENCY_SCALES.into())
@@ -103,14 +106,16 @@ fn main() {
     let mut control_rows = Vec::new();
     let mut daemon_rows = Vec::new();
     for &(services, endpoints) in &a.scales {
-        eprintln!("control plane: {services} × {endpoints} …");
-        let row = control::measure(services, endpoints, a.repeats, a.iptables);
-        eprint!(
-            "{}{}",
-            report::cold_table(std::slice::from_ref(&row)),
-            report::change_table(std::slice::from_ref(&row))
-        );
-        control_rows.push(row);
+        if a.control {
+            eprintln!("control plane: {services} × {endpoints} …");
+            let row = control::measure(services, endpoints, a.repeats, a.iptables);
+            eprint!(
+                "{}{}",
+                report::cold_table(std::slice::from_ref(&row)),
+                report::change_table(std::slice::from_ref(&row))
+            );
+            control_rows.push(row);
+        }
         if a.daemon {
             eprintln!("daemon: {services} × {endpoints} …");
             let run = daemon::measure(services, endpoints);
@@ -206,7 +211,8 @@ const METHOD: &str = "\
   kernel (what a restarted daemon does): read our table back over netlink, diff, send nothing.
 - **The daemon** is the real `kubenft run --manifests` in a fresh namespace on the same cluster:
   wall time from process start to its first full sync (parsing the manifests included), and its
-  resident memory (VmRSS) and high-water mark (VmHWM) right after.
+  resident memory (VmRSS) two seconds after it (the state it holds) and its high-water mark
+  (VmHWM, the peak of reading and the first sync).
 - **Latency**: the standard test lab (client → node → pod namespaces, every packet through the
   node's hooks) with N one-endpoint services programmed on the node; the measured service is
   the last in iteration order, i.e. the last rule of iptables' KUBE-SERVICES (its worst case).
