@@ -56,28 +56,11 @@ fn kubenft(ns: &Netns, args: &[&str]) -> (bool, String) {
         .args(args)
         .output()
         .unwrap();
+    // stderr is a pipe, so the logs carry no colour codes to strip.
     (
         out.status.success(),
-        strip_ansi(&String::from_utf8_lossy(&out.stderr)),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// Log lines without terminal colour codes.
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::new();
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for d in chars.by_ref() {
-                if d.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 #[test]

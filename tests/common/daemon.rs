@@ -81,7 +81,6 @@ impl Daemon {
             .arg(env!("CARGO_BIN_EXE_kubenft"))
             .arg("run")
             .args(args)
-            .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(log.reopen().expect("log file reopens"))
             .spawn()
