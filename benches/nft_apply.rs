@@ -32,7 +32,11 @@ fn workload(services: usize, elements: usize) -> Table {
         .sets
         .get_mut("service-ips")
         .expect("kube_like has service-ips");
-    let targets: Vec<Verdict> = map.elements.iter().filter_map(|e| e.data.clone()).collect();
+    let targets: Vec<Verdict> = map
+        .elements
+        .iter()
+        .filter_map(|e| e.data.as_ref()?.verdict().cloned())
+        .collect();
     let extra = elements.saturating_sub(map.elements.len());
     for i in 0..extra {
         map.elements.push(Element {
@@ -41,7 +45,7 @@ fn workload(services: usize, elements: usize) -> Table {
                 Value::Proto(6),
                 Value::Port(443),
             ],
-            data: Some(targets[i % targets.len()].clone()),
+            data: Some(targets[i % targets.len()].clone().into()),
             comment: None,
         });
     }

@@ -244,7 +244,7 @@ fn half_a_million_map_elements_apply_in_one_transaction() {
                 Value::Proto(6),
                 Value::Port(80 + (i % 2) as u16),
             ],
-            data: Some(Verdict::Drop),
+            data: Some(Verdict::Drop.into()),
             comment: None,
         })
         .collect();
@@ -257,7 +257,7 @@ fn half_a_million_map_elements_apply_in_one_transaction() {
                 DataType::InetProto,
                 DataType::InetService,
             ],
-            data: Some(DataType::Verdict),
+            data: vec![DataType::Verdict],
             interval: false,
             dynamic: false,
             timeout: None,

@@ -125,7 +125,7 @@ fn ruleset() -> Table {
             Value::Proto(6),
             Value::Port(80),
         ],
-        data: Some(Verdict::Goto(chain.into())),
+        data: Some(Verdict::Goto(chain.into()).into()),
         comment: Some(format!("test/{chain}:http")),
     };
     t.sets.insert(
@@ -137,7 +137,7 @@ fn ruleset() -> Table {
                 DataType::InetProto,
                 DataType::InetService,
             ],
-            data: Some(DataType::Verdict),
+            data: vec![DataType::Verdict],
             interval: false,
             dynamic: false,
             timeout: None,

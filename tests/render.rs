@@ -87,7 +87,7 @@ fn every_corpus_table_is_accepted_by_nft_and_lists_what_was_rendered() {
             }
         }
         for set in t.sets.values() {
-            let kw = if set.data.is_some() { "map" } else { "set" };
+            let kw = if set.data.is_empty() { "set" } else { "map" };
             assert!(
                 listing.contains(&format!("\t{kw} {} {{", set.name)),
                 "{name}: {kw} {} missing from\n{listing}",

@@ -7,8 +7,9 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::model::{
-    AddrType, BaseChain, Chain, ChainType, CmpOp, CtState, DataType, Element, Family, Hook, MapRef,
-    MarkOp, Policy, RateUnit, RejectKind, Rule, Selector, Set, Stmt, Table, Value, Verdict,
+    AddrType, BaseChain, Chain, ChainType, CmpOp, CtState, CtStatus, DataType, Element, Family,
+    Hook, MapData, MapRef, MarkOp, Policy, RateUnit, RejectKind, Rule, Selector, Set, Stmt, Table,
+    Value, Verdict,
 };
 use super::transaction::{Op, TableRef, Transaction};
 
@@ -149,7 +150,7 @@ fn set(name: &str, key: Vec<DataType>, data: Option<DataType>, comment: &str) ->
     Set {
         name: name.to_string(),
         key,
-        data,
+        data: data.into_iter().collect(),
         interval: false,
         dynamic: false,
         timeout: None,
@@ -161,7 +162,7 @@ fn set(name: &str, key: Vec<DataType>, data: Option<DataType>, comment: &str) ->
 fn el(key: Vec<Value>, data: Option<Verdict>, comment: &str) -> Element {
     Element {
         key,
-        data,
+        data: data.map(MapData::Verdict),
         comment: (!comment.is_empty()).then(|| comment.to_string()),
     }
 }
@@ -1142,7 +1143,77 @@ fn ip_route_and_misc() -> Table {
                 "dnat without a port needs no protocol match",
             )],
         ),
+        chain(
+            "nat-pre",
+            base(ChainType::Nat, Hook::Prerouting, -100),
+            "",
+            vec![rule(
+                vec![
+                    m(Selector::L4Proto, Value::Proto(6)),
+                    Stmt::DnatNumgenMap {
+                        modulus: 65536,
+                        offset: 65536,
+                        map: "endpoints".into(),
+                    },
+                ],
+                "a random endpoint from block 1 of the endpoint map",
+            )],
+        ),
+        chain(
+            "nat-post",
+            base(ChainType::Nat, Hook::Postrouting, 100),
+            "",
+            vec![rule(
+                vec![
+                    m(Selector::CtStatus, Value::CtStatus(CtStatus::DNAT)),
+                    Stmt::Lookup {
+                        key: vec![Selector::IpSaddr, Selector::IpDaddr],
+                        set: "hairpins".into(),
+                        negate: false,
+                    },
+                    Stmt::Masquerade {
+                        fully_random: false,
+                    },
+                ],
+                "",
+            )],
+        ),
     ];
+    let mut endpoints = set(
+        "endpoints",
+        vec![DataType::Integer],
+        None,
+        "numgen ranges to address . port",
+    );
+    endpoints.data = vec![DataType::Ipv4Addr, DataType::InetService];
+    endpoints.interval = true;
+    let slot = |first: u32, last: u32, addr: [u8; 4], port: u16, comment: &str| Element {
+        key: vec![Value::IntRange { first, last }],
+        data: Some(MapData::Values(vec![
+            Value::Ipv4(v4(addr)),
+            Value::Port(port),
+        ])),
+        comment: (!comment.is_empty()).then(|| comment.to_string()),
+    };
+    endpoints.elements = vec![
+        slot(0, 65535, [10, 1, 0, 1], 80, ""),
+        slot(65536, 98303, [10, 1, 0, 2], 8080, "ns/web:http"),
+        slot(98304, 131071, [10, 1, 0, 3], 8080, "ns/web:http"),
+    ];
+    let mut hairpins = set(
+        "hairpins",
+        vec![DataType::Ipv4Addr, DataType::Ipv4Addr],
+        None,
+        "",
+    );
+    hairpins.elements = vec![el(
+        vec![
+            Value::Ipv4(v4([10, 1, 0, 2])),
+            Value::Ipv4(v4([10, 1, 0, 2])),
+        ],
+        None,
+        "",
+    )];
     let mut pairs = set(
         "pairs",
         vec![
@@ -1174,7 +1245,13 @@ fn ip_route_and_misc() -> Table {
             "one host",
         ),
     ];
-    table(Family::Ip, "misc", "odds and ends", chains, vec![pairs])
+    table(
+        Family::Ip,
+        "misc",
+        "odds and ends",
+        chains,
+        vec![pairs, endpoints, hairpins],
+    )
 }
 
 /// An ip6 table with the ip6-specific spellings (`reject with icmpv6`, `dnat to [addr]:port`).
@@ -1209,6 +1286,22 @@ fn ip6_misc() -> Table {
             ],
         ),
         chain(
+            "pre",
+            base(ChainType::Nat, Hook::Prerouting, -100),
+            "",
+            vec![rule(
+                vec![
+                    m(Selector::L4Proto, Value::Proto(17)),
+                    Stmt::DnatNumgenMap {
+                        modulus: 1024,
+                        offset: 0,
+                        map: "endpoints6".into(),
+                    },
+                ],
+                "",
+            )],
+        ),
+        chain(
             "in",
             base(ChainType::Filter, Hook::Input, 0),
             "",
@@ -1224,7 +1317,34 @@ fn ip6_misc() -> Table {
             )],
         ),
     ];
-    table(Family::Ip6, "misc6", "", chains, vec![])
+    let mut endpoints = set("endpoints6", vec![DataType::Integer], None, "");
+    endpoints.data = vec![DataType::Ipv6Addr, DataType::InetService];
+    endpoints.interval = true;
+    endpoints.elements = vec![
+        Element {
+            key: vec![Value::IntRange {
+                first: 0,
+                last: 340,
+            }],
+            data: Some(MapData::Values(vec![
+                Value::Ipv6(v6("fd00:100::7")),
+                Value::Port(53),
+            ])),
+            comment: None,
+        },
+        Element {
+            key: vec![Value::IntRange {
+                first: 341,
+                last: 1023,
+            }],
+            data: Some(MapData::Values(vec![
+                Value::Ipv6(v6("fd00:100::8")),
+                Value::Port(5353),
+            ])),
+            comment: Some("ns/dns:udp".into()),
+        },
+    ];
+    table(Family::Ip6, "misc6", "", chains, vec![endpoints])
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1425,7 +1545,7 @@ mod tests {
             if set.key.len() > 1 {
                 seen.insert(format!("concatenated key {fam}"));
             }
-            if set.data == Some(DataType::Verdict) {
+            if set.data == [DataType::Verdict] {
                 seen.insert(format!("verdict map {fam}"));
             }
             for (flag, on) in [
@@ -1444,8 +1564,10 @@ mod tests {
             }
             for e in &set.elements {
                 e.key.iter().for_each(|v| value(v, seen));
-                if let Some(v) = &e.data {
-                    verdict(v, seen);
+                match &e.data {
+                    Some(MapData::Verdict(v)) => verdict(v, seen),
+                    Some(MapData::Values(values)) => values.iter().for_each(|v| value(v, seen)),
+                    None => {}
                 }
             }
         }
@@ -1508,6 +1630,10 @@ mod tests {
                 "numgen"
             }
             Stmt::NumgenIs { .. } => "numgen compare",
+            Stmt::DnatNumgenMap { offset, .. } => {
+                seen.insert(format!("dnat numgen map offset={} {fam}", *offset != 0));
+                "dnat numgen map"
+            }
             Stmt::Update { .. } => "update",
             Stmt::SetMark(op) => {
                 let op = match op {
@@ -1592,6 +1718,8 @@ mod tests {
                 }
                 "ct state".to_string()
             }
+            Value::CtStatus(_) => "ct status".to_string(),
+            Value::IntRange { .. } => "integer range".to_string(),
         };
         seen.insert(format!("value {label}"));
     }
@@ -1644,6 +1772,11 @@ mod tests {
             "value ifname wildcard=true",
             "value ifname wildcard=false",
             "value ct state",
+            "value ct status",
+            "value integer range",
+            "stmt dnat numgen map",
+            "dnat numgen map offset=true Ip",
+            "dnat numgen map offset=false Ip6",
             "value addrtype Unicast",
             "value addrtype Local",
             "value addrtype Broadcast",
@@ -1774,7 +1907,7 @@ mod tests {
             t.sets["service-ips"]
                 .elements
                 .iter()
-                .all(|e| e.data == Some(Verdict::Goto("reject-chain".into())))
+                .all(|e| e.data == Some(Verdict::Goto("reject-chain".into()).into()))
         );
         assert!(!t.chains.keys().any(|n| n.starts_with("service-")));
     }

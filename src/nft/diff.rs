@@ -393,7 +393,7 @@ mod tests {
                     Value::Proto(6),
                     Value::Port(80),
                 ],
-                data: Some(Verdict::Goto(svc)),
+                data: Some(Verdict::Goto(svc).into()),
                 comment: Some(format!("default/svc-{s}:http")),
             });
         }
@@ -407,7 +407,7 @@ mod tests {
                     DataType::InetProto,
                     DataType::InetService,
                 ],
-                data: Some(DataType::Verdict),
+                data: vec![DataType::Verdict],
                 interval: false,
                 dynamic: false,
                 timeout: None,
@@ -506,7 +506,7 @@ mod tests {
             .get_mut("service-ips")
             .unwrap()
             .elements
-            .retain(|e| e.data != Some(Verdict::Goto("service-2".into())));
+            .retain(|e| e.data != Some(Verdict::Goto("service-2".into()).into()));
         let (_, got) = converge(Some(&before), &after);
         assert_eq!(got, after);
     }
@@ -527,7 +527,7 @@ mod tests {
         let before = cluster(2, 1);
         let mut after = before.clone();
         for e in &mut after.sets.get_mut("service-ips").unwrap().elements {
-            e.data = Some(Verdict::Drop);
+            e.data = Some(Verdict::Drop.into());
         }
         let (_, got) = converge(Some(&before), &after);
         assert_eq!(got, after);

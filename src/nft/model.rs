@@ -115,6 +115,8 @@ pub enum Selector {
     FibDaddrType,
     /// `ct state` (a bit set: matched with `CtState` values)
     CtState,
+    /// `ct status` (a bit set: matched with `CtStatus` values)
+    CtStatus,
 }
 
 /// A constant on the right-hand side of a match, a set key part, or a dnat target.
@@ -138,6 +140,14 @@ pub enum Value {
     AddrType(AddrType),
     /// Conntrack state bits (`NF_CT_STATE_*_BIT`).
     CtState(CtState),
+    /// Conntrack status bits (`IPS_*`).
+    CtStatus(CtStatus),
+    /// An inclusive range of 32-bit integers, a key of an interval map with an `Integer` key
+    /// (numgen results). On the wire such keys are big-endian, so ranges sort as numbers.
+    IntRange {
+        first: u32,
+        last: u32,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -158,6 +168,15 @@ impl CtState {
     pub const RELATED: CtState = CtState(4);
     pub const NEW: CtState = CtState(8);
     pub const UNTRACKED: CtState = CtState(64);
+}
+
+/// Conntrack status bits as a bit set (`enum ip_conntrack_status`); matched "any bit set".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CtStatus(pub u32);
+
+impl CtStatus {
+    /// `IPS_DST_NAT`: the connection's destination was rewritten (`ct status dnat`).
+    pub const DNAT: CtStatus = CtStatus(1 << 5);
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,6 +259,15 @@ pub enum Stmt {
     /// of these with moduli N, N-1, … and value 0 picks uniformly without a map (each map in a
     /// table makes the kernel's loop checks slower for the whole table).
     NumgenIs { modulus: u32, value: u32 },
+    /// `dnat to numgen random mod M offset O map @map`: a random number in `O..O+M` is looked
+    /// up in an interval map whose data is `address . port`. Which endpoint owns which part of
+    /// the range is then map data, so endpoints change without touching rules. A number the
+    /// map does not hold falls through to the next statement's rule (no translation).
+    DnatNumgenMap {
+        modulus: u32,
+        offset: u32,
+        map: String,
+    },
     /// `update @set { key . key … }`: add or refresh the key in a dynamic timeout set.
     Update { set: String, key: Vec<Selector> },
     /// `meta mark set …`
@@ -282,8 +310,9 @@ pub struct Set {
     pub name: String,
     /// Concatenated key (one entry for a plain set).
     pub key: Vec<DataType>,
-    /// `Some(Verdict)` for a verdict map.
-    pub data: Option<DataType>,
+    /// Map data: empty for a set, `[Verdict]` for a verdict map, or a concatenation of value
+    /// types (`[Ipv4Addr, InetService]`) for a data map.
+    pub data: Vec<DataType>,
     /// `flags interval`: elements may be CIDRs.
     pub interval: bool,
     /// `flags dynamic`: rules may add elements (`update @set`).
@@ -299,7 +328,30 @@ pub struct Set {
 pub struct Element {
     /// One value per key part; CIDRs allowed in interval sets.
     pub key: Vec<Value>,
-    /// Map data (the verdict of a verdict map).
-    pub data: Option<Verdict>,
+    /// Map data: a verdict, or one value per data type of a data map.
+    pub data: Option<MapData>,
     pub comment: Option<String>,
+}
+
+/// What a map element maps its key to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MapData {
+    Verdict(Verdict),
+    Values(Vec<Value>),
+}
+
+impl MapData {
+    /// The verdict of a verdict map's element.
+    pub fn verdict(&self) -> Option<&Verdict> {
+        match self {
+            MapData::Verdict(v) => Some(v),
+            MapData::Values(_) => None,
+        }
+    }
+}
+
+impl From<Verdict> for MapData {
+    fn from(v: Verdict) -> Self {
+        MapData::Verdict(v)
+    }
 }

@@ -35,7 +35,7 @@ mod tests {
         let set = Set {
             name: "s".into(),
             key: vec![DataType::InetService],
-            data: None,
+            data: Vec::new(),
             interval: false,
             dynamic: false,
             timeout: None,

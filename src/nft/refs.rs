@@ -2,7 +2,7 @@
 //! reads. The kernel refuses to delete anything still referenced (EBUSY) and to add a reference to
 //! something missing (ENOENT), so ordering operations and checking a plan both need this.
 
-use super::model::{Element, MapRef, Rule, Stmt, Verdict};
+use super::model::{Element, MapData, MapRef, Rule, Stmt, Verdict};
 
 impl Verdict {
     /// The chain this verdict transfers control to, if any.
@@ -62,6 +62,9 @@ impl Rule {
 impl Element {
     /// The chain this map element's verdict points at, if any.
     pub fn referenced_chain(&self) -> Option<&str> {
-        self.data.as_ref().and_then(Verdict::target_chain)
+        self.data
+            .as_ref()
+            .and_then(MapData::verdict)
+            .and_then(Verdict::target_chain)
     }
 }

@@ -20,8 +20,9 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use super::model::{
-    AddrType, BaseChain, Chain, ChainType, CmpOp, CtState, DataType, Element, Family, Hook, MapRef,
-    MarkOp, Policy, RateUnit, RejectKind, Rule, Selector, Set, Stmt, Table, Value, Verdict,
+    AddrType, BaseChain, Chain, ChainType, CmpOp, CtState, CtStatus, DataType, Element, Family,
+    Hook, MapData, MapRef, MarkOp, Policy, RateUnit, RejectKind, Rule, Selector, Set, Stmt, Table,
+    Value, Verdict,
 };
 use super::transaction::{Op, TableRef, Transaction};
 
@@ -118,6 +119,23 @@ fn ct_state_names(s: CtState) -> String {
     parts.join(",")
 }
 
+/// `ct status` bits by nft's names (only the NAT bits have rules here).
+fn ct_status_names(s: CtStatus) -> String {
+    const NAMES: [(CtStatus, &str); 2] = [(CtStatus(1 << 4), "snat"), (CtStatus::DNAT, "dnat")];
+    let mut parts: Vec<String> = Vec::new();
+    let mut rest = s.0;
+    for (bit, name) in NAMES {
+        if rest & bit.0 != 0 {
+            parts.push(name.to_string());
+            rest &= !bit.0;
+        }
+    }
+    if rest != 0 || parts.is_empty() {
+        parts.push(format!("0x{rest:08x}"));
+    }
+    parts.join(",")
+}
+
 impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -142,6 +160,8 @@ impl fmt::Display for Value {
                 AddrType::Multicast => "multicast",
             }),
             Value::CtState(s) => f.write_str(&ct_state_names(*s)),
+            Value::CtStatus(s) => f.write_str(&ct_status_names(*s)),
+            Value::IntRange { first, last } => write!(f, "{first}-{last}"),
         }
     }
 }
@@ -163,6 +183,7 @@ impl fmt::Display for Selector {
             Selector::FibSaddrType => "fib saddr type",
             Selector::FibDaddrType => "fib daddr type",
             Selector::CtState => "ct state",
+            Selector::CtStatus => "ct status",
         })
     }
 }
@@ -311,6 +332,25 @@ pub fn render_stmt(stmt: &Stmt, family: Option<Family>) -> String {
             MarkOp::Set(v) => format!("meta mark set 0x{v:08x}"),
         },
         Stmt::Dnat { addr, port } => render_dnat(family, *addr, *port),
+        Stmt::DnatNumgenMap {
+            modulus,
+            offset,
+            map,
+        } => {
+            // The map's data (`address . port`) tells nft to translate both; nft lists
+            // `offset 0` as nothing.
+            let ip = if family == Some(Family::Ip6) {
+                "ip6"
+            } else {
+                "ip"
+            };
+            let offset = if *offset == 0 {
+                String::new()
+            } else {
+                format!(" offset {offset}")
+            };
+            format!("dnat {ip} to numgen random mod {modulus}{offset} map @{map}")
+        }
         Stmt::Masquerade { fully_random } => {
             if *fully_random {
                 "masquerade fully-random".to_string()
@@ -402,11 +442,36 @@ fn duration(secs: u32) -> String {
 /// nft's type system, so it is declared with `typeof numgen random mod 1`: the same 32-bit
 /// host-endian key, and the modulus is not part of the set's type.
 fn set_type_line(set: &Set) -> String {
-    let data = set.data.map(|d| format!(" : {d}")).unwrap_or_default();
     if set.key == [DataType::Integer] {
+        // `typeof` needs the data as expressions too: `ip daddr . th dport`, or `verdict`.
+        let data: Vec<&str> = set.data.iter().map(|&t| typeof_expr(t)).collect();
+        let data = if data.is_empty() {
+            String::new()
+        } else {
+            format!(" : {}", data.join(" . "))
+        };
         return format!("typeof numgen random mod 1{data}");
     }
+    let data = if set.data.is_empty() {
+        String::new()
+    } else {
+        format!(" : {}", concat(&set.data))
+    };
     format!("type {}{data}", concat(&set.key))
+}
+
+/// An expression of each data type, for `typeof` declarations.
+fn typeof_expr(t: DataType) -> &'static str {
+    match t {
+        DataType::Ipv4Addr => "ip daddr",
+        DataType::Ipv6Addr => "ip6 daddr",
+        DataType::InetProto => "meta l4proto",
+        DataType::InetService => "th dport",
+        DataType::Mark => "meta mark",
+        DataType::IfName => "iifname",
+        DataType::Verdict => "verdict",
+        DataType::Integer => "numgen random mod 1",
+    }
 }
 
 fn set_flags(set: &Set) -> Option<String> {
@@ -424,7 +489,7 @@ fn set_flags(set: &Set) -> Option<String> {
 }
 
 fn set_keyword(set: &Set) -> &'static str {
-    if set.data.is_some() { "map" } else { "set" }
+    if set.data.is_empty() { "set" } else { "map" }
 }
 
 /// The declaration lines of a set or map, without elements.
@@ -456,8 +521,14 @@ fn render_element_in(e: &Element, integer_keys: bool) -> String {
         s.push(' ');
         s.push_str(&quoted_comment(c));
     }
-    if let Some(v) = &e.data {
-        let _ = write!(s, " : {v}");
+    match &e.data {
+        Some(MapData::Verdict(v)) => {
+            let _ = write!(s, " : {v}");
+        }
+        Some(MapData::Values(values)) => {
+            let _ = write!(s, " : {}", concat(values));
+        }
+        None => {}
     }
     s
 }
@@ -658,13 +729,13 @@ pub fn render_transaction_with_maps(tx: &Transaction, known: &[&Table]) -> Strin
             family: t.family,
             name: t.name.clone(),
         };
-        for set in t.sets.values().filter(|s| s.data.is_some()) {
+        for set in t.sets.values().filter(|s| !s.data.is_empty()) {
             maps.insert((tref.clone(), set.name.clone()));
         }
     }
     for op in &tx.ops {
         if let Op::AddSet { table, set } = op
-            && set.data.is_some()
+            && !set.data.is_empty()
         {
             maps.insert((table.clone(), set.name.clone()));
         }
@@ -908,7 +979,7 @@ mod tests {
             Set {
                 name: "ports".into(),
                 key: vec![DataType::InetService],
-                data: None,
+                data: Vec::new(),
                 interval: false,
                 dynamic: true,
                 timeout: Some(5400),
@@ -962,7 +1033,7 @@ mod tests {
                 DataType::InetProto,
                 DataType::InetService,
             ],
-            data: Some(DataType::Verdict),
+            data: vec![DataType::Verdict],
             interval: false,
             dynamic: false,
             timeout: None,
@@ -975,7 +1046,7 @@ mod tests {
                 Value::Proto(6),
                 Value::Port(80),
             ],
-            data: Some(Verdict::Goto("service-x".into())),
+            data: Some(Verdict::Goto("service-x".into()).into()),
             comment: Some("ns/svc:http".into()),
         };
         let tx = Transaction {

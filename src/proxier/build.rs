@@ -117,7 +117,11 @@ fn map(name: &str, key: Vec<DataType>, verdicts: bool, comment: &str) -> Set {
     Set {
         name: name.into(),
         key,
-        data: verdicts.then_some(DataType::Verdict),
+        data: if verdicts {
+            vec![DataType::Verdict]
+        } else {
+            Vec::new()
+        },
         interval: false,
         dynamic: false,
         timeout: None,
@@ -166,7 +170,11 @@ impl Builder<'_> {
         comment: Option<String>,
     ) {
         let s = self.table.sets.get_mut(set).expect("fixed sets exist");
-        s.elements.push(Element { key, data, comment });
+        s.elements.push(Element {
+            key,
+            data: data.map(MapData::Verdict),
+            comment,
+        });
     }
 
     /// `<daddr> . l4proto . dport vmap @map`: dispatch by destination address and port.
@@ -375,8 +383,7 @@ impl Builder<'_> {
         }
         self.chain(CLUSTER_IPS_CHECK, None, None, checks);
 
-        let mut set = map(CLUSTER_IPS, vec![f.addr_type()], false, "active ClusterIPs");
-        set.data = None;
+        let set = map(CLUSTER_IPS, vec![f.addr_type()], false, "active ClusterIPs");
         self.table.sets.insert(CLUSTER_IPS.into(), set);
         self.table.sets.insert(
             NODEPORT_IPS.into(),
@@ -594,7 +601,7 @@ impl Builder<'_> {
                     Set {
                         name: set.clone(),
                         key: vec![f.addr_type()],
-                        data: None,
+                        data: Vec::new(),
                         interval: false,
                         dynamic: true,
                         timeout: Some(timeout),

@@ -53,7 +53,7 @@ fn verdict_for(set: &Set, key_prefix: &Value) -> Option<Verdict> {
     set.elements
         .iter()
         .find(|e| e.key.first() == Some(key_prefix))
-        .and_then(|e| e.data.clone())
+        .and_then(|e| e.data.as_ref()?.verdict().cloned())
 }
 
 const WEB: &str = "

@@ -177,7 +177,7 @@ mod tests {
         Set {
             name: name.into(),
             key: vec![DataType::InetService],
-            data: None,
+            data: Vec::new(),
             interval: false,
             dynamic: false,
             timeout: None,
@@ -333,7 +333,7 @@ mod reconcile_tests {
             Set {
                 name: "ports".into(),
                 key: vec![DataType::InetService],
-                data: None,
+                data: Vec::new(),
                 interval: false,
                 dynamic: false,
                 timeout: None,

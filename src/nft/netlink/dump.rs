@@ -10,8 +10,8 @@ use super::lift::{LiftError, SetInfo, lift_rule};
 use super::socket::{NetlinkSocket, SocketError};
 use super::sys::*;
 use crate::nft::model::{
-    Chain, CmpOp, DataType, Element, Family, RejectKind, Rule, Selector, Set, Stmt, Table, Value,
-    Verdict,
+    Chain, CmpOp, DataType, Element, Family, MapData, RejectKind, Rule, Selector, Set, Stmt, Table,
+    Value,
 };
 
 /// Attempts at a consistent snapshot before giving up (each retry follows a concurrent commit).
@@ -190,7 +190,7 @@ fn dump_once(
             anonymous: raw.is_anonymous().then(|| {
                 set.elements
                     .iter()
-                    .filter_map(|e| Some((e.key.clone(), e.data.clone()?)))
+                    .filter_map(|e| Some((e.key.clone(), e.data.as_ref()?.verdict()?.clone())))
                     .collect()
             }),
         };
@@ -339,9 +339,9 @@ pub fn build_set(raw: &RawSet, elems: Vec<RawElem>) -> Result<Set, DumpError> {
     };
     let key = decode::data_types(&raw.name, raw.key_type).map_err(dec("set key type"))?;
     let data = match raw.data_type {
-        None => None,
-        Some(NFT_DATA_VERDICT) => Some(DataType::Verdict),
-        Some(other) => return Err(fail(format!("map data type {other:#x} is not a verdict"))),
+        None => Vec::new(),
+        Some(NFT_DATA_VERDICT) => vec![DataType::Verdict],
+        Some(other) => decode::data_types(&raw.name, other).map_err(dec("set data type"))?,
     };
     let lens: Vec<usize> = if raw.field_lens.is_empty() {
         key.iter().map(|&t| decode::type_len(t)).collect()
@@ -362,14 +362,14 @@ pub fn build_set(raw: &RawSet, elems: Vec<RawElem>) -> Result<Set, DumpError> {
     };
     let interval = raw.flags & NFT_SET_INTERVAL != 0;
     let mut elements = if interval {
-        interval_elements(&key, &lens, elems).map_err(fail)?
+        interval_elements(&key, &lens, &data, elems).map_err(fail)?
     } else {
         elems
             .into_iter()
             .map(|e| {
                 Ok(Element {
                     key: split_key(&key, &lens, &e.key)?,
-                    data: elem_data(&e)?,
+                    data: elem_data(&data, &e)?,
                     comment: e.comment,
                 })
             })
@@ -394,11 +394,18 @@ pub fn build_set(raw: &RawSet, elems: Vec<RawElem>) -> Result<Set, DumpError> {
     })
 }
 
-fn elem_data(e: &RawElem) -> Result<Option<Verdict>, String> {
+/// An element's map data, split by the map's data types like a concatenated key.
+fn elem_data(types: &[DataType], e: &RawElem) -> Result<Option<MapData>, String> {
     match &e.data {
         None => Ok(None),
-        Some(RawData::Verdict(v)) => Ok(Some(v.clone())),
-        Some(RawData::Value(_)) => Err("element carries non-verdict data".into()),
+        Some(RawData::Verdict(v)) => Ok(Some(MapData::Verdict(v.clone()))),
+        Some(RawData::Value(_)) if types.is_empty() || types == [DataType::Verdict] => {
+            Err("element carries value data in a set or verdict map".into())
+        }
+        Some(RawData::Value(bytes)) => {
+            let lens: Vec<usize> = types.iter().map(|&t| decode::type_len(t)).collect();
+            Ok(Some(MapData::Values(split_key(types, &lens, bytes)?)))
+        }
     }
 }
 
@@ -422,6 +429,7 @@ fn split_key(types: &[DataType], lens: &[usize], bytes: &[u8]) -> Result<Vec<Val
 fn interval_elements(
     types: &[DataType],
     lens: &[usize],
+    data: &[DataType],
     elems: Vec<RawElem>,
 ) -> Result<Vec<Element>, String> {
     let mut out = Vec::new();
@@ -438,7 +446,7 @@ fn interval_elements(
             }
             out.push(Element {
                 key,
-                data: elem_data(&e)?,
+                data: elem_data(data, &e)?,
                 comment: e.comment,
             });
         }
@@ -462,7 +470,7 @@ fn interval_elements(
             if let Some(start) = open.take() {
                 out.push(Element {
                     key: vec![range_value(t, &start.key, Some(&e.key))?],
-                    data: elem_data(&start)?,
+                    data: elem_data(data, &start)?,
                     comment: start.comment,
                 });
             }
@@ -474,7 +482,7 @@ fn interval_elements(
         // No end element: the range runs to the top of the key space.
         out.push(Element {
             key: vec![range_value(t, &start.key, None)?],
-            data: elem_data(&start)?,
+            data: elem_data(data, &start)?,
             comment: start.comment,
         });
     }
@@ -506,6 +514,12 @@ fn range_value(t: DataType, lo: &[u8], hi: Option<&[u8]>) -> Result<Value, Strin
         None if width == 128 => (u128::MAX - lo_n).checked_add(1).ok_or("whole space")?,
         None => (1u128 << width) - lo_n,
     };
+    if t == DataType::Integer {
+        // Integer intervals (numgen keys) are big-endian ranges of any size.
+        let first = u32::try_from(lo_n).map_err(|_| "integer key wider than 32 bits")?;
+        let last = u32::try_from(lo_n + size - 1).map_err(|_| "integer range past 2^32")?;
+        return Ok(Value::IntRange { first, last });
+    }
     if size == 1 {
         return decode::value(t, lo).ok_or_else(|| format!("bad {t:?} bytes"));
     }

@@ -86,7 +86,7 @@ fn set(name: &str, key: Vec<DataType>, data: Option<DataType>) -> Set {
     Set {
         name: name.to_owned(),
         key,
-        data,
+        data: data.into_iter().collect(),
         interval: false,
         dynamic: false,
         timeout: None,
@@ -98,7 +98,7 @@ fn set(name: &str, key: Vec<DataType>, data: Option<DataType>) -> Set {
 fn elem(key: Vec<Value>, data: Option<Verdict>, comment: Option<&str>) -> Element {
     Element {
         key,
-        data,
+        data: data.map(MapData::Verdict),
         comment: comment.map(str::to_owned),
     }
 }

@@ -9,7 +9,7 @@ use super::dump::nfproto;
 use super::lower::{AnonMap, LowerError, key_bytes, lower_rule};
 use super::sys::*;
 use crate::nft::model::{
-    BaseChain, ChainType, DataType, Element, Hook, Policy, Set, Value, Verdict,
+    BaseChain, ChainType, DataType, Element, Hook, MapData, Policy, Set, Value, Verdict,
 };
 use crate::nft::render::sanitize_comment;
 use crate::nft::transaction::{Op, TableRef};
@@ -318,7 +318,7 @@ fn base_chain_attrs(w: &mut AttrWriter, base: &BaseChain) {
 
 fn set_attrs(table: &str, set: &Set, id: u32) -> AttrWriter {
     let mut flags = 0;
-    if set.data.is_some() {
+    if !set.data.is_empty() {
         flags |= NFT_SET_MAP;
     }
     if set.interval {
@@ -340,9 +340,16 @@ fn set_attrs(table: &str, set: &Set, id: u32) -> AttrWriter {
         .be32(NFTA_SET_FLAGS, flags);
     w.be32(NFTA_SET_KEY_TYPE, key_type)
         .be32(NFTA_SET_KEY_LEN, key_len(&set.key));
-    if set.data.is_some() {
+    if set.data == [DataType::Verdict] {
         w.be32(NFTA_SET_DATA_TYPE, NFT_DATA_VERDICT)
             .be32(NFTA_SET_DATA_LEN, 0);
+    } else if !set.data.is_empty() {
+        let data_type = set
+            .data
+            .iter()
+            .fold(0u32, |acc, t| (acc << 6) | type_id(*t));
+        w.be32(NFTA_SET_DATA_TYPE, data_type)
+            .be32(NFTA_SET_DATA_LEN, key_len(&set.data));
     }
     w.be32(NFTA_SET_ID, id);
     if let Some(secs) = set.timeout {
@@ -360,7 +367,7 @@ fn set_attrs(table: &str, set: &Set, id: u32) -> AttrWriter {
         });
     }
     let mut udata = udata_u32(0, key_byteorder(&set.key));
-    if set.data.is_some() {
+    if !set.data.is_empty() {
         udata.extend(udata_u32(1, 0));
     }
     if let Some(c) = &set.comment {
@@ -403,7 +410,7 @@ fn anon_map_messages(table: &TableRef, anon: &AnonMap, id: u32) -> Result<Vec<Ms
         .iter()
         .map(|(k, v)| Element {
             key: k.clone(),
-            data: Some(v.clone()),
+            data: Some(MapData::Verdict(v.clone())),
             comment: None,
         })
         .collect();
@@ -450,6 +457,9 @@ fn kernel_elements(e: &Element, interval: bool) -> Vec<(Vec<u8>, Option<Vec<u8>>
         return vec![(start, Some(end), 0)];
     }
     let range = match e.key.as_slice() {
+        [Value::IntRange { first, last }] => {
+            Some((first.to_be_bytes().to_vec(), last.to_be_bytes().to_vec()))
+        }
         [Value::Ipv4(a)] => Some((a.octets().to_vec(), a.octets().to_vec())),
         [Value::Ipv6(a)] => Some((a.octets().to_vec(), a.octets().to_vec())),
         [Value::Ipv4Net(n)] => Some((
@@ -533,8 +543,14 @@ fn element_messages(
                     data_value(w, NFTA_SET_ELEM_KEY_END, end);
                 }
                 if i == 0 {
-                    if let Some(v) = &e.data {
-                        w.nested(NFTA_SET_ELEM_DATA, |w| verdict_attrs(w, v));
+                    match &e.data {
+                        Some(MapData::Verdict(v)) => {
+                            w.nested(NFTA_SET_ELEM_DATA, |w| verdict_attrs(w, v));
+                        }
+                        Some(MapData::Values(values)) => {
+                            data_value(w, NFTA_SET_ELEM_DATA, &key_bytes(values));
+                        }
+                        None => {}
                     }
                     if let Some(c) = &e.comment {
                         w.bytes(NFTA_SET_ELEM_USERDATA, &udata_string(0, c));

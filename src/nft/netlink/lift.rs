@@ -11,8 +11,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::decode::{Expr, RawData, RawRule, ifname, value};
 use super::sys::*;
 use crate::nft::model::{
-    AddrType, CmpOp, CtState, DataType, Family, MapRef, MarkOp, RateUnit, RejectKind, Selector,
-    Stmt, Value, Verdict,
+    AddrType, CmpOp, CtState, CtStatus, DataType, Family, MapRef, MarkOp, RateUnit, RejectKind,
+    Selector, Stmt, Value, Verdict,
 };
 
 /// An expression sequence with no model equivalent.
@@ -60,7 +60,20 @@ enum Reg {
     },
     /// Adjacent header fields loaded at once (the last one possibly a byte-aligned prefix).
     Merged(Vec<(Selector, u32)>),
+    /// `numgen random mod M offset O`, host-endian.
     Numgen(u32),
+    /// `numgen random mod M offset O` after nft's conversion to big endian for an interval
+    /// map lookup.
+    NumgenBigEndian {
+        modulus: u32,
+        offset: u32,
+    },
+    /// The `address . port` data an interval map yielded for a numgen key.
+    NumgenMapData {
+        modulus: u32,
+        offset: u32,
+        map: String,
+    },
     Imm(Vec<u8>),
 }
 
@@ -246,14 +259,18 @@ impl Lifter<'_> {
                 Ok(())
             }
             Expr::Ct {
-                key: NFT_CT_STATE,
+                key: key @ (NFT_CT_STATE | NFT_CT_STATUS),
                 dreg: Some(dreg),
                 direction: None,
             } => self.load(
                 e,
                 *dreg,
                 Reg::Load {
-                    sel: Selector::CtState,
+                    sel: if *key == NFT_CT_STATE {
+                        Selector::CtState
+                    } else {
+                        Selector::CtStatus
+                    },
                     len: 4,
                 },
             ),
@@ -358,6 +375,24 @@ impl Lifter<'_> {
                     self.stmts.push(Stmt::NumgenVMap { modulus, map });
                     return Ok(());
                 }
+                if let Some(Reg::NumgenBigEndian { modulus, offset }) =
+                    self.regs.get(&self.off(e, *sreg)?).cloned()
+                {
+                    let Some(dreg) = dreg.filter(|&d| d != NFT_REG_VERDICT && !*inverted) else {
+                        return Err(self.err(e, "a numgen interval key only feeds a data map"));
+                    };
+                    self.take(e, *sreg)?;
+                    self.load(
+                        e,
+                        dreg,
+                        Reg::NumgenMapData {
+                            modulus,
+                            offset,
+                            map: set.clone(),
+                        },
+                    )?;
+                    return Ok(());
+                }
                 let key = self.key(e, *sreg, info.key.len())?;
                 match dreg {
                     Some(NFT_REG_VERDICT) if !inverted => {
@@ -390,6 +425,58 @@ impl Lifter<'_> {
                 kind: NFT_NG_RANDOM,
                 offset: 0,
             } => self.load(e, *dreg, Reg::Numgen(*modulus)),
+            // With an offset, only as the key of a `dnat … map` (see the byteorder below).
+            Expr::Numgen {
+                dreg,
+                modulus,
+                kind: NFT_NG_RANDOM,
+                offset,
+            } => self.load(
+                e,
+                *dreg,
+                Reg::NumgenBigEndian {
+                    modulus: *modulus,
+                    offset: *offset,
+                },
+            ),
+            Expr::Nat {
+                kind: NFT_NAT_DNAT,
+                family,
+                addr_min: Some(amin),
+                addr_max,
+                proto_min: Some(pmin),
+                proto_max,
+                flags: 0x3,
+            } if addr_max.is_none_or(|m| m == *amin)
+                && proto_max.is_none_or(|m| m == *pmin)
+                && matches!(
+                    self.regs.get(&self.off(e, *amin)?),
+                    Some(Reg::NumgenMapData { .. })
+                ) =>
+            {
+                let Reg::NumgenMapData {
+                    modulus,
+                    offset,
+                    map,
+                } = self.take(e, *amin)?
+                else {
+                    unreachable!("matched above")
+                };
+                let addr_len = match (*family as u8, self.family) {
+                    (NFPROTO_IPV4, Family::Ip) => 4,
+                    (NFPROTO_IPV6, Family::Ip6) => 16,
+                    _ => return Err(self.err(e, "dnat map of another address family")),
+                };
+                if self.off(e, *pmin)? != self.off(e, *amin)? + addr_len {
+                    return Err(self.err(e, "dnat port is not the data after the address"));
+                }
+                self.stmts.push(Stmt::DnatNumgenMap {
+                    modulus,
+                    offset,
+                    map,
+                });
+                Ok(())
+            }
             Expr::Nat {
                 kind: NFT_NAT_DNAT,
                 family,
@@ -445,6 +532,21 @@ impl Lifter<'_> {
             }
             // Keys of interval concatenations are compared big-endian, so nft converts
             // `meta l4proto`; on one byte with size 2 the kernel's conversion is a no-op.
+            Expr::Byteorder {
+                sreg,
+                dreg,
+                op: NFT_BYTEORDER_HTON,
+                len: 4,
+                size: 4,
+            } if sreg == dreg => match self.take(e, *sreg)? {
+                Reg::Numgen(modulus) => {
+                    self.load(e, *dreg, Reg::NumgenBigEndian { modulus, offset: 0 })
+                }
+                Reg::NumgenBigEndian { modulus, offset } => {
+                    self.load(e, *dreg, Reg::NumgenBigEndian { modulus, offset })
+                }
+                other => Err(self.err(e, format!("byteorder on {other:?}"))),
+            },
             Expr::Byteorder {
                 sreg,
                 dreg,
@@ -644,6 +746,13 @@ impl Lifter<'_> {
                         op,
                         Value::CtState(CtState(ne32(data)?)),
                     ),
+                    // `ct status dnat`: any of the bits set.
+                    Selector::CtStatus if data.iter().all(|&b| b == 0) && op == CmpOp::Ne => m(
+                        sel,
+                        None,
+                        CmpOp::Eq,
+                        Value::CtStatus(CtStatus(ne32(&mask)?)),
+                    ),
                     Selector::Mark => m(sel, Some(ne32(&mask)?), op, Value::Mark(ne32(data)?)),
                     _ if is_addr(sel) && len == full_len(sel) => {
                         let prefix = prefix_len(&mask)?;
@@ -682,7 +791,11 @@ pub fn full_len(sel: Selector) -> u32 {
         Selector::Ip6Saddr | Selector::Ip6Daddr => 16,
         Selector::ThSport | Selector::ThDport => 2,
         Selector::L4Proto | Selector::NfProto => 1,
-        Selector::Mark | Selector::FibSaddrType | Selector::FibDaddrType | Selector::CtState => 4,
+        Selector::Mark
+        | Selector::FibSaddrType
+        | Selector::FibDaddrType
+        | Selector::CtState
+        | Selector::CtStatus => 4,
         Selector::IifName | Selector::OifName => 16,
     }
 }
@@ -742,5 +855,6 @@ fn selector_value(sel: Selector, data: &[u8]) -> Option<Value> {
             _ => return None,
         }),
         Selector::CtState => Value::CtState(CtState(ne32(data)?)),
+        Selector::CtStatus => Value::CtStatus(CtStatus(ne32(data)?)),
     })
 }

@@ -68,9 +68,11 @@ pub fn selector_type(sel: Selector) -> DataType {
         Selector::L4Proto => DataType::InetProto,
         Selector::Mark => DataType::Mark,
         Selector::IifName | Selector::OifName => DataType::IfName,
-        Selector::NfProto | Selector::FibSaddrType | Selector::FibDaddrType | Selector::CtState => {
-            DataType::Integer
-        }
+        Selector::NfProto
+        | Selector::FibSaddrType
+        | Selector::FibDaddrType
+        | Selector::CtState
+        | Selector::CtStatus => DataType::Integer,
     }
 }
 
@@ -122,6 +124,11 @@ fn load(sel: Selector, len: u32, unit: u32) -> Expr {
             dreg: Some(dreg),
             direction: None,
         },
+        Selector::CtStatus => Expr::Ct {
+            key: NFT_CT_STATUS,
+            dreg: Some(dreg),
+            direction: None,
+        },
     }
 }
 
@@ -154,6 +161,9 @@ pub fn value_bytes(v: &Value) -> Vec<u8> {
             n.to_ne_bytes().to_vec()
         }
         Value::CtState(s) => s.0.to_ne_bytes().to_vec(),
+        Value::CtStatus(s) => s.0.to_ne_bytes().to_vec(),
+        // Interval keys are big-endian so that ranges compare as numbers; this is the start.
+        Value::IntRange { first, .. } => first.to_be_bytes().to_vec(),
     }
 }
 
@@ -336,6 +346,54 @@ impl Lowerer<'_> {
                     sreg: r1,
                     op: NFT_CMP_EQ,
                     data: value.to_ne_bytes().to_vec(),
+                });
+            }
+            Stmt::DnatNumgenMap {
+                modulus,
+                offset,
+                map,
+            } => {
+                let proto = match self.family {
+                    Family::Ip => NFPROTO_IPV4,
+                    Family::Ip6 => NFPROTO_IPV6,
+                    Family::Inet => {
+                        return Err(Self::err(
+                            stmt,
+                            "an inet table cannot tell which address family the map holds",
+                        ));
+                    }
+                };
+                self.out.exprs.push(Expr::Numgen {
+                    dreg: r1,
+                    modulus: *modulus,
+                    kind: NFT_NG_RANDOM,
+                    offset: *offset,
+                });
+                // The map's interval keys are big-endian, as nft converts the number.
+                self.out.exprs.push(Expr::Byteorder {
+                    sreg: r1,
+                    dreg: r1,
+                    op: NFT_BYTEORDER_HTON,
+                    len: 4,
+                    size: 4,
+                });
+                self.out.exprs.push(Expr::Lookup {
+                    set: map.clone(),
+                    sreg: r1,
+                    dreg: Some(r1),
+                    inverted: false,
+                });
+                // The data is `address . port`: the port follows the address's 32-bit units.
+                let addr_len = if proto == NFPROTO_IPV4 { 4 } else { 16 };
+                let port_reg = put_register(1 + units(addr_len));
+                self.out.exprs.push(Expr::Nat {
+                    kind: NFT_NAT_DNAT,
+                    family: u32::from(proto),
+                    addr_min: Some(r1),
+                    addr_max: Some(r1),
+                    proto_min: Some(port_reg),
+                    proto_max: Some(port_reg),
+                    flags: NF_NAT_RANGE_MAP_IPS | NF_NAT_RANGE_PROTO_SPECIFIED,
                 });
             }
             Stmt::Update { set, key } => {
@@ -523,8 +581,8 @@ impl Lowerer<'_> {
         let len = selector_len(left);
         self.out.exprs.push(load(left, len, 1));
         match (left, mask) {
-            // `ct state new`: any of the bits set.
-            (Selector::CtState, None) if op == CmpOp::Eq => {
+            // `ct state new`, `ct status dnat`: any of the bits set.
+            (Selector::CtState | Selector::CtStatus, None) if op == CmpOp::Eq => {
                 self.out.exprs.push(Expr::Bitwise {
                     sreg: r1,
                     dreg: r1,
@@ -554,6 +612,7 @@ impl Lowerer<'_> {
     }
 }
 
+const NF_NAT_RANGE_MAP_IPS: u32 = 0x1;
 const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 0x2;
 const NF_NAT_RANGE_PROTO_RANDOM_FULLY: u32 = 0x10;
 
