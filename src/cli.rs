@@ -168,6 +168,8 @@ mod glue {
                 "rejected an object"
             );
         }
+        // Fresh endpoint-map blocks: the same manifests give the same blocks, so re-running
+        // `sync --once` on unchanged input sends nothing.
         Ok(crate::proxier::build(&state, &proxy))
     }
 

@@ -23,7 +23,7 @@ use crate::config::{Config, RunSettings};
 use crate::conntrack::{self, UdpServiceView};
 use crate::model::{ClusterState, Protocol, Rejected, TrafficPolicy};
 use crate::nft::netlink::Nftables;
-use crate::proxier::{self, ProxyConfig};
+use crate::proxier::{self, EndpointBlocks, ProxyConfig};
 use crate::serve::{self, HealthCheckServers, HealthState, Metrics, ServiceHealth, SyncResult};
 use crate::source::kube as kube_source;
 use crate::source::store::ClusterStore;
@@ -315,7 +315,6 @@ impl SyncLoop {
         );
         self.report_rejected(&rejected);
         self.health.set_node_eligible(node_eligible(&inputs));
-        let tables = proxier::build(&state, &proxy);
 
         let force_full = self.schedule.start(Instant::now());
         // Read before syncing: a failed sync always forgets the applied state, so asking
@@ -326,7 +325,23 @@ impl SyncLoop {
             SyncKind::Partial
         };
         let started = Instant::now();
-        let result = tokio::task::block_in_place(|| self.syncer.sync(&tables, force_full));
+        // A full sync reads the kernel first, before planning, so that services keep the
+        // endpoint-map blocks the kernel already has (after a restart too): unchanged services
+        // then plan to unchanged rules. If the read fails, the sync below reads again.
+        let mut full = attempted == SyncKind::Full;
+        if full {
+            match tokio::task::block_in_place(|| self.syncer.read_back()) {
+                Ok(()) => full = !self.syncer.has_applied_state(),
+                Err(e) => tracing::warn!(error = %e, "cannot read our tables back before planning"),
+            }
+        }
+        let blocks = self
+            .syncer
+            .applied_tables()
+            .map(EndpointBlocks::of_tables)
+            .unwrap_or_default();
+        let tables = proxier::build_after(&state, &proxy, &blocks);
+        let result = tokio::task::block_in_place(|| self.syncer.sync(&tables, full));
         let seconds = started.elapsed().as_secs_f64();
         let now = SystemTime::now();
         match result {

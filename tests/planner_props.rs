@@ -519,13 +519,7 @@ fn one_service_with_a_thousand_ports_and_a_slice_of_ten_thousand_endpoints_is_pl
     let tables = plan(&typed(&[svc]), &typed(&[slice]));
     assert!(fake_accepts(&tables).is_ok());
     let t = &tables[0];
-    assert!(
-        t.chains
-            .keys()
-            .filter(|c| c.starts_with("endpoint-"))
-            .count()
-            >= 10_000
-    );
+    assert_eq!(t.sets["service-endpoints"].elements.len(), 10_000);
 }
 
 /// Guards the generators themselves: hostile input must not crowd out the happy path, or the
@@ -546,10 +540,13 @@ fn a_fair_share_of_generated_clusters_proxy_services_with_endpoints() {
     runner
         .run(&cluster(), |(services, slices)| {
             let tables = plan(&typed(&services), &typed(&slices));
-            let with_endpoints = tables
-                .iter()
-                .flat_map(|t| t.chains.keys())
-                .any(|c| c.starts_with("endpoint-"));
+            // An endpoint chain (ClientIP affinity) or a slot in the endpoint map.
+            let with_endpoints = tables.iter().any(|t| {
+                t.chains.keys().any(|c| c.starts_with("endpoint-"))
+                    || t.sets
+                        .get("service-endpoints")
+                        .is_some_and(|s| !s.elements.is_empty())
+            });
             proxied.set(proxied.get() + with_endpoints as usize);
             Ok(())
         })

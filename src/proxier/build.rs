@@ -12,10 +12,91 @@ use super::names::*;
 use crate::model::{ClusterState, Endpoint, ServicePort, TrafficPolicy};
 use crate::nft::model::*;
 
-/// Up to this many endpoints, a service picks one by a cascade of rules rather than a map:
-/// a new connection walks n/2 rules on average (tens of nanoseconds each, first packet only),
-/// while each map would slow every commit of the whole table (see `dispatch`).
+/// Up to this many endpoints, a ClientIP-affinity service picks one by a cascade of rules
+/// rather than a map: a new connection walks n/2 rules on average (tens of nanoseconds each,
+/// first packet only), while each map would slow every commit of the whole table.
 pub const CASCADE_MAX_ENDPOINTS: usize = 128;
+
+/// Slots per block of the endpoint map. A chain draws `numgen random mod SLOTS_PER_BLOCK` in its
+/// own block and endpoint i of n owns slots `[i·S/n, (i+1)·S/n)`, so each endpoint's share is
+/// 1/n within n/65536 (0.015% of the share at 10 endpoints, 1.5% at 1,000), and the rule never
+/// changes when endpoints come and go: only map elements do.
+pub const SLOTS_PER_BLOCK: u32 = 1 << 16;
+/// Blocks in the 32-bit slot space. Chains past this many (per family) fall back to a cascade of
+/// endpoint chains, as ClientIP-affinity services use.
+pub const MAX_BLOCKS: u32 = (1u64 << 32).div_ceil(SLOTS_PER_BLOCK as u64) as u32;
+
+/// Which block of the endpoint map each endpoint-picking chain owns, per table family. Blocks
+/// are kept across builds (read back from the previous tables) so a service whose endpoints
+/// change keeps its rule; a new chain takes the lowest block nobody held before.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndpointBlocks {
+    by_family: BTreeMap<Family, BTreeMap<String, u32>>,
+}
+
+impl EndpointBlocks {
+    /// The blocks the chains of `tables` use (from their `dnat … map @service-endpoints` rules).
+    pub fn of_tables(tables: &[Table]) -> Self {
+        let mut by_family: BTreeMap<Family, BTreeMap<String, u32>> = BTreeMap::new();
+        for t in tables {
+            let blocks = by_family.entry(t.family).or_default();
+            for (name, chain) in &t.chains {
+                for stmt in chain.rules.iter().flat_map(|r| &r.stmts) {
+                    if let Stmt::DnatNumgenMap {
+                        modulus: SLOTS_PER_BLOCK,
+                        offset,
+                        map,
+                    } = stmt
+                        && map == SERVICE_ENDPOINTS
+                    {
+                        blocks.insert(name.clone(), offset / SLOTS_PER_BLOCK);
+                    }
+                }
+            }
+        }
+        EndpointBlocks { by_family }
+    }
+
+    /// The block of `chain` in a table of `family`, if it has one.
+    pub fn block(&self, family: Family, chain: &str) -> Option<u32> {
+        self.by_family.get(&family)?.get(chain).copied()
+    }
+}
+
+/// Hands out blocks during one build: previous owners keep theirs, and no block a previous
+/// chain held is reused in the same build (its old elements may still be deleted in the same
+/// transaction that adds the new ones).
+struct BlockAllocator {
+    previous: BTreeMap<String, u32>,
+    taken: std::collections::BTreeSet<u32>,
+    next_free: u32,
+}
+
+impl BlockAllocator {
+    fn new(previous: BTreeMap<String, u32>) -> Self {
+        let taken = previous.values().copied().collect();
+        BlockAllocator {
+            previous,
+            taken,
+            next_free: 0,
+        }
+    }
+
+    fn block_for(&mut self, chain: &str) -> Option<u32> {
+        if let Some(&b) = self.previous.get(chain) {
+            return Some(b);
+        }
+        while self.taken.contains(&self.next_free) {
+            self.next_free += 1;
+        }
+        if self.next_free >= MAX_BLOCKS {
+            return None;
+        }
+        let b = self.next_free;
+        self.taken.insert(b);
+        Some(b)
+    }
+}
 
 /// The IP family a table serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +216,7 @@ struct Builder<'a> {
     config: &'a ProxyConfig,
     state: &'a ClusterState,
     table: Table,
+    blocks: BlockAllocator,
 }
 
 impl Builder<'_> {
@@ -314,6 +396,22 @@ impl Builder<'_> {
             vec![
                 rule(
                     vec![
+                        m(
+                            Selector::CtStatus,
+                            CmpOp::Eq,
+                            Value::CtStatus(CtStatus::DNAT),
+                        ),
+                        Stmt::Lookup {
+                            key: vec![f.saddr(), f.daddr()],
+                            set: HAIRPIN_ENDPOINTS.into(),
+                            negate: false,
+                        },
+                        jump(MARK_FOR_MASQUERADE),
+                    ],
+                    Some("hairpin: an endpoint reaching itself through a service".into()),
+                ),
+                rule(
+                    vec![
                         Stmt::Match {
                             left: Selector::Mark,
                             mask: Some(mark),
@@ -401,6 +499,24 @@ impl Builder<'_> {
                 key3.clone(),
                 true,
                 "ClusterIP, ExternalIP and LoadBalancer IP traffic",
+            ),
+        );
+        let mut endpoints = map(
+            SERVICE_ENDPOINTS,
+            vec![DataType::Integer],
+            false,
+            "random slot to endpoint address . port; each service owns a block of 65536 slots",
+        );
+        endpoints.data = vec![f.addr_type(), DataType::InetService];
+        endpoints.interval = true;
+        self.table.sets.insert(SERVICE_ENDPOINTS.into(), endpoints);
+        self.table.sets.insert(
+            HAIRPIN_ENDPOINTS.into(),
+            map(
+                HAIRPIN_ENDPOINTS,
+                vec![f.addr_type(), f.addr_type()],
+                false,
+                "endpoint . itself: a service connection from an endpoint to itself is masqueraded",
             ),
         );
         self.table.sets.insert(
@@ -515,8 +631,68 @@ impl Builder<'_> {
         })
     }
 
+    /// The rules of `chain` that send a new connection to one of `eps`: a random slot of the
+    /// chain's block in the endpoint map, or (ClientIP affinity, or no block left) a cascade
+    /// of endpoint chains.
+    fn dispatch(&mut self, sp: &ServicePort, chain: &str, eps: &[Endpoint]) -> Vec<Rule> {
+        if eps.is_empty() {
+            return Vec::new();
+        }
+        if sp.affinity_timeout.is_none()
+            && let Some(block) = self.blocks.block_for(chain)
+        {
+            return self.endpoint_slots(sp, block, eps);
+        }
+        self.endpoint_chains(sp, eps);
+        self.cascade(sp, eps)
+    }
+
+    /// Fills `block` of the endpoint map with `eps` (each owning an equal share of the slots,
+    /// give or take one) and returns the rule that draws a slot.
+    fn endpoint_slots(&mut self, sp: &ServicePort, block: u32, eps: &[Endpoint]) -> Vec<Rule> {
+        let n = eps.len() as u64;
+        let base = block * SLOTS_PER_BLOCK;
+        let share = |i: u64| (i * u64::from(SLOTS_PER_BLOCK) / n) as u32;
+        let label = sp.name.to_string();
+        for (i, ep) in eps.iter().enumerate() {
+            let i = i as u64;
+            let (first, last) = (base + share(i), base + share(i + 1) - 1);
+            let s = self
+                .table
+                .sets
+                .get_mut(SERVICE_ENDPOINTS)
+                .expect("fixed sets exist");
+            s.elements.push(Element {
+                key: vec![Value::IntRange { first, last }],
+                data: Some(MapData::Values(vec![ip_value(ep.ip), Value::Port(ep.port)])),
+                comment: Some(label.clone()),
+            });
+            self.element(
+                HAIRPIN_ENDPOINTS,
+                vec![ip_value(ep.ip), ip_value(ep.ip)],
+                None,
+                None,
+            );
+        }
+        vec![rule(
+            vec![
+                m(
+                    Selector::L4Proto,
+                    CmpOp::Eq,
+                    Value::Proto(sp.name.protocol.number()),
+                ),
+                Stmt::DnatNumgenMap {
+                    modulus: SLOTS_PER_BLOCK,
+                    offset: base,
+                    map: SERVICE_ENDPOINTS.into(),
+                },
+            ],
+            None,
+        )]
+    }
+
     /// Endpoint chains (and affinity sets) for `eps`, then the dispatch statements.
-    fn dispatch(&mut self, sp: &ServicePort, eps: &[Endpoint]) -> Vec<Rule> {
+    fn cascade(&mut self, sp: &ServicePort, eps: &[Endpoint]) -> Vec<Rule> {
         let f = self.fam;
         let mut rules = Vec::new();
         let mut targets = Vec::new();
@@ -669,7 +845,6 @@ impl Builder<'_> {
         }
         // The cluster chain: masquerade off-cluster sources, then pick an endpoint.
         if !cluster.is_empty() {
-            self.endpoint_chains(sp, &cluster);
             let mut rules = Vec::new();
             for ip in &cluster_ips {
                 let masq = if self.config.masquerade_all {
@@ -684,7 +859,7 @@ impl Builder<'_> {
                     rules.push(rule(s, None));
                 }
             }
-            rules.extend(self.dispatch(sp, &cluster));
+            rules.extend(self.dispatch(sp, &svc_chain, &cluster));
             self.chain(&svc_chain, None, Some(&label), rules);
             for ip in &cluster_ips {
                 self.element(
@@ -785,9 +960,8 @@ impl Builder<'_> {
                         Some("short-circuit host traffic".into()),
                     ));
                 }
-                self.endpoint_chains(sp, &local);
                 let local_chain = local_chain(&sp.name);
-                let dispatch = self.dispatch(sp, &local);
+                let dispatch = self.dispatch(sp, &local_chain, &local);
                 self.chain(&local_chain, None, Some(&label), dispatch);
                 rules.push(rule(vec![goto(&local_chain)], None));
             }
@@ -870,19 +1044,30 @@ impl Builder<'_> {
     }
 }
 
-/// The table of one family.
-pub fn build_family(state: &ClusterState, config: &ProxyConfig, fam: IpFamily) -> Table {
+/// The table of one family; chains keep the endpoint-map blocks `previous` gave them.
+pub fn build_family(
+    state: &ClusterState,
+    config: &ProxyConfig,
+    fam: IpFamily,
+    previous: &EndpointBlocks,
+) -> Table {
     let table = Table {
         family: fam.table_family(),
         name: config.table_name.clone(),
         comment: Some("rules for kubenft, the Kubernetes service proxy".into()),
         ..Table::default()
     };
+    let previous = previous
+        .by_family
+        .get(&fam.table_family())
+        .cloned()
+        .unwrap_or_default();
     let mut b = Builder {
         fam,
         config,
         state,
         table,
+        blocks: BlockAllocator::new(previous),
     };
     b.skeleton();
     for ip in b.nodeport_ips() {

@@ -5,18 +5,32 @@ pub mod config;
 mod endpoints;
 pub mod names;
 
-pub use build::{CASCADE_MAX_ENDPOINTS, IpFamily, build_family, families};
+pub use build::{
+    CASCADE_MAX_ENDPOINTS, EndpointBlocks, IpFamily, MAX_BLOCKS, SLOTS_PER_BLOCK, build_family,
+    families,
+};
 pub use config::{DetectLocal, NodePortAddresses, ProxyConfig};
 pub use endpoints::{cluster_endpoints, local_endpoints};
 
 use crate::model::ClusterState;
 use crate::nft::model::Table;
 
-/// One table per IP family this node serves (`ip` and/or `ip6`, named `config.table_name`).
+/// One table per IP family this node serves (`ip` and/or `ip6`, named `config.table_name`),
+/// with endpoint-map blocks handed out afresh.
 pub fn build(state: &ClusterState, config: &ProxyConfig) -> Vec<Table> {
+    build_after(state, config, &EndpointBlocks::default())
+}
+
+/// Like `build`, keeping the endpoint-map blocks of `previous` (read from what the kernel
+/// holds), so that a service whose endpoints change keeps its rules and only map elements move.
+pub fn build_after(
+    state: &ClusterState,
+    config: &ProxyConfig,
+    previous: &EndpointBlocks,
+) -> Vec<Table> {
     families(state, config)
         .into_iter()
-        .map(|f| build_family(state, config, f))
+        .map(|f| build_family(state, config, f, previous))
         .collect()
 }
 

@@ -38,6 +38,10 @@ pub const SERVICE_NODEPORTS: &str = "service-nodeports";
 pub const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
 pub const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
 pub const FIREWALL_IPS: &str = "firewall-ips";
+/// Random slot → `address . port`: every endpoint-picking chain owns one block of slots.
+pub const SERVICE_ENDPOINTS: &str = "service-endpoints";
+/// `endpoint . endpoint` pairs: a DNATed packet from an endpoint to itself is masqueraded.
+pub const HAIRPIN_ENDPOINTS: &str = "hairpin-endpoints";
 
 /// Short stable hash: the first 8 base32 characters of SHA-256.
 pub fn hash(s: &str) -> String {

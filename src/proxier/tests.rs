@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::model::ClusterState;
-use crate::nft::model::{Family, Set, Stmt, Table, Value, Verdict};
+use crate::nft::model::{CmpOp, Family, MapData, Selector, Set, Stmt, Table, Value, Verdict};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
@@ -56,6 +56,30 @@ fn verdict_for(set: &Set, key_prefix: &Value) -> Option<Verdict> {
         .and_then(|e| e.data.as_ref()?.verdict().cloned())
 }
 
+/// The `ip:port` endpoints the endpoint map holds, in slot order.
+fn slot_endpoints(t: &Table) -> Vec<String> {
+    t.sets["service-endpoints"]
+        .elements
+        .iter()
+        .map(|e| match &e.data {
+            Some(MapData::Values(v)) => format!("{}:{}", v[0], v[1]),
+            other => panic!("endpoint map data {other:?}"),
+        })
+        .collect()
+}
+
+/// The (first, last) slot ranges of the endpoint map, in order.
+fn slot_ranges(t: &Table) -> Vec<(u32, u32)> {
+    t.sets["service-endpoints"]
+        .elements
+        .iter()
+        .map(|e| match e.key[..] {
+            [Value::IntRange { first, last }] => (first, last),
+            ref other => panic!("endpoint map key {other:?}"),
+        })
+        .collect()
+}
+
 const WEB: &str = "
 metadata: {name: web, namespace: default}
 spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80, protocol: TCP}]}
@@ -68,7 +92,7 @@ fn ip(s: &str) -> Value {
 }
 
 #[test]
-fn a_cluster_ip_with_two_ready_endpoints_picks_one_by_a_numgen_cascade() {
+fn a_cluster_ip_with_two_ready_endpoints_picks_one_by_a_random_slot_of_its_block() {
     let t = plan(
         &[service(WEB)],
         &[slice("web", "IPv4", 8080, TWO_READY)],
@@ -78,22 +102,32 @@ fn a_cluster_ip_with_two_ready_endpoints_picks_one_by_a_numgen_cascade() {
     let Some(Verdict::Goto(chain)) = verdict_for(&t.sets["service-ips"], &ip("10.96.0.10")) else {
         panic!("no service-ips entry")
     };
-    let rules = &t.chains[&chain].rules;
-    // A cascade: first endpoint with probability 1/2, else the second.
-    let picks: Vec<&Vec<Stmt>> = rules
-        .iter()
-        .map(|r| &r.stmts)
-        .filter(|s| matches!(s.last(), Some(Stmt::Verdict(Verdict::Goto(c))) if c.starts_with("endpoint-")))
-        .collect();
-    assert_eq!(picks.len(), 2);
+    let last = &t.chains[&chain].rules.last().unwrap().stmts;
     assert_eq!(
-        picks[0][0],
-        Stmt::NumgenIs {
-            modulus: 2,
-            value: 0
-        }
+        last[..],
+        [
+            Stmt::Match {
+                left: Selector::L4Proto,
+                mask: None,
+                op: CmpOp::Eq,
+                right: Value::Proto(6)
+            },
+            Stmt::DnatNumgenMap {
+                modulus: SLOTS_PER_BLOCK,
+                offset: 0,
+                map: "service-endpoints".into()
+            }
+        ]
     );
-    assert_eq!(picks[1].len(), 1, "the last endpoint takes what is left");
+    // Half the block each; no endpoint chains.
+    assert_eq!(slot_ranges(t), [(0, 32767), (32768, 65535)]);
+    assert_eq!(slot_endpoints(t), ["10.244.0.11:8080", "10.244.1.12:8080"]);
+    assert!(!t.chains.keys().any(|c| c.starts_with("endpoint-")));
+    assert_eq!(
+        t.sets["hairpin-endpoints"].elements.len(),
+        2,
+        "each endpoint is masqueraded when it reaches itself"
+    );
     assert!(
         t.sets["cluster-ips"]
             .elements
@@ -122,11 +156,7 @@ fn terminating_endpoints_serve_only_when_none_is_ready() {
         &config(),
     );
     let t = v4(&t);
-    let endpoints: Vec<&String> = t
-        .chains
-        .keys()
-        .filter(|c| c.starts_with("endpoint-"))
-        .collect();
+    let endpoints = slot_endpoints(t);
     assert_eq!(endpoints.len(), 1, "{endpoints:?}");
     assert!(endpoints[0].contains("10.244.0.11"));
 }
@@ -373,22 +403,14 @@ spec: {clusterIP: 10.96.0.10, trafficDistribution: PreferClose, ports: [{name: h
         &[slice("web", "IPv4", 8080, hinted)],
         &config(),
     );
-    let endpoints: Vec<&String> = v4(&t)
-        .chains
-        .keys()
-        .filter(|c| c.starts_with("endpoint-"))
-        .collect();
+    let endpoints = slot_endpoints(v4(&t));
     assert_eq!(endpoints.len(), 1, "only zone-a's endpoint: {endpoints:?}");
     assert!(endpoints[0].contains("10.244.0.11"));
 
     let partly = "[{addresses: [10.244.0.11], hints: {forZones: [{name: zone-a}]}, conditions: {ready: true}}, {addresses: [10.244.1.12], conditions: {ready: true}}]";
     let t = plan(&[svc], &[slice("web", "IPv4", 8080, partly)], &config());
     assert_eq!(
-        v4(&t)
-            .chains
-            .keys()
-            .filter(|c| c.starts_with("endpoint-"))
-            .count(),
+        slot_endpoints(v4(&t)).len(),
         2,
         "incomplete hints are ignored"
     );
@@ -472,11 +494,7 @@ spec: {clusterIP: 10.96.0.10, trafficDistribution: PreferSameNode, ports: [{name
     );
     let hinted = "[{addresses: [10.244.0.11], nodeName: node-a, hints: {forNodes: [{name: node-a}], forZones: [{name: zone-a}]}, conditions: {ready: true}}, {addresses: [10.244.1.12], nodeName: node-b, hints: {forNodes: [{name: node-b}], forZones: [{name: zone-a}]}, conditions: {ready: true}}]";
     let t = plan(&[svc], &[slice("web", "IPv4", 8080, hinted)], &config());
-    let endpoints: Vec<&String> = v4(&t)
-        .chains
-        .keys()
-        .filter(|c| c.starts_with("endpoint-"))
-        .collect();
+    let endpoints = slot_endpoints(v4(&t));
     assert_eq!(endpoints.len(), 1, "{endpoints:?}");
     assert!(endpoints[0].contains("10.244.0.11"));
 }
@@ -492,7 +510,101 @@ fn external_name_services_are_not_proxied() {
 }
 
 #[test]
-fn many_endpoints_are_picked_by_one_numgen_map_and_a_few_by_a_uniform_cascade() {
+fn endpoints_share_their_block_evenly_and_blocks_do_not_overlap() {
+    let endpoints = |n: usize| {
+        (0..n)
+            .map(|i| {
+                format!(
+                    "{{addresses: [10.244.3.{}], conditions: {{ready: true}}}}",
+                    i + 1
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let api = service(
+        "metadata: {name: api, namespace: default}\nspec: {clusterIP: 10.96.0.11, ports: [{name: http, port: 80, protocol: TCP}]}",
+    );
+    let t = plan(
+        &[service(WEB), api],
+        &[
+            slice("web", "IPv4", 8080, &format!("[{}]", endpoints(7))),
+            slice("api", "IPv4", 8080, &format!("[{}]", endpoints(3))),
+        ],
+        &config(),
+    );
+    let ranges = slot_ranges(v4(&t));
+    assert_eq!(ranges.len(), 10);
+    // Contiguous from 0 over two whole blocks: every slot drawn finds exactly one endpoint.
+    for w in ranges.windows(2) {
+        assert_eq!(w[0].1 + 1, w[1].0, "{ranges:?}");
+    }
+    assert_eq!(ranges[0].0, 0);
+    assert_eq!(ranges[9].1, 2 * SLOTS_PER_BLOCK - 1);
+    // Within a block, shares differ by at most one slot.
+    for block in [&ranges[..3], &ranges[3..]] {
+        let sizes: Vec<u32> = block.iter().map(|(a, b)| b - a + 1).collect();
+        let (min, max) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+        assert!(max - min <= 1, "{sizes:?}");
+    }
+}
+
+#[test]
+fn a_service_keeps_its_block_when_endpoints_change_and_new_services_take_free_blocks() {
+    let api = |ip: &str| {
+        service(&format!(
+            "metadata: {{name: api, namespace: default}}\nspec: {{clusterIP: {ip}, ports: [{{name: http, port: 80, protocol: TCP}}]}}"
+        ))
+    };
+    let node: Node = serde_yaml::from_str(NODE).unwrap();
+    let one = "[{addresses: [10.244.0.11], conditions: {ready: true}}]";
+    let (before, _) = ClusterState::from_objects(
+        &[service(WEB), api("10.96.0.11")],
+        &[
+            slice("web", "IPv4", 8080, one),
+            slice("api", "IPv4", 8080, one),
+        ],
+        Some(&node),
+    );
+    let first = build(&before, &config());
+    let blocks = EndpointBlocks::of_tables(&first);
+    let web = crate::proxier::names::service_chain(&before.services.values().nth(1).unwrap().name);
+    assert!(web.contains("default/web"), "{web}");
+    assert_eq!(
+        blocks.block(Family::Ip, &web),
+        Some(1),
+        "services in name order"
+    );
+
+    // web gains an endpoint and api goes away; a new service arrives.
+    let late = service(
+        "metadata: {name: aaa, namespace: default}\nspec: {clusterIP: 10.96.0.12, ports: [{name: http, port: 80, protocol: TCP}]}",
+    );
+    let (after, _) = ClusterState::from_objects(
+        &[service(WEB), late],
+        &[
+            slice("web", "IPv4", 8080, TWO_READY),
+            slice("aaa", "IPv4", 8080, one),
+        ],
+        Some(&node),
+    );
+    let second = build_after(&after, &config(), &blocks);
+    let kept = EndpointBlocks::of_tables(&second);
+    assert_eq!(kept.block(Family::Ip, &web), Some(1), "web keeps its rule");
+    let aaa = crate::proxier::names::service_chain(&after.services.values().next().unwrap().name);
+    assert_eq!(
+        kept.block(Family::Ip, &aaa),
+        Some(2),
+        "api's block 0 is not reused while its elements may still be in the kernel"
+    );
+    assert_eq!(
+        v4(&first).chains[&web].rules,
+        v4(&second).chains[&web].rules
+    );
+}
+
+#[test]
+fn affinity_services_pick_endpoint_chains_by_a_cascade_or_one_numgen_map() {
     use crate::proxier::CASCADE_MAX_ENDPOINTS;
     let endpoints = |n: usize| {
         (0..n)
@@ -506,13 +618,16 @@ fn many_endpoints_are_picked_by_one_numgen_map_and_a_few_by_a_uniform_cascade() 
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let sticky = service(
+        "metadata: {name: web, namespace: default}\nspec: {clusterIP: 10.96.0.10, sessionAffinity: ClientIP, ports: [{name: http, port: 80, protocol: TCP}]}",
+    );
     for (n, map) in [
         (3, false),
         (CASCADE_MAX_ENDPOINTS, false),
         (CASCADE_MAX_ENDPOINTS + 1, true),
     ] {
         let t = plan(
-            &[service(WEB)],
+            std::slice::from_ref(&sticky),
             &[slice("web", "IPv4", 8080, &format!("[{}]", endpoints(n)))],
             &config(),
         );

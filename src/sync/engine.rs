@@ -119,6 +119,9 @@ pub struct Syncer<K> {
     /// Canonical tables as last committed, with the generation our commit produced; `None`
     /// forces the next sync to be a full one.
     applied: Option<(Vec<Table>, u32)>,
+    /// `applied` came from `read_back`, not from our own commit: the next sync, a difference
+    /// against what was read, is reported as a full one.
+    read_back: bool,
 }
 
 impl<K: Kernel> Syncer<K> {
@@ -127,6 +130,7 @@ impl<K: Kernel> Syncer<K> {
             kernel,
             table_name: table_name.to_string(),
             applied: None,
+            read_back: false,
         }
     }
 
@@ -139,10 +143,48 @@ impl<K: Kernel> Syncer<K> {
         self.applied.is_some()
     }
 
+    /// What the kernel holds as far as we know (our last commit, or the last `read_back`).
+    pub fn applied_tables(&self) -> Option<&[Table]> {
+        self.applied.as_ref().map(|(t, _)| t.as_slice())
+    }
+
+    /// Reads our tables from the kernel and remembers them as applied, so the planner can keep
+    /// what they hold (endpoint-map blocks) and the next `sync` sends only the difference from
+    /// them, as a full sync would after its own read. A table that cannot be decoded leaves
+    /// nothing remembered: the next sync is then a full one, which replaces it.
+    pub fn read_back(&mut self) -> Result<(), SyncError> {
+        self.applied = None;
+        let generation = self.kernel.generation().map_err(SyncError::Generation)?;
+        let mut tables = Vec::new();
+        for family in [Family::Ip, Family::Ip6] {
+            let observed = self
+                .kernel
+                .read_table(family, &self.table_name)
+                .map_err(|source| SyncError::Read {
+                    family,
+                    table: self.table_name.clone(),
+                    source,
+                })?;
+            match observed {
+                Observed::Read(t) => tables.push(t),
+                Observed::Absent => {}
+                Observed::Unreadable => return Ok(()),
+            }
+        }
+        self.applied = Some((tables, generation));
+        self.read_back = true;
+        Ok(())
+    }
+
     /// Brings the kernel to `desired`. Partial unless `force_full`, or nothing was applied yet,
     /// or the ruleset generation moved since our last commit.
     pub fn sync(&mut self, desired: &[Table], force_full: bool) -> Result<SyncReport, SyncError> {
         let desired: Vec<Table> = desired.iter().map(canonical).collect();
+        let kind = if std::mem::take(&mut self.read_back) {
+            SyncKind::Full
+        } else {
+            SyncKind::Partial
+        };
         if !force_full && let Some((applied, generation)) = self.applied.take() {
             let now = self.kernel.generation().map_err(SyncError::Generation)?;
             if now == generation {
@@ -150,7 +192,7 @@ impl<K: Kernel> Syncer<K> {
                 let tx = reconcile_transaction(&observed, &desired, Some(generation));
                 match self.commit(&tx) {
                     Ok(committed) => {
-                        return Ok(self.remember(desired, committed, SyncKind::Partial));
+                        return Ok(self.remember(desired, committed, kind));
                     }
                     Err(SyncError::Apply {
                         source: KernelError::GenerationChanged { .. },

@@ -13,7 +13,7 @@ use kubenft::netns::Netns;
 use kubenft::nft::model::Table;
 use kubenft::nft::netlink::{Nftables, canonical};
 use kubenft::nft::render::render_table;
-use kubenft::proxier::build;
+use kubenft::proxier::{EndpointBlocks, build, build_after};
 use kubenft::sync::{Observed, Syncer, reconcile_transaction};
 
 use crate::synthetic::{self, add_service, cluster, config};
@@ -222,7 +222,8 @@ fn partial_syncs(state: &ClusterState, endpoints: usize) -> (Partial, Partial, (
 
         let mut change = |state: &ClusterState| {
             let start = Instant::now();
-            let tables = build(state, &config());
+            // As the daemon plans: keeping the endpoint-map blocks of what is applied.
+            let tables = build_after(state, &config(), &EndpointBlocks::of_tables(&applied));
             let build_time = start.elapsed();
             let start = Instant::now();
             let desired: Vec<Table> = tables.iter().map(canonical).collect();
@@ -255,10 +256,13 @@ fn partial_syncs(state: &ClusterState, endpoints: usize) -> (Partial, Partial, (
         add_service(&mut more, 999_999, endpoints.max(1));
         let service = change(&more);
 
-        let tables = build(&more, &config());
+        // A restarted daemon: read the kernel, plan keeping its blocks, send the difference.
         let mut restarted = Syncer::new(Nftables::open().unwrap(), "kubenft");
         let start = Instant::now();
-        let report = restarted.sync(&tables, true).expect("restart sync");
+        restarted.read_back().expect("restart read");
+        let blocks = EndpointBlocks::of_tables(restarted.applied_tables().expect("read back"));
+        let tables = build_after(&more, &config(), &blocks);
+        let report = restarted.sync(&tables, false).expect("restart sync");
         (endpoint, service, (start.elapsed(), report.ops))
     })
     .unwrap()
