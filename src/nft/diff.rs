@@ -261,7 +261,25 @@ pub fn plan(current: Option<&Table>, desired: &Table) -> Vec<Op> {
         });
     }
 
-    // 6. Fill: elements of new and recreated sets, added elements, then rules.
+    // 6. Fill: rules, then elements of new and recreated sets and added elements. Rules come
+    // first because the kernel walks every element of a map each time a rule in another chain
+    // starts using it: thousands of service chains binding to a filled endpoint map would be
+    // quadratic, while binding to it empty is free.
+    for c in new_chains
+        .iter()
+        .chain(refilled.iter())
+        .chain(recreated_chains.iter())
+    {
+        for rule in &c.rules {
+            let mut rule = rule.clone();
+            rule.handle = None;
+            ops.push(Op::AddRule {
+                table: table.clone(),
+                chain: c.name.clone(),
+                rule,
+            });
+        }
+    }
     for s in desired.sets.values() {
         let fresh = !cur.sets.contains_key(&s.name) || recreated_sets.contains(s.name.as_str());
         if fresh && !s.elements.is_empty() {
@@ -278,21 +296,6 @@ pub fn plan(current: Option<&Table>, desired: &Table) -> Vec<Op> {
             set,
             elements,
         });
-    }
-    for c in new_chains
-        .iter()
-        .chain(refilled.iter())
-        .chain(recreated_chains.iter())
-    {
-        for rule in &c.rules {
-            let mut rule = rule.clone();
-            rule.handle = None;
-            ops.push(Op::AddRule {
-                table: table.clone(),
-                chain: c.name.clone(),
-                rule,
-            });
-        }
     }
 
     // 7. Chains nobody refers to any more.
