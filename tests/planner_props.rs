@@ -519,7 +519,13 @@ fn one_service_with_a_thousand_ports_and_a_slice_of_ten_thousand_endpoints_is_pl
     let tables = plan(&typed(&[svc]), &typed(&[slice]));
     assert!(fake_accepts(&tables).is_ok());
     let t = &tables[0];
-    assert_eq!(t.sets["service-endpoints"].elements.len(), 10_000);
+    let slots: usize = t
+        .sets
+        .values()
+        .filter(|s| kubenft::proxier::names::is_endpoint_map(&s.name))
+        .map(|s| s.elements.len())
+        .sum();
+    assert_eq!(slots, 10_000);
 }
 
 /// Guards the generators themselves: hostile input must not crowd out the happy path, or the
@@ -543,9 +549,9 @@ fn a_fair_share_of_generated_clusters_proxy_services_with_endpoints() {
             // An endpoint chain (ClientIP affinity) or a slot in the endpoint map.
             let with_endpoints = tables.iter().any(|t| {
                 t.chains.keys().any(|c| c.starts_with("endpoint-"))
-                    || t.sets
-                        .get("service-endpoints")
-                        .is_some_and(|s| !s.elements.is_empty())
+                    || t.sets.values().any(|s| {
+                        kubenft::proxier::names::is_endpoint_map(&s.name) && !s.elements.is_empty()
+                    })
             });
             proxied.set(proxied.get() + with_endpoints as usize);
             Ok(())

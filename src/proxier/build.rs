@@ -47,7 +47,7 @@ impl EndpointBlocks {
                         offset,
                         map,
                     } = stmt
-                        && map == SERVICE_ENDPOINTS
+                        && is_endpoint_map(map)
                     {
                         blocks.insert(name.clone(), offset / SLOTS_PER_BLOCK);
                     }
@@ -501,15 +501,6 @@ impl Builder<'_> {
                 "ClusterIP, ExternalIP and LoadBalancer IP traffic",
             ),
         );
-        let mut endpoints = map(
-            SERVICE_ENDPOINTS,
-            vec![DataType::Integer],
-            false,
-            "random slot to endpoint address . port; each service owns a block of 65536 slots",
-        );
-        endpoints.data = vec![f.addr_type(), DataType::InetService];
-        endpoints.interval = true;
-        self.table.sets.insert(SERVICE_ENDPOINTS.into(), endpoints);
         self.table.sets.insert(
             HAIRPIN_ENDPOINTS.into(),
             map(
@@ -654,14 +645,23 @@ impl Builder<'_> {
         let base = block * SLOTS_PER_BLOCK;
         let share = |i: u64| (i * u64::from(SLOTS_PER_BLOCK) / n) as u32;
         let label = sp.name.to_string();
+        let shard = endpoint_map(block);
+        let addr_type = self.fam.addr_type();
         for (i, ep) in eps.iter().enumerate() {
             let i = i as u64;
             let (first, last) = (base + share(i), base + share(i + 1) - 1);
-            let s = self
-                .table
-                .sets
-                .get_mut(SERVICE_ENDPOINTS)
-                .expect("fixed sets exist");
+            // Shards exist while some block in them is used.
+            let s = self.table.sets.entry(shard.clone()).or_insert_with(|| {
+                let mut s = map(
+                    &shard,
+                    vec![DataType::Integer],
+                    false,
+                    "random slot to endpoint address . port; a service owns 65536 slots",
+                );
+                s.data = vec![addr_type, DataType::InetService];
+                s.interval = true;
+                s
+            });
             s.elements.push(Element {
                 key: vec![Value::IntRange { first, last }],
                 data: Some(MapData::Values(vec![ip_value(ep.ip), Value::Port(ep.port)])),
@@ -684,7 +684,7 @@ impl Builder<'_> {
                 Stmt::DnatNumgenMap {
                     modulus: SLOTS_PER_BLOCK,
                     offset: base,
-                    map: SERVICE_ENDPOINTS.into(),
+                    map: shard,
                 },
             ],
             None,

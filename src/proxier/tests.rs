@@ -56,28 +56,37 @@ fn verdict_for(set: &Set, key_prefix: &Value) -> Option<Verdict> {
         .and_then(|e| e.data.as_ref()?.verdict().cloned())
 }
 
+/// The endpoint map's elements over all shards, in slot order.
+fn slots(t: &Table) -> Vec<((u32, u32), String)> {
+    let mut out: Vec<((u32, u32), String)> = t
+        .sets
+        .values()
+        .filter(|s| names::is_endpoint_map(&s.name))
+        .flat_map(|s| &s.elements)
+        .map(|e| {
+            let range = match e.key[..] {
+                [Value::IntRange { first, last }] => (first, last),
+                ref other => panic!("endpoint map key {other:?}"),
+            };
+            let target = match &e.data {
+                Some(MapData::Values(v)) => format!("{}:{}", v[0], v[1]),
+                other => panic!("endpoint map data {other:?}"),
+            };
+            (range, target)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// The `ip:port` endpoints the endpoint map holds, in slot order.
 fn slot_endpoints(t: &Table) -> Vec<String> {
-    t.sets["service-endpoints"]
-        .elements
-        .iter()
-        .map(|e| match &e.data {
-            Some(MapData::Values(v)) => format!("{}:{}", v[0], v[1]),
-            other => panic!("endpoint map data {other:?}"),
-        })
-        .collect()
+    slots(t).into_iter().map(|(_, e)| e).collect()
 }
 
 /// The (first, last) slot ranges of the endpoint map, in order.
 fn slot_ranges(t: &Table) -> Vec<(u32, u32)> {
-    t.sets["service-endpoints"]
-        .elements
-        .iter()
-        .map(|e| match e.key[..] {
-            [Value::IntRange { first, last }] => (first, last),
-            ref other => panic!("endpoint map key {other:?}"),
-        })
-        .collect()
+    slots(t).into_iter().map(|(r, _)| r).collect()
 }
 
 const WEB: &str = "
@@ -115,7 +124,7 @@ fn a_cluster_ip_with_two_ready_endpoints_picks_one_by_a_random_slot_of_its_block
             Stmt::DnatNumgenMap {
                 modulus: SLOTS_PER_BLOCK,
                 offset: 0,
-                map: "service-endpoints".into()
+                map: "service-endpoints-00".into()
             }
         ]
     );
