@@ -167,6 +167,28 @@ fn el(key: Vec<Value>, data: Option<Verdict>, comment: &str) -> Element {
     }
 }
 
+/// An interval map from numgen slots to `address . port` (the planner's endpoint map).
+fn endpoint_map(name: &str, addr: DataType, comment: &str, elements: Vec<Element>) -> Set {
+    let mut s = set(name, vec![DataType::Integer], None, comment);
+    s.data = vec![addr, DataType::InetService];
+    s.interval = true;
+    s.elements = elements;
+    s
+}
+
+/// Slots `first..=last` of an endpoint map, owned by `addr:port`.
+fn slot(first: u32, last: u32, addr: IpAddr, port: u16, comment: &str) -> Element {
+    let addr = match addr {
+        IpAddr::V4(a) => Value::Ipv4(a),
+        IpAddr::V6(a) => Value::Ipv6(a),
+    };
+    Element {
+        key: vec![Value::IntRange { first, last }],
+        data: Some(MapData::Values(vec![addr, Value::Port(port)])),
+        comment: (!comment.is_empty()).then(|| comment.to_string()),
+    }
+}
+
 fn table(family: Family, name: &str, comment: &str, chains: Vec<Chain>, sets: Vec<Set>) -> Table {
     Table {
         family,
@@ -1179,27 +1201,18 @@ fn ip_route_and_misc() -> Table {
             )],
         ),
     ];
-    let mut endpoints = set(
+    let v4_slot =
+        |first, last, addr, port, comment| slot(first, last, IpAddr::V4(v4(addr)), port, comment);
+    let endpoints = endpoint_map(
         "endpoints",
-        vec![DataType::Integer],
-        None,
+        DataType::Ipv4Addr,
         "numgen ranges to address . port",
+        vec![
+            v4_slot(0, 65535, [10, 1, 0, 1], 80, ""),
+            v4_slot(65536, 98303, [10, 1, 0, 2], 8080, "ns/web:http"),
+            v4_slot(98304, 131071, [10, 1, 0, 3], 8080, "ns/web:http"),
+        ],
     );
-    endpoints.data = vec![DataType::Ipv4Addr, DataType::InetService];
-    endpoints.interval = true;
-    let slot = |first: u32, last: u32, addr: [u8; 4], port: u16, comment: &str| Element {
-        key: vec![Value::IntRange { first, last }],
-        data: Some(MapData::Values(vec![
-            Value::Ipv4(v4(addr)),
-            Value::Port(port),
-        ])),
-        comment: (!comment.is_empty()).then(|| comment.to_string()),
-    };
-    endpoints.elements = vec![
-        slot(0, 65535, [10, 1, 0, 1], 80, ""),
-        slot(65536, 98303, [10, 1, 0, 2], 8080, "ns/web:http"),
-        slot(98304, 131071, [10, 1, 0, 3], 8080, "ns/web:http"),
-    ];
     let mut hairpins = set(
         "hairpins",
         vec![DataType::Ipv4Addr, DataType::Ipv4Addr],
@@ -1317,33 +1330,15 @@ fn ip6_misc() -> Table {
             )],
         ),
     ];
-    let mut endpoints = set("endpoints6", vec![DataType::Integer], None, "");
-    endpoints.data = vec![DataType::Ipv6Addr, DataType::InetService];
-    endpoints.interval = true;
-    endpoints.elements = vec![
-        Element {
-            key: vec![Value::IntRange {
-                first: 0,
-                last: 340,
-            }],
-            data: Some(MapData::Values(vec![
-                Value::Ipv6(v6("fd00:100::7")),
-                Value::Port(53),
-            ])),
-            comment: None,
-        },
-        Element {
-            key: vec![Value::IntRange {
-                first: 341,
-                last: 1023,
-            }],
-            data: Some(MapData::Values(vec![
-                Value::Ipv6(v6("fd00:100::8")),
-                Value::Port(5353),
-            ])),
-            comment: Some("ns/dns:udp".into()),
-        },
-    ];
+    let endpoints = endpoint_map(
+        "endpoints6",
+        DataType::Ipv6Addr,
+        "",
+        vec![
+            slot(0, 340, IpAddr::V6(v6("fd00:100::7")), 53, ""),
+            slot(341, 1023, IpAddr::V6(v6("fd00:100::8")), 5353, "ns/dns:udp"),
+        ],
+    );
     table(Family::Ip6, "misc6", "", chains, vec![endpoints])
 }
 

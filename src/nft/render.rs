@@ -104,33 +104,27 @@ fn ct_state_names(s: CtState) -> String {
         (CtState::NEW, "new"),
         (CtState::UNTRACKED, "untracked"),
     ];
-    let mut parts: Vec<String> = Vec::new();
-    let mut rest = s.0;
-    for (bit, name) in NAMES {
-        if rest & bit.0 != 0 {
-            parts.push(name.to_string());
-            rest &= !bit.0;
-        }
-    }
-    if rest != 0 || parts.is_empty() {
-        // Bits nft has no name for: a plain number is still accepted for a bitmask type.
-        parts.push(format!("0x{rest:08x}"));
-    }
-    parts.join(",")
+    bit_names(s.0, NAMES.map(|(bit, name)| (bit.0, name)))
 }
 
 /// `ct status` bits by nft's names (only the NAT bits have rules here).
 fn ct_status_names(s: CtStatus) -> String {
     const NAMES: [(CtStatus, &str); 2] = [(CtStatus(1 << 4), "snat"), (CtStatus::DNAT, "dnat")];
+    bit_names(s.0, NAMES.map(|(bit, name)| (bit.0, name)))
+}
+
+/// A bit set as nft lists it: the names of the set bits in `names` order, comma-separated.
+fn bit_names<const N: usize>(bits: u32, names: [(u32, &str); N]) -> String {
     let mut parts: Vec<String> = Vec::new();
-    let mut rest = s.0;
-    for (bit, name) in NAMES {
-        if rest & bit.0 != 0 {
+    let mut rest = bits;
+    for (bit, name) in names {
+        if rest & bit != 0 {
             parts.push(name.to_string());
-            rest &= !bit.0;
+            rest &= !bit;
         }
     }
     if rest != 0 || parts.is_empty() {
+        // Bits nft has no name for: a plain number is still accepted for a bitmask type.
         parts.push(format!("0x{rest:08x}"));
     }
     parts.join(",")

@@ -156,15 +156,7 @@ impl<K: Kernel> Syncer<K> {
         self.applied = None;
         let generation = self.kernel.generation().map_err(SyncError::Generation)?;
         let mut tables = Vec::new();
-        for family in [Family::Ip, Family::Ip6] {
-            let observed = self
-                .kernel
-                .read_table(family, &self.table_name)
-                .map_err(|source| SyncError::Read {
-                    family,
-                    table: self.table_name.clone(),
-                    source,
-                })?;
+        for (_, observed) in self.read_tables()? {
             match observed {
                 Observed::Read(t) => tables.push(t),
                 Observed::Absent => {}
@@ -216,18 +208,7 @@ impl<K: Kernel> Syncer<K> {
     fn full_sync(&mut self, desired: Vec<Table>) -> Result<SyncReport, SyncError> {
         for _ in 0..FULL_SYNC_ATTEMPTS {
             let generation = self.kernel.generation().map_err(SyncError::Generation)?;
-            let mut observed = Vec::new();
-            for family in [Family::Ip, Family::Ip6] {
-                let o = self
-                    .kernel
-                    .read_table(family, &self.table_name)
-                    .map_err(|source| SyncError::Read {
-                        family,
-                        table: self.table_name.clone(),
-                        source,
-                    })?;
-                observed.push((self.table_ref(family), o));
-            }
+            let observed = self.read_tables()?;
             let tx = reconcile_transaction(&observed, &desired, Some(generation));
             match self.commit(&tx) {
                 Ok(committed) => return Ok(self.remember(desired, committed, SyncKind::Full)),
@@ -290,6 +271,23 @@ impl<K: Kernel> Syncer<K> {
                 (self.table_ref(family), o)
             })
             .collect()
+    }
+
+    /// Our table of each family as the kernel holds it now.
+    fn read_tables(&mut self) -> Result<Vec<(TableRef, Observed)>, SyncError> {
+        let mut observed = Vec::new();
+        for family in [Family::Ip, Family::Ip6] {
+            let o = self
+                .kernel
+                .read_table(family, &self.table_name)
+                .map_err(|source| SyncError::Read {
+                    family,
+                    table: self.table_name.clone(),
+                    source,
+                })?;
+            observed.push((self.table_ref(family), o));
+        }
+        Ok(observed)
     }
 
     fn table_ref(&self, family: Family) -> TableRef {
