@@ -61,7 +61,10 @@ enum Reg {
     /// Adjacent header fields loaded at once (the last one possibly a byte-aligned prefix).
     Merged(Vec<(Selector, u32)>),
     /// `numgen random mod M offset O`, host-endian.
-    Numgen(u32),
+    Numgen {
+        modulus: u32,
+        offset: u32,
+    },
     /// `numgen random mod M offset O` after nft's conversion to big endian for an interval
     /// map lookup.
     NumgenBigEndian {
@@ -315,7 +318,7 @@ impl Lifter<'_> {
                     _ => return Err(self.err(e, "only == and != are lifted")),
                 };
                 let reg = self.take(e, *sreg)?;
-                if let Reg::Numgen(modulus) = reg {
+                if let Reg::Numgen { modulus, offset: 0 } = reg {
                     let value = ne32(data).filter(|_| op == CmpOp::Eq).ok_or_else(|| {
                         self.err(e, "numgen is only compared for equality with a u32")
                     })?;
@@ -366,7 +369,9 @@ impl Lifter<'_> {
             } => {
                 let info = self.set(e, set)?.clone();
                 // numgen feeds a one-field map from its own register.
-                if let Some(Reg::Numgen(modulus)) = self.regs.get(&self.off(e, *sreg)?).cloned() {
+                if let Some(Reg::Numgen { modulus, offset: 0 }) =
+                    self.regs.get(&self.off(e, *sreg)?).cloned()
+                {
                     if *dreg != Some(NFT_REG_VERDICT) || *inverted {
                         return Err(self.err(e, "numgen only feeds verdict maps"));
                     }
@@ -419,13 +424,8 @@ impl Lifter<'_> {
                 dreg,
                 data: RawData::Value(v),
             } => self.load(e, *dreg, Reg::Imm(v.clone())),
-            Expr::Numgen {
-                dreg,
-                modulus,
-                kind: NFT_NG_RANDOM,
-                offset: 0,
-            } => self.load(e, *dreg, Reg::Numgen(*modulus)),
-            // With an offset, only as the key of a `dnat … map` (see the byteorder below).
+            // An offset only appears in the key of a `dnat … map` (see the byteorder below);
+            // compares and vmaps take offset 0 only.
             Expr::Numgen {
                 dreg,
                 modulus,
@@ -434,7 +434,7 @@ impl Lifter<'_> {
             } => self.load(
                 e,
                 *dreg,
-                Reg::NumgenBigEndian {
+                Reg::Numgen {
                     modulus: *modulus,
                     offset: *offset,
                 },
@@ -539,10 +539,7 @@ impl Lifter<'_> {
                 len: 4,
                 size: 4,
             } if sreg == dreg => match self.take(e, *sreg)? {
-                Reg::Numgen(modulus) => {
-                    self.load(e, *dreg, Reg::NumgenBigEndian { modulus, offset: 0 })
-                }
-                Reg::NumgenBigEndian { modulus, offset } => {
+                Reg::Numgen { modulus, offset } => {
                     self.load(e, *dreg, Reg::NumgenBigEndian { modulus, offset })
                 }
                 other => Err(self.err(e, format!("byteorder on {other:?}"))),
