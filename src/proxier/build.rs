@@ -57,6 +57,11 @@ impl EndpointBlocks {
         EndpointBlocks { by_family }
     }
 
+    /// The blocks of the chains of a table of `family`.
+    pub fn of_family(&self, family: Family) -> BTreeMap<String, u32> {
+        self.by_family.get(&family).cloned().unwrap_or_default()
+    }
+
     /// The block of `chain` in a table of `family`, if it has one.
     pub fn block(&self, family: Family, chain: &str) -> Option<u32> {
         self.by_family.get(&family)?.get(chain).copied()
@@ -66,14 +71,14 @@ impl EndpointBlocks {
 /// Hands out blocks during one build: previous owners keep theirs, and no block a previous
 /// chain held is reused in the same build (its old elements may still be deleted in the same
 /// transaction that adds the new ones).
-struct BlockAllocator {
+pub struct BlockAllocator {
     previous: BTreeMap<String, u32>,
     taken: std::collections::BTreeSet<u32>,
     next_free: u32,
 }
 
 impl BlockAllocator {
-    fn new(previous: BTreeMap<String, u32>) -> Self {
+    pub fn new(previous: BTreeMap<String, u32>) -> Self {
         let taken = previous.values().copied().collect();
         BlockAllocator {
             previous,
@@ -211,12 +216,98 @@ fn map(name: &str, key: Vec<DataType>, verdicts: bool, comment: &str) -> Set {
     }
 }
 
+/// What one service port (or the fixed skeleton) contributes to a family's table: its chains,
+/// the sets only it declares (endpoint-map shards, affinity sets), and its elements of shared
+/// sets. The table is the union of the skeleton and every service's fragment; an element key
+/// two fragments share is taken from the first in service order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fragment {
+    pub chains: Vec<Chain>,
+    /// Declarations only, without elements.
+    pub sets: Vec<Set>,
+    /// Elements by set name, each set once, keys unique within the fragment.
+    pub elements: Vec<(String, Vec<Element>)>,
+}
+
+impl Fragment {
+    pub fn is_empty(&self) -> bool {
+        self.chains.is_empty() && self.sets.is_empty() && self.elements.is_empty()
+    }
+
+    /// The elements this fragment puts in `set`.
+    pub fn elements_of(&self, set: &str) -> &[Element] {
+        self.elements
+            .iter()
+            .find(|(s, _)| s == set)
+            .map_or(&[], |(_, e)| e.as_slice())
+    }
+
+    fn push_element(&mut self, set: &str, element: Element) {
+        let i = match self.elements.iter().position(|(s, _)| s == set) {
+            Some(i) => i,
+            None => {
+                self.elements.push((set.to_string(), Vec::new()));
+                self.elements.len() - 1
+            }
+        };
+        let elements = &mut self.elements[i].1;
+        // Two ports or addresses of one service can yield the same key; the first stays.
+        if !elements.iter().any(|e| e.key == element.key) {
+            elements.push(element);
+        }
+    }
+
+    fn declare(&mut self, set: Set) {
+        if !self.sets.iter().any(|s| s.name == set.name) {
+            self.sets.push(set);
+        }
+    }
+}
+
+/// The table of `head` (family, name, comment) made of `fragments`, in order: the first chain,
+/// set or element key seen wins.
+pub fn assemble<'f>(head: &Table, fragments: impl IntoIterator<Item = &'f Fragment>) -> Table {
+    let mut t = Table {
+        family: head.family,
+        name: head.name.clone(),
+        comment: head.comment.clone(),
+        ..Table::default()
+    };
+    let mut seen: BTreeMap<String, std::collections::HashSet<Vec<Value>>> = BTreeMap::new();
+    for f in fragments {
+        for set in &f.sets {
+            t.sets
+                .entry(set.name.clone())
+                .or_insert_with(|| set.clone());
+        }
+        for chain in &f.chains {
+            t.chains
+                .entry(chain.name.clone())
+                .or_insert_with(|| chain.clone());
+        }
+        for (name, elements) in &f.elements {
+            let set = t
+                .sets
+                .get_mut(name)
+                .expect("a fragment's elements go to declared sets");
+            let keys = seen.entry(name.clone()).or_default();
+            for e in elements {
+                if keys.insert(e.key.clone()) {
+                    set.elements.push(e.clone());
+                }
+            }
+        }
+    }
+    t.normalize();
+    t
+}
+
 struct Builder<'a> {
     fam: IpFamily,
     config: &'a ProxyConfig,
     state: &'a ClusterState,
-    table: Table,
-    blocks: BlockAllocator,
+    blocks: &'a mut BlockAllocator,
+    out: Fragment,
 }
 
 impl Builder<'_> {
@@ -233,15 +324,16 @@ impl Builder<'_> {
             priority,
             policy: Policy::Accept,
         });
-        self.table.chains.insert(
-            name.into(),
-            Chain {
-                name: name.into(),
-                base,
-                comment: comment.map(str::to_owned),
-                rules,
-            },
-        );
+        let chain = Chain {
+            name: name.into(),
+            base,
+            comment: comment.map(str::to_owned),
+            rules,
+        };
+        match self.out.chains.iter_mut().find(|c| c.name == name) {
+            Some(c) => *c = chain,
+            None => self.out.chains.push(chain),
+        }
     }
 
     fn element(
@@ -251,12 +343,14 @@ impl Builder<'_> {
         data: Option<Verdict>,
         comment: Option<String>,
     ) {
-        let s = self.table.sets.get_mut(set).expect("fixed sets exist");
-        s.elements.push(Element {
-            key,
-            data: data.map(MapData::Verdict),
-            comment,
-        });
+        self.out.push_element(
+            set,
+            Element {
+                key,
+                data: data.map(MapData::Verdict),
+                comment,
+            },
+        );
     }
 
     /// `<daddr> . l4proto . dport vmap @map`: dispatch by destination address and port.
@@ -482,59 +576,45 @@ impl Builder<'_> {
         self.chain(CLUSTER_IPS_CHECK, None, None, checks);
 
         let set = map(CLUSTER_IPS, vec![f.addr_type()], false, "active ClusterIPs");
-        self.table.sets.insert(CLUSTER_IPS.into(), set);
-        self.table.sets.insert(
-            NODEPORT_IPS.into(),
-            map(
+        self.out.declare(set);
+        self.out.declare(map(
                 NODEPORT_IPS,
                 vec![f.addr_type()],
                 false,
                 "IPs that accept NodePort traffic",
             ),
         );
-        self.table.sets.insert(
-            SERVICE_IPS.into(),
-            map(
+        self.out.declare(map(
                 SERVICE_IPS,
                 key3.clone(),
                 true,
                 "ClusterIP, ExternalIP and LoadBalancer IP traffic",
             ),
         );
-        self.table.sets.insert(
-            HAIRPIN_ENDPOINTS.into(),
-            map(
+        self.out.declare(map(
                 HAIRPIN_ENDPOINTS,
                 vec![f.addr_type(), f.addr_type()],
                 false,
                 "endpoint . itself: a service connection from an endpoint to itself is masqueraded",
             ),
         );
-        self.table.sets.insert(
-            SERVICE_NODEPORTS.into(),
-            map(SERVICE_NODEPORTS, key2.clone(), true, "NodePort traffic"),
+        self.out.declare(map(SERVICE_NODEPORTS, key2.clone(), true, "NodePort traffic"),
         );
-        self.table.sets.insert(
-            NO_ENDPOINT_SERVICES.into(),
-            map(
+        self.out.declare(map(
                 NO_ENDPOINT_SERVICES,
                 key3.clone(),
                 true,
                 "vmap to drop or reject packets to services with no endpoints",
             ),
         );
-        self.table.sets.insert(
-            NO_ENDPOINT_NODEPORTS.into(),
-            map(
+        self.out.declare(map(
                 NO_ENDPOINT_NODEPORTS,
                 key2,
                 true,
                 "vmap to drop or reject packets to service nodeports with no endpoints",
             ),
         );
-        self.table.sets.insert(
-            FIREWALL_IPS.into(),
-            map(
+        self.out.declare(map(
                 FIREWALL_IPS,
                 key3,
                 true,
@@ -651,22 +731,23 @@ impl Builder<'_> {
             let i = i as u64;
             let (first, last) = (base + share(i), base + share(i + 1) - 1);
             // Shards exist while some block in them is used.
-            let s = self.table.sets.entry(shard.clone()).or_insert_with(|| {
-                let mut s = map(
-                    &shard,
-                    vec![DataType::Integer],
-                    false,
-                    "random slot to endpoint address . port; a service owns 65536 slots",
-                );
-                s.data = vec![addr_type, DataType::InetService];
-                s.interval = true;
-                s
-            });
-            s.elements.push(Element {
-                key: vec![Value::IntRange { first, last }],
-                data: Some(MapData::Values(vec![ip_value(ep.ip), Value::Port(ep.port)])),
-                comment: Some(label.clone()),
-            });
+            let mut s = map(
+                &shard,
+                vec![DataType::Integer],
+                false,
+                "random slot to endpoint address . port; a service owns 65536 slots",
+            );
+            s.data = vec![addr_type, DataType::InetService];
+            s.interval = true;
+            self.out.declare(s);
+            self.out.push_element(
+                &shard,
+                Element {
+                    key: vec![Value::IntRange { first, last }],
+                    data: Some(MapData::Values(vec![ip_value(ep.ip), Value::Port(ep.port)])),
+                    comment: Some(label.clone()),
+                },
+            );
             self.element(
                 HAIRPIN_ENDPOINTS,
                 vec![ip_value(ep.ip), ip_value(ep.ip)],
@@ -760,7 +841,7 @@ impl Builder<'_> {
         let f = self.fam;
         for ep in eps {
             let chain = endpoint_chain(&sp.name, ep.ip, ep.port);
-            if self.table.chains.contains_key(&chain) {
+            if self.out.chains.iter().any(|c| c.name == chain) {
                 continue;
             }
             let mut rules = vec![rule(
@@ -772,9 +853,7 @@ impl Builder<'_> {
             )];
             if let Some(timeout) = sp.affinity_timeout {
                 let set = affinity_set(&sp.name, ep.ip, ep.port);
-                self.table.sets.insert(
-                    set.clone(),
-                    Set {
+                self.out.declare(Set {
                         name: set.clone(),
                         key: vec![f.addr_type()],
                         data: Vec::new(),
@@ -783,8 +862,7 @@ impl Builder<'_> {
                         timeout: Some(timeout),
                         comment: Some(format!("ClientIP affinity for {}", sp.name)),
                         elements: Vec::new(),
-                    },
-                );
+                    });
                 rules.push(rule(
                     vec![Stmt::Update {
                         set,
@@ -1044,6 +1122,59 @@ impl Builder<'_> {
     }
 }
 
+/// The name and comment of our table of `fam`, without contents.
+pub fn table_head(config: &ProxyConfig, fam: IpFamily) -> Table {
+    Table {
+        family: fam.table_family(),
+        name: config.table_name.clone(),
+        comment: Some("rules for kubenft, the Kubernetes service proxy".into()),
+        ..Table::default()
+    }
+}
+
+/// Builds fragments of one family's table. Blocks of the endpoint map persist in the allocator
+/// across fragments (and, in the incremental planner, across plans).
+pub struct FragmentBuilder<'a> {
+    fam: IpFamily,
+    config: &'a ProxyConfig,
+    state: &'a ClusterState,
+}
+
+impl<'a> FragmentBuilder<'a> {
+    pub fn new(config: &'a ProxyConfig, state: &'a ClusterState, fam: IpFamily) -> Self {
+        FragmentBuilder { fam, config, state }
+    }
+
+    fn builder<'b>(&'b self, blocks: &'b mut BlockAllocator) -> Builder<'b> {
+        Builder {
+            fam: self.fam,
+            config: self.config,
+            state: self.state,
+            blocks,
+            out: Fragment::default(),
+        }
+    }
+
+    /// Base chains, fixed chains, the shared sets and the NodePort addresses: everything that
+    /// depends on the node and the configuration only.
+    pub fn skeleton(&self) -> Fragment {
+        let mut blocks = BlockAllocator::new(BTreeMap::new());
+        let mut b = self.builder(&mut blocks);
+        b.skeleton();
+        for ip in b.nodeport_ips() {
+            b.element(NODEPORT_IPS, vec![ip_value(ip)], None, None);
+        }
+        b.out
+    }
+
+    /// What `sp` adds to the table (empty for a service of the other family only).
+    pub fn service(&self, sp: &ServicePort, blocks: &mut BlockAllocator) -> Fragment {
+        let mut b = self.builder(blocks);
+        b.service(sp);
+        b.out
+    }
+}
+
 /// The table of one family; chains keep the endpoint-map blocks `previous` gave them.
 pub fn build_family(
     state: &ClusterState,
@@ -1051,40 +1182,18 @@ pub fn build_family(
     fam: IpFamily,
     previous: &EndpointBlocks,
 ) -> Table {
-    let table = Table {
-        family: fam.table_family(),
-        name: config.table_name.clone(),
-        comment: Some("rules for kubenft, the Kubernetes service proxy".into()),
-        ..Table::default()
-    };
-    let previous = previous
-        .by_family
-        .get(&fam.table_family())
-        .cloned()
-        .unwrap_or_default();
-    let mut b = Builder {
-        fam,
-        config,
-        state,
-        table,
-        blocks: BlockAllocator::new(previous),
-    };
-    b.skeleton();
-    for ip in b.nodeport_ips() {
-        b.element(NODEPORT_IPS, vec![ip_value(ip)], None, None);
-    }
-    for sp in state.services.values() {
-        b.service(sp);
-    }
-    let mut t = b.table;
-    for s in t.sets.values_mut() {
-        // Two services can share an external IP and port only by mistake; keep the first.
-        let mut seen = BTreeMap::new();
-        s.elements
-            .retain(|e| seen.insert(e.key.clone(), ()).is_none());
-    }
-    t.normalize();
-    t
+    let mut blocks = BlockAllocator::new(previous.of_family(fam.table_family()));
+    let fragments = FragmentBuilder::new(config, state, fam);
+    let skeleton = fragments.skeleton();
+    let services: Vec<Fragment> = state
+        .services
+        .values()
+        .map(|sp| fragments.service(sp, &mut blocks))
+        .collect();
+    assemble(
+        &table_head(config, fam),
+        std::iter::once(&skeleton).chain(&services),
+    )
 }
 
 /// Which families to build: those with a node IP, else those of the configured CIDRs, else v4.
