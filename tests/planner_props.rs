@@ -5,14 +5,15 @@
 //! input order, yields tables the kernel accepts, and leaves the rules of well-formed Services
 //! exactly as they would be without the junk.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kubenft::model::ClusterState;
 use kubenft::nft::fake::FakeKernel;
 use kubenft::nft::model::{Chain, Element, Table};
-use kubenft::proxier::{ProxyConfig, build};
+use kubenft::nft::transaction::{Op, Transaction};
+use kubenft::proxier::{Planner, ProxyConfig, ServiceRef, TableChange, build, build_after};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{Value, json};
@@ -391,6 +392,129 @@ proptest! {
         let tables = plan(&typed(&[a, b]), &typed(&slices));
         prop_assert!(fake_accepts(&tables).is_ok(), "{:?}", fake_accepts(&tables));
     }
+}
+
+proptest! {
+    #![proptest_config(Config { cases: 128, ..Config::default() })]
+
+    /// A planner fed one cluster after another plans exactly the tables a whole build of each
+    /// makes with the same endpoint-map blocks, whether it compares every service or is told
+    /// which changed; and its changes, applied to a kernel holding the previous tables, find
+    /// there what they say was there and leave exactly the new tables.
+    #[test]
+    fn incremental_plans_equal_whole_builds_and_their_changes_reach_them(
+        steps in proptest::collection::vec(
+            (cluster(), any::<u32>(), proptest::bool::weighted(0.15), 0u8..3),
+            1..8,
+        )
+    ) {
+        let mut planner = Planner::new();
+        let mut kernel = FakeKernel::new();
+        let mut previous = ClusterState::default();
+        let (mut services, mut slices) = (Vec::new(), Vec::new());
+        for ((new_services, new_slices), edits, masquerade_all, scope_kind) in steps {
+            // Each step edits some objects of the last one, so most services stay as they were.
+            edit(&mut services, new_services, edits);
+            edit(&mut slices, new_slices, edits.rotate_left(16));
+            let (state, _) = ClusterState::from_objects(
+                &typed::<Service>(&services),
+                &typed::<EndpointSlice>(&slices),
+                Some(&node()),
+            );
+            let config = ProxyConfig { masquerade_all, ..config() };
+            let blocks = planner.blocks();
+            let changes = if planner.has_plan() {
+                let scope = match scope_kind {
+                    0 => None,
+                    1 => Some(changed_services(&previous, &state)),
+                    _ => Some(every_service(&previous, &state)),
+                };
+                planner.changes(&state, &config, scope.as_ref())
+            } else {
+                planner
+                    .plan(&state, &config)
+                    .into_iter()
+                    .map(|t| TableChange { family: t.family, before: None, after: Some(t) })
+                    .collect()
+            };
+            let planned = planner.tables();
+            prop_assert_eq!(&planned, &build_after(&state, &config, &blocks));
+
+            let mut ops = Vec::new();
+            for c in &changes {
+                if let Some(before) = &c.before {
+                    let held = kernel.table(&before.table_ref());
+                    prop_assert!(held.is_some_and(|t| holds(t, before)), "{:?} not in the kernel", c.before);
+                }
+                match (&c.before, &c.after) {
+                    (before, Some(after)) => ops.extend(kubenft::nft::diff::plan(before.as_ref(), after)),
+                    (Some(before), None) => ops.push(Op::DeleteTable { table: before.table_ref() }),
+                    (None, None) => {}
+                }
+            }
+            let applied = kernel.apply(&Transaction { ops, expected_generation: None });
+            prop_assert!(applied.is_ok(), "{:?}", applied);
+            let held: Vec<Table> = kernel.tables.values().map(|t| {
+                let mut t = t.without_handles();
+                t.normalize();
+                t
+            }).collect();
+            prop_assert_eq!(held, planned);
+            previous = state;
+        }
+    }
+}
+
+/// Keeps, replaces, deletes or adds objects of `current`, two bits of `edits` choosing for each
+/// object of `new`.
+fn edit(current: &mut Vec<Value>, new: Vec<Value>, edits: u32) {
+    for (i, object) in new.into_iter().enumerate().take(16) {
+        match (edits >> (2 * i)) & 3 {
+            0 => {}
+            1 if i < current.len() => current[i] = object,
+            2 if i < current.len() => {
+                current.remove(i);
+            }
+            _ => current.push(object),
+        }
+    }
+}
+
+/// Whether `table` holds every chain of `part` as it is and every element of its sets.
+fn holds(table: &Table, part: &Table) -> bool {
+    part.chains.iter().all(|(n, c)| {
+        table.chains.get(n).is_some_and(|t| {
+            t.rules
+                .iter()
+                .map(|r| (&r.stmts, &r.comment))
+                .eq(c.rules.iter().map(|r| (&r.stmts, &r.comment)))
+        })
+    }) && part.sets.iter().all(|(n, s)| {
+        table
+            .sets
+            .get(n)
+            .is_some_and(|t| s.elements.iter().all(|e| t.elements.contains(e)))
+    })
+}
+
+/// Services (namespace, name) with a port or endpoints that differ between `a` and `b`.
+fn changed_services(a: &ClusterState, b: &ClusterState) -> BTreeSet<ServiceRef> {
+    a.services
+        .keys()
+        .chain(b.services.keys())
+        .filter(|n| {
+            a.services.get(n) != b.services.get(n) || a.endpoints.get(n) != b.endpoints.get(n)
+        })
+        .map(|n| (n.namespace.clone(), n.name.clone()))
+        .collect()
+}
+
+fn every_service(a: &ClusterState, b: &ClusterState) -> BTreeSet<ServiceRef> {
+    a.services
+        .keys()
+        .chain(b.services.keys())
+        .map(|n| (n.namespace.clone(), n.name.clone()))
+        .collect()
 }
 
 const GOOD_IPS: [&str; 2] = ["10.96.0.1", "10.96.0.2"];

@@ -61,7 +61,7 @@ impl std::fmt::Display for ServicePortName {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub enum TrafficPolicy {
     #[default]
     Cluster,
@@ -69,7 +69,7 @@ pub enum TrafficPolicy {
 }
 
 /// One port of one Service, with everything that decides a packet's fate.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ServicePort {
     pub name: ServicePortName,
     pub cluster_ips: Vec<IpAddr>,
@@ -99,7 +99,7 @@ impl ServicePort {
 }
 
 /// One endpoint address of a service port.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Endpoint {
     pub ip: IpAddr,
     pub port: u16,

@@ -35,6 +35,11 @@ pub struct EndpointBlocks {
 }
 
 impl EndpointBlocks {
+    /// Blocks given per family.
+    pub fn from_families(by_family: BTreeMap<Family, BTreeMap<String, u32>>) -> Self {
+        EndpointBlocks { by_family }
+    }
+
     /// The blocks the chains of `tables` use (from their `dnat … map @service-endpoints` rules).
     pub fn of_tables(tables: &[Table]) -> Self {
         let mut by_family: BTreeMap<Family, BTreeMap<String, u32>> = BTreeMap::new();
@@ -68,11 +73,13 @@ impl EndpointBlocks {
     }
 }
 
-/// Hands out blocks during one build: previous owners keep theirs, and no block a previous
-/// chain held is reused in the same build (its old elements may still be deleted in the same
-/// transaction that adds the new ones).
+/// Hands out blocks: previous owners keep theirs, a new chain takes the lowest block nobody
+/// holds. A block is free again only once released, after the plan that dropped its chain, so
+/// no block changes hands within one transaction (its old elements may still be deleted in the
+/// same transaction that would add the new ones).
+#[derive(Debug, Clone, Default)]
 pub struct BlockAllocator {
-    previous: BTreeMap<String, u32>,
+    owners: BTreeMap<String, u32>,
     taken: std::collections::BTreeSet<u32>,
     next_free: u32,
 }
@@ -81,14 +88,14 @@ impl BlockAllocator {
     pub fn new(previous: BTreeMap<String, u32>) -> Self {
         let taken = previous.values().copied().collect();
         BlockAllocator {
-            previous,
+            owners: previous,
             taken,
             next_free: 0,
         }
     }
 
     fn block_for(&mut self, chain: &str) -> Option<u32> {
-        if let Some(&b) = self.previous.get(chain) {
+        if let Some(&b) = self.owners.get(chain) {
             return Some(b);
         }
         while self.taken.contains(&self.next_free) {
@@ -99,12 +106,31 @@ impl BlockAllocator {
         }
         let b = self.next_free;
         self.taken.insert(b);
+        self.owners.insert(chain.to_string(), b);
         Some(b)
+    }
+
+    /// Frees the block of `chain` (if it has one) for later plans.
+    pub fn release(&mut self, chain: &str) {
+        if let Some(b) = self.owners.remove(chain) {
+            self.taken.remove(&b);
+            self.next_free = self.next_free.min(b);
+        }
+    }
+
+    /// The chains holding a block.
+    pub fn chains(&self) -> impl Iterator<Item = &str> {
+        self.owners.keys().map(String::as_str)
+    }
+
+    /// Each chain's block.
+    pub fn blocks(&self) -> &BTreeMap<String, u32> {
+        &self.owners
     }
 }
 
 /// The IP family a table serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IpFamily {
     V4,
     V6,
@@ -145,7 +171,7 @@ impl IpFamily {
             DataType::Ipv6Addr
         }
     }
-    fn table_family(self) -> Family {
+    pub fn table_family(self) -> Family {
         if self == IpFamily::V4 {
             Family::Ip
         } else {
@@ -578,49 +604,47 @@ impl Builder<'_> {
         let set = map(CLUSTER_IPS, vec![f.addr_type()], false, "active ClusterIPs");
         self.out.declare(set);
         self.out.declare(map(
-                NODEPORT_IPS,
-                vec![f.addr_type()],
-                false,
-                "IPs that accept NodePort traffic",
-            ),
-        );
+            NODEPORT_IPS,
+            vec![f.addr_type()],
+            false,
+            "IPs that accept NodePort traffic",
+        ));
         self.out.declare(map(
-                SERVICE_IPS,
-                key3.clone(),
-                true,
-                "ClusterIP, ExternalIP and LoadBalancer IP traffic",
-            ),
-        );
+            SERVICE_IPS,
+            key3.clone(),
+            true,
+            "ClusterIP, ExternalIP and LoadBalancer IP traffic",
+        ));
         self.out.declare(map(
-                HAIRPIN_ENDPOINTS,
-                vec![f.addr_type(), f.addr_type()],
-                false,
-                "endpoint . itself: a service connection from an endpoint to itself is masqueraded",
-            ),
-        );
-        self.out.declare(map(SERVICE_NODEPORTS, key2.clone(), true, "NodePort traffic"),
-        );
+            HAIRPIN_ENDPOINTS,
+            vec![f.addr_type(), f.addr_type()],
+            false,
+            "endpoint . itself: a service connection from an endpoint to itself is masqueraded",
+        ));
         self.out.declare(map(
-                NO_ENDPOINT_SERVICES,
-                key3.clone(),
-                true,
-                "vmap to drop or reject packets to services with no endpoints",
-            ),
-        );
+            SERVICE_NODEPORTS,
+            key2.clone(),
+            true,
+            "NodePort traffic",
+        ));
         self.out.declare(map(
-                NO_ENDPOINT_NODEPORTS,
-                key2,
-                true,
-                "vmap to drop or reject packets to service nodeports with no endpoints",
-            ),
-        );
+            NO_ENDPOINT_SERVICES,
+            key3.clone(),
+            true,
+            "vmap to drop or reject packets to services with no endpoints",
+        ));
         self.out.declare(map(
-                FIREWALL_IPS,
-                key3,
-                true,
-                "destinations that are subject to LoadBalancerSourceRanges",
-            ),
-        );
+            NO_ENDPOINT_NODEPORTS,
+            key2,
+            true,
+            "vmap to drop or reject packets to service nodeports with no endpoints",
+        ));
+        self.out.declare(map(
+            FIREWALL_IPS,
+            key3,
+            true,
+            "destinations that are subject to LoadBalancerSourceRanges",
+        ));
     }
 
     fn node_ips(&self) -> Vec<IpAddr> {
@@ -854,15 +878,15 @@ impl Builder<'_> {
             if let Some(timeout) = sp.affinity_timeout {
                 let set = affinity_set(&sp.name, ep.ip, ep.port);
                 self.out.declare(Set {
-                        name: set.clone(),
-                        key: vec![f.addr_type()],
-                        data: Vec::new(),
-                        interval: false,
-                        dynamic: true,
-                        timeout: Some(timeout),
-                        comment: Some(format!("ClientIP affinity for {}", sp.name)),
-                        elements: Vec::new(),
-                    });
+                    name: set.clone(),
+                    key: vec![f.addr_type()],
+                    data: Vec::new(),
+                    interval: false,
+                    dynamic: true,
+                    timeout: Some(timeout),
+                    comment: Some(format!("ClientIP affinity for {}", sp.name)),
+                    elements: Vec::new(),
+                });
                 rules.push(rule(
                     vec![Stmt::Update {
                         set,

@@ -4,13 +4,15 @@ mod build;
 pub mod config;
 mod endpoints;
 pub mod names;
+mod plan;
 
 pub use build::{
-    CASCADE_MAX_ENDPOINTS, EndpointBlocks, IpFamily, MAX_BLOCKS, SLOTS_PER_BLOCK, build_family,
-    families,
+    BlockAllocator, CASCADE_MAX_ENDPOINTS, EndpointBlocks, Fragment, FragmentBuilder, IpFamily,
+    MAX_BLOCKS, SLOTS_PER_BLOCK, assemble, build_family, families, table_head,
 };
 pub use config::{DetectLocal, NodePortAddresses, ProxyConfig};
 pub use endpoints::{cluster_endpoints, local_endpoints};
+pub use plan::{Planner, ServiceRef, TableChange};
 
 use crate::model::ClusterState;
 use crate::nft::model::Table;

@@ -5,6 +5,7 @@ use crate::model::ClusterState;
 use crate::nft::model::{CmpOp, Family, MapData, Selector, Set, Stmt, Table, Value, Verdict};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use std::collections::BTreeSet;
 
 const NODE: &str = "
 metadata: {name: node-a, labels: {topology.kubernetes.io/zone: zone-a}}
@@ -673,4 +674,61 @@ fn affinity_services_pick_endpoint_chains_by_a_cascade_or_one_numgen_map() {
             );
         }
     }
+}
+
+#[test]
+fn the_incremental_planner_sends_a_new_endpoint_as_map_elements_of_its_service_only() {
+    let node: Node = serde_yaml::from_str(NODE).unwrap();
+    let api = service(
+        &WEB.replace("web", "api")
+            .replace("10.96.0.10", "10.96.0.20"),
+    );
+    let state = |web_endpoints: &str| {
+        let slices = [
+            slice("web", "IPv4", 8080, web_endpoints),
+            slice("api", "IPv4", 8080, TWO_READY),
+        ];
+        ClusterState::from_objects(&[service(WEB), api.clone()], &slices, Some(&node)).0
+    };
+    let three = format!(
+        "{}, {{addresses: [10.244.2.13], nodeName: node-c, conditions: {{ready: true}}}}]",
+        TWO_READY.strip_suffix(']').unwrap()
+    );
+    let mut planner = Planner::new();
+    planner.plan(&state(TWO_READY), &config());
+    let web = BTreeSet::from([("default".to_string(), "web".to_string())]);
+    let changes = planner.changes(&state(&three), &config(), Some(&web));
+
+    assert_eq!(changes.len(), 1, "one family");
+    let (before, after) = (
+        changes[0].before.as_ref().unwrap(),
+        changes[0].after.as_ref().unwrap(),
+    );
+    let chains: Vec<&String> = after.chains.keys().collect();
+    assert_eq!(chains.len(), 1);
+    assert!(chains[0].contains("default/web"), "{chains:?}");
+    let ops = crate::nft::diff::plan(Some(before), after);
+    let kinds: Vec<String> = ops
+        .iter()
+        .map(|op| match op {
+            crate::nft::transaction::Op::AddElements { set, elements, .. } => {
+                format!("add {set} x{}", elements.len())
+            }
+            crate::nft::transaction::Op::DeleteElements { set, elements, .. } => {
+                format!("delete {set} x{}", elements.len())
+            }
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "delete service-endpoints-01 x2",
+            "add hairpin-endpoints x1",
+            "add service-endpoints-01 x3"
+        ]
+    );
+    assert_eq!(planner.tables(), build(&state(&three), &config()));
+    // Nothing changed: nothing to send, even when every service is compared.
+    assert!(planner.changes(&state(&three), &config(), None).is_empty());
 }

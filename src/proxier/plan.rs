@@ -1,0 +1,499 @@
+//! The incremental planner. It remembers what each service port contributes to the tables (its
+//! fragment), so a change to a few services is planned, and diffed, in time proportional to
+//! those services rather than to the cluster: one new endpoint among 100,000 costs one fragment
+//! rebuild and a few element changes.
+//!
+//! Guarantee: after any sequence of plans, the planned tables equal what `build_after` makes of
+//! the same state with the same endpoint-map blocks (the property tests check this).
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use super::build::{
+    BlockAllocator, EndpointBlocks, Fragment, FragmentBuilder, IpFamily, assemble, families,
+    table_head,
+};
+use super::config::ProxyConfig;
+use super::names::is_endpoint_map;
+use crate::model::{ClusterState, Endpoint, NodeInfo, ServicePort, ServicePortName};
+use crate::nft::model::{Chain, Element, Family, Set, Table, Value};
+
+/// How one of our tables changes: the parts that change, as they were and as they will be.
+/// `before` holds exactly what the kernel has of those parts, so the difference between the two
+/// is the transaction to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableChange {
+    pub family: Family,
+    /// `None`: the table does not exist yet.
+    pub before: Option<Table>,
+    /// `None`: the table goes away.
+    pub after: Option<Table>,
+}
+
+/// A service by namespace and name: the unit the API reports changes in.
+pub type ServiceRef = (String, String);
+
+/// What every fragment depends on besides its own service: a change here replans everything.
+#[derive(Debug, Clone, PartialEq)]
+struct Context {
+    config: ProxyConfig,
+    node: Option<NodeInfo>,
+    families: Vec<IpFamily>,
+}
+
+impl Context {
+    fn of(state: &ClusterState, config: &ProxyConfig) -> Self {
+        Context {
+            config: config.clone(),
+            node: state.node.clone(),
+            families: families(state, config),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Planner {
+    context: Option<Context>,
+    tables: Vec<FamilyPlan>,
+    /// A digest of each planned service port's inputs (the port and its endpoints).
+    inputs: BTreeMap<Arc<ServicePortName>, u64>,
+    /// Blocks the next whole plan starts from.
+    start_blocks: EndpointBlocks,
+}
+
+impl Planner {
+    pub fn new() -> Self {
+        Planner::default()
+    }
+
+    /// Forgets every plan. The next plan is a whole one, and its chains keep the endpoint-map
+    /// blocks of `blocks` (what the kernel holds), so unchanged services plan to unchanged rules.
+    pub fn reset(&mut self, blocks: EndpointBlocks) {
+        *self = Planner {
+            start_blocks: blocks,
+            ..Planner::default()
+        };
+    }
+
+    /// Whether a plan is remembered, so `changes` can work from it.
+    pub fn has_plan(&self) -> bool {
+        self.context.is_some()
+    }
+
+    /// Plans `state` whole and returns its tables.
+    pub fn plan(&mut self, state: &ClusterState, config: &ProxyConfig) -> Vec<Table> {
+        self.replan(state, config);
+        self.tables()
+    }
+
+    /// The tables as last planned.
+    pub fn tables(&self) -> Vec<Table> {
+        self.tables.iter().map(FamilyPlan::table).collect()
+    }
+
+    /// Plans `state` and returns how the tables change from the last plan. Only the services in
+    /// `scope` are looked at (`None`: every service is compared with its last plan, which costs
+    /// a digest of each). A change of node facts or configuration replans everything, and the
+    /// changes are then whole tables.
+    pub fn changes(
+        &mut self,
+        state: &ClusterState,
+        config: &ProxyConfig,
+        scope: Option<&BTreeSet<ServiceRef>>,
+    ) -> Vec<TableChange> {
+        if self.context.as_ref() != Some(&Context::of(state, config)) {
+            let before = self.tables();
+            self.start_blocks = self.blocks();
+            self.replan(state, config);
+            return whole_table_changes(before, self.tables());
+        }
+        let changed = self.changed_services(state, scope);
+        if changed.is_empty() {
+            return Vec::new();
+        }
+        self.tables
+            .iter_mut()
+            .filter_map(|t| {
+                let (before, after) = t.update(&changed, state, config);
+                (before != after).then_some(TableChange {
+                    family: t.head.family,
+                    before: Some(before),
+                    after: Some(after),
+                })
+            })
+            .collect()
+    }
+
+    /// Each family's chains and their blocks, as planned.
+    pub fn blocks(&self) -> EndpointBlocks {
+        EndpointBlocks::from_families(
+            self.tables
+                .iter()
+                .map(|t| (t.head.family, t.blocks.blocks().clone()))
+                .collect(),
+        )
+    }
+
+    fn replan(&mut self, state: &ClusterState, config: &ProxyConfig) {
+        let context = Context::of(state, config);
+        let names: Vec<Arc<ServicePortName>> =
+            state.services.keys().cloned().map(Arc::new).collect();
+        self.tables = context
+            .families
+            .iter()
+            .map(|&fam| FamilyPlan::whole(fam, state, config, &self.start_blocks, &names))
+            .collect();
+        self.inputs = names
+            .into_iter()
+            .map(|n| {
+                let digest = input_digest(&state.services[&*n], state.endpoints.get(&*n));
+                (n, digest)
+            })
+            .collect();
+        self.context = Some(context);
+    }
+
+    /// The service ports in `scope` whose inputs differ from their last plan (new and deleted
+    /// ones included), with their digests updated.
+    fn changed_services(
+        &mut self,
+        state: &ClusterState,
+        scope: Option<&BTreeSet<ServiceRef>>,
+    ) -> Vec<Arc<ServicePortName>> {
+        let candidates: BTreeSet<ServicePortName> = match scope {
+            None => state
+                .services
+                .keys()
+                .cloned()
+                .chain(self.inputs.keys().map(|n| (**n).clone()))
+                .collect(),
+            Some(services) => services
+                .iter()
+                .flat_map(|s| {
+                    ports_of(state.services.keys(), s)
+                        .chain(ports_of(self.inputs.keys().map(|n| &**n), s))
+                        .cloned()
+                        .collect::<Vec<_>>()
+                })
+                .collect(),
+        };
+        let mut changed = Vec::new();
+        for name in candidates {
+            let now = state
+                .services
+                .get(&name)
+                .map(|sp| input_digest(sp, state.endpoints.get(&name)));
+            let was = self.inputs.get(&name).copied();
+            if now == was {
+                continue;
+            }
+            let name = Arc::new(name);
+            match now {
+                Some(d) => self.inputs.insert(name.clone(), d),
+                None => self.inputs.remove(&name),
+            };
+            changed.push(name);
+        }
+        changed
+    }
+}
+
+/// The ports of service `s` among `names` (sorted, so they are adjacent).
+fn ports_of<'a>(
+    names: impl Iterator<Item = &'a ServicePortName>,
+    s: &'a ServiceRef,
+) -> impl Iterator<Item = &'a ServicePortName> {
+    names
+        .skip_while(move |n| (&n.namespace, &n.name) < (&s.0, &s.1))
+        .take_while(move |n| n.namespace == s.0 && n.name == s.1)
+}
+
+fn input_digest(sp: &ServicePort, endpoints: Option<&Vec<Endpoint>>) -> u64 {
+    let mut h = DefaultHasher::new();
+    sp.hash(&mut h);
+    endpoints.hash(&mut h);
+    h.finish()
+}
+
+/// Changes that replace whole tables, family by family.
+fn whole_table_changes(before: Vec<Table>, after: Vec<Table>) -> Vec<TableChange> {
+    let families: BTreeSet<Family> = before.iter().chain(&after).map(|t| t.family).collect();
+    let take = |tables: &[Table], f: Family| tables.iter().find(|t| t.family == f).cloned();
+    families
+        .into_iter()
+        .map(|family| TableChange {
+            family,
+            before: take(&before, family),
+            after: take(&after, family),
+        })
+        .filter(|c| c.before != c.after)
+        .collect()
+}
+
+/// One family's table, kept as its fragments.
+#[derive(Debug)]
+struct FamilyPlan {
+    fam: IpFamily,
+    head: Table,
+    skeleton: Fragment,
+    blocks: BlockAllocator,
+    fragments: BTreeMap<Arc<ServicePortName>, Fragment>,
+    /// Sets declared by fragments (endpoint-map shards, affinity sets), with how many
+    /// fragments declare each; the set exists while one does.
+    declared: HashMap<String, (Set, usize)>,
+    /// For each key of a shared set, the fragments that put it there, in service order: the
+    /// table holds the first one's element. Endpoint maps are left out: a key there lies in
+    /// its chain's own block, so exactly one fragment has it.
+    owners: HashMap<String, HashMap<Vec<Value>, Vec<Arc<ServicePortName>>>>,
+}
+
+impl FamilyPlan {
+    fn whole(
+        fam: IpFamily,
+        state: &ClusterState,
+        config: &ProxyConfig,
+        start: &EndpointBlocks,
+        names: &[Arc<ServicePortName>],
+    ) -> Self {
+        let builder = FragmentBuilder::new(config, state, fam);
+        let mut plan = FamilyPlan {
+            fam,
+            head: table_head(config, fam),
+            skeleton: builder.skeleton(),
+            blocks: BlockAllocator::new(start.of_family(fam.table_family())),
+            fragments: BTreeMap::new(),
+            declared: HashMap::new(),
+            owners: HashMap::new(),
+        };
+        for name in names {
+            let fragment = builder.service(&state.services[&**name], &mut plan.blocks);
+            plan.remember(name, fragment);
+        }
+        // Blocks of chains the kernel had and this plan dropped are free from now on.
+        let used: BTreeSet<&str> = plan
+            .fragments
+            .values()
+            .flat_map(|f| f.chains.iter().map(|c| c.name.as_str()))
+            .collect();
+        let unused: Vec<String> = plan
+            .blocks
+            .chains()
+            .filter(|c| !used.contains(c))
+            .map(str::to_string)
+            .collect();
+        for chain in unused {
+            plan.blocks.release(&chain);
+        }
+        plan
+    }
+
+    fn table(&self) -> Table {
+        assemble(
+            &self.head,
+            std::iter::once(&self.skeleton).chain(self.fragments.values()),
+        )
+    }
+
+    /// Replans the services `changed`; returns the parts of the table they touch, before and
+    /// after.
+    fn update(
+        &mut self,
+        changed: &[Arc<ServicePortName>],
+        state: &ClusterState,
+        config: &ProxyConfig,
+    ) -> (Table, Table) {
+        let builder = FragmentBuilder::new(config, state, self.fam);
+        let new: Vec<(Arc<ServicePortName>, Fragment)> = changed
+            .iter()
+            .map(|name| {
+                let fragment = state
+                    .services
+                    .get(&**name)
+                    .map(|sp| builder.service(sp, &mut self.blocks))
+                    .unwrap_or_default();
+                (name.clone(), fragment)
+            })
+            .collect();
+
+        let mut before = Part::default();
+        let mut after = Part::default();
+        // Keys of shared sets and names of sets these services touch.
+        let mut keys: BTreeMap<String, BTreeSet<Vec<Value>>> = BTreeMap::new();
+        let mut sets: BTreeSet<String> = BTreeSet::new();
+        for (name, fragment) in &new {
+            let old = self.fragments.get(name);
+            for (f, part) in old
+                .map(|o| (o, &mut before))
+                .into_iter()
+                .chain([(fragment, &mut after)])
+            {
+                part.chains.extend(f.chains.iter().cloned());
+                sets.extend(f.sets.iter().map(|s| s.name.clone()));
+                for (set, elements) in &f.elements {
+                    sets.insert(set.clone());
+                    if is_endpoint_map(set) {
+                        part.push(set, elements.iter().cloned());
+                    } else {
+                        keys.entry(set.clone())
+                            .or_default()
+                            .extend(elements.iter().map(|e| e.key.clone()));
+                    }
+                }
+            }
+        }
+        before.declare(self, &sets);
+        before.winners(self, &keys);
+
+        let mut gone_chains: BTreeSet<String> = BTreeSet::new();
+        for (name, fragment) in new {
+            if let Some(old) = self.fragments.get(&name) {
+                gone_chains.extend(old.chains.iter().map(|c| c.name.clone()));
+            }
+            gone_chains.retain(|c| !fragment.chains.iter().any(|n| &n.name == c));
+            self.forget(&name);
+            self.remember(&name, fragment);
+        }
+        after.declare(self, &sets);
+        after.winners(self, &keys);
+        for chain in &gone_chains {
+            self.blocks.release(chain);
+        }
+        (before.into_table(&self.head), after.into_table(&self.head))
+    }
+
+    /// The declaration of `set` if it exists now.
+    fn declaration(&self, set: &str) -> Option<&Set> {
+        self.skeleton
+            .sets
+            .iter()
+            .find(|s| s.name == set)
+            .or_else(|| self.declared.get(set).map(|(s, _)| s))
+    }
+
+    /// The element the table holds under `key` in `set` now.
+    fn winner(&self, set: &str, key: &Vec<Value>) -> Option<&Element> {
+        let first = self.owners.get(set)?.get(key)?.first()?;
+        self.fragments[first]
+            .elements_of(set)
+            .iter()
+            .find(|e| &e.key == key)
+    }
+
+    fn remember(&mut self, name: &Arc<ServicePortName>, fragment: Fragment) {
+        if fragment.is_empty() {
+            return;
+        }
+        for set in &fragment.sets {
+            self.declared
+                .entry(set.name.clone())
+                .or_insert_with(|| (set.clone(), 0))
+                .1 += 1;
+        }
+        for (set, elements) in fragment
+            .elements
+            .iter()
+            .filter(|(s, _)| !is_endpoint_map(s))
+        {
+            let by_key = self.owners.entry(set.clone()).or_default();
+            for e in elements {
+                let owners = by_key.entry(e.key.clone()).or_default();
+                if let Err(i) = owners.binary_search(name) {
+                    owners.insert(i, name.clone());
+                }
+            }
+        }
+        self.fragments.insert(name.clone(), fragment);
+    }
+
+    fn forget(&mut self, name: &ServicePortName) {
+        let Some(fragment) = self.fragments.remove(name) else {
+            return;
+        };
+        for set in &fragment.sets {
+            if let Some((_, n)) = self.declared.get_mut(&set.name) {
+                *n -= 1;
+                if *n == 0 {
+                    self.declared.remove(&set.name);
+                }
+            }
+        }
+        for (set, elements) in fragment
+            .elements
+            .iter()
+            .filter(|(s, _)| !is_endpoint_map(s))
+        {
+            let Some(by_key) = self.owners.get_mut(set) else {
+                continue;
+            };
+            for e in elements {
+                if let Some(owners) = by_key.get_mut(&e.key) {
+                    owners.retain(|o| **o != *name);
+                    if owners.is_empty() {
+                        by_key.remove(&e.key);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Part of a table: some chains, and some elements of some sets.
+#[derive(Default)]
+struct Part {
+    chains: Vec<Chain>,
+    sets: BTreeMap<String, Set>,
+    /// Elements of sets that turn out not to exist (never happens for a consistent plan).
+    elements: BTreeMap<String, Vec<Element>>,
+}
+
+impl Part {
+    fn push(&mut self, set: &str, elements: impl Iterator<Item = Element>) {
+        self.elements
+            .entry(set.to_string())
+            .or_default()
+            .extend(elements);
+    }
+
+    /// Declares each of `sets` that exists in `plan` now.
+    fn declare(&mut self, plan: &FamilyPlan, sets: &BTreeSet<String>) {
+        for name in sets {
+            if let Some(set) = plan.declaration(name) {
+                self.sets.insert(name.clone(), set.clone());
+            }
+        }
+    }
+
+    /// The elements `plan` holds now under `keys`.
+    fn winners(&mut self, plan: &FamilyPlan, keys: &BTreeMap<String, BTreeSet<Vec<Value>>>) {
+        for (set, keys) in keys {
+            let found: Vec<Element> = keys
+                .iter()
+                .filter_map(|k| plan.winner(set, k).cloned())
+                .collect();
+            self.push(set, found.into_iter());
+        }
+    }
+
+    fn into_table(self, head: &Table) -> Table {
+        let mut t = Table {
+            family: head.family,
+            name: head.name.clone(),
+            comment: head.comment.clone(),
+            chains: self
+                .chains
+                .into_iter()
+                .map(|c| (c.name.clone(), c))
+                .collect(),
+            sets: self.sets,
+        };
+        for (set, elements) in self.elements {
+            if let Some(s) = t.sets.get_mut(&set) {
+                s.elements.extend(elements);
+            }
+        }
+        t.normalize();
+        t
+    }
+}
