@@ -23,7 +23,7 @@ use crate::config::{Config, RunSettings};
 use crate::conntrack::{self, UdpServiceView};
 use crate::model::{ClusterState, Protocol, Rejected, TrafficPolicy};
 use crate::nft::netlink::Nftables;
-use crate::proxier::{self, EndpointBlocks, ProxyConfig};
+use crate::proxier::{self, EndpointBlocks, Planner, ProxyConfig};
 use crate::serve::{self, HealthCheckServers, HealthState, Metrics, ServiceHealth, SyncResult};
 use crate::source::kube as kube_source;
 use crate::source::store::ClusterStore;
@@ -152,6 +152,7 @@ async fn run_async(
 
     let mut sync_loop = SyncLoop {
         syncer: Syncer::new(nft, &proxy.table_name),
+        planner: Planner::new(),
         proxy,
         schedule: Schedule::new(periods),
         metrics,
@@ -254,6 +255,9 @@ fn lock(store: &Mutex<ClusterStore>) -> std::sync::MutexGuard<'_, ClusterStore> 
 struct SyncLoop {
     proxy: ProxyConfig,
     syncer: Syncer<Nftables>,
+    /// What the last successful sync planned, service by service, so the next one replans and
+    /// sends only the services that changed.
+    planner: Planner,
     schedule: Schedule,
     metrics: Metrics,
     health: HealthState,
@@ -317,31 +321,29 @@ impl SyncLoop {
         self.health.set_node_eligible(node_eligible(&inputs));
 
         let force_full = self.schedule.start(Instant::now());
-        // Read before syncing: a failed sync always forgets the applied state, so asking
-        // afterwards would call every failure a full one.
-        let attempted = if force_full || !self.syncer.has_applied_state() {
-            SyncKind::Full
-        } else {
-            SyncKind::Partial
-        };
+        // A partial sync needs our last commit to have succeeded (the kernel then holds what
+        // the planner remembers); otherwise, or when the schedule asks, the sync is full.
+        let mut attempted =
+            if force_full || !self.syncer.has_generation() || !self.planner.has_plan() {
+                SyncKind::Full
+            } else {
+                SyncKind::Partial
+            };
         let started = Instant::now();
-        // A full sync reads the kernel first, before planning, so that services keep the
-        // endpoint-map blocks the kernel already has (after a restart too): unchanged services
-        // then plan to unchanged rules. If the read fails, the sync below reads again.
-        let mut full = attempted == SyncKind::Full;
-        if full {
-            match tokio::task::block_in_place(|| self.syncer.read_back()) {
-                Ok(()) => full = !self.syncer.has_applied_state(),
-                Err(e) => tracing::warn!(error = %e, "cannot read our tables back before planning"),
-            }
+        let mut partial = None;
+        if attempted == SyncKind::Partial {
+            let changes = self.planner.changes(&state, &proxy, None);
+            partial =
+                tokio::task::block_in_place(|| self.syncer.sync_changes(&changes)).transpose();
         }
-        let blocks = self
-            .syncer
-            .applied_tables()
-            .map(EndpointBlocks::of_tables)
-            .unwrap_or_default();
-        let tables = proxier::build_after(&state, &proxy, &blocks);
-        let result = tokio::task::block_in_place(|| self.syncer.sync(&tables, full));
+        let result = match partial {
+            Some(result) => result,
+            // Refused: the kernel may not hold what the planner remembers.
+            None => {
+                attempted = SyncKind::Full;
+                self.full_sync(&state, &proxy)
+            }
+        };
         let seconds = started.elapsed().as_secs_f64();
         let now = SystemTime::now();
         match result {
@@ -357,6 +359,33 @@ impl SyncLoop {
                 tracing::error!(error = %e, source = ?std::error::Error::source(&e), retry_in = ?self.schedule.periods().sync_period, "sync failed; the previous rules stay in place");
             }
         }
+    }
+
+    /// Plans everything and brings the kernel to it. The kernel is read first, before planning,
+    /// so that services keep the endpoint-map blocks it already has (after a restart too):
+    /// unchanged services then plan to unchanged rules and nothing is sent for them. If the
+    /// read fails, the sync reads again.
+    fn full_sync(
+        &mut self,
+        state: &ClusterState,
+        proxy: &ProxyConfig,
+    ) -> Result<SyncReport, crate::sync::SyncError> {
+        let mut full = true;
+        match tokio::task::block_in_place(|| self.syncer.read_back()) {
+            Ok(()) => full = !self.syncer.has_applied_state(),
+            Err(e) => tracing::warn!(error = %e, "cannot read our tables back before planning"),
+        }
+        let blocks = self
+            .syncer
+            .applied_tables()
+            .map(EndpointBlocks::of_tables)
+            .unwrap_or_default();
+        self.planner.reset(blocks);
+        let tables = self.planner.plan(state, proxy);
+        let result = tokio::task::block_in_place(|| self.syncer.sync(&tables, full));
+        // The planner holds the same state, service by service.
+        self.syncer.release_tables();
+        result
     }
 
     fn succeeded(

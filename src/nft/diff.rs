@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::model::{Chain, Element, Set, Table, Value};
+use super::model::{Chain, Element, Family, Set, Table, Value};
 use super::transaction::{Op, TableRef};
 
 impl Table {
@@ -17,6 +17,18 @@ impl Table {
             name: self.name.clone(),
         }
     }
+}
+
+/// How one of our tables changes: the parts that change, as they were and as they will be.
+/// `before` holds exactly what the kernel has of those parts, so the difference between the two
+/// is the transaction to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableChange {
+    pub family: Family,
+    /// `None`: the table does not exist yet.
+    pub before: Option<Table>,
+    /// `None`: the table goes away.
+    pub after: Option<Table>,
 }
 
 fn same_rules(a: &Chain, b: &Chain) -> bool {

@@ -12,7 +12,7 @@ pub use build::{
 };
 pub use config::{DetectLocal, NodePortAddresses, ProxyConfig};
 pub use endpoints::{cluster_endpoints, local_endpoints};
-pub use plan::{Planner, ServiceRef, TableChange};
+pub use plan::{Planner, ServiceRef};
 
 use crate::model::ClusterState;
 use crate::nft::model::Table;

@@ -18,19 +18,8 @@ use super::build::{
 use super::config::ProxyConfig;
 use super::names::is_endpoint_map;
 use crate::model::{ClusterState, Endpoint, NodeInfo, ServicePort, ServicePortName};
+use crate::nft::diff::TableChange;
 use crate::nft::model::{Chain, Element, Family, Set, Table, Value};
-
-/// How one of our tables changes: the parts that change, as they were and as they will be.
-/// `before` holds exactly what the kernel has of those parts, so the difference between the two
-/// is the transaction to send.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableChange {
-    pub family: Family,
-    /// `None`: the table does not exist yet.
-    pub before: Option<Table>,
-    /// `None`: the table goes away.
-    pub after: Option<Table>,
-}
 
 /// A service by namespace and name: the unit the API reports changes in.
 pub type ServiceRef = (String, String);

@@ -7,6 +7,7 @@
 //! is guarded by the ruleset generation the engine left behind, so if another program changed
 //! nftables in between (flushed or deleted our table, say) the engine re-reads before writing.
 
+use crate::nft::diff::TableChange;
 use crate::nft::model::{Family, Table};
 use crate::nft::netlink::{ApplyError, DumpError, Nftables, canonical};
 use crate::nft::transaction::{TableRef, Transaction};
@@ -116,9 +117,12 @@ const FULL_SYNC_ATTEMPTS: usize = 3;
 pub struct Syncer<K> {
     kernel: K,
     table_name: String,
-    /// Canonical tables as last committed, with the generation our commit produced; `None`
-    /// forces the next sync to be a full one.
-    applied: Option<(Vec<Table>, u32)>,
+    /// The ruleset generation our last commit (or read) left behind; `None` forces the next
+    /// sync to be a full one.
+    generation: Option<u32>,
+    /// Canonical tables as last committed or read, for `sync`'s difference; `None` after
+    /// `sync_changes` (its caller keeps the plan) or `release_tables`.
+    tables: Option<Vec<Table>>,
     /// `applied` came from `read_back`, not from our own commit: the next sync, a difference
     /// against what was read, is reported as a full one.
     read_back: bool,
@@ -129,7 +133,8 @@ impl<K: Kernel> Syncer<K> {
         Syncer {
             kernel,
             table_name: table_name.to_string(),
-            applied: None,
+            generation: None,
+            tables: None,
             read_back: false,
         }
     }
@@ -140,12 +145,23 @@ impl<K: Kernel> Syncer<K> {
 
     /// Whether the next `sync` without `force_full` can be partial.
     pub fn has_applied_state(&self) -> bool {
-        self.applied.is_some()
+        self.generation.is_some() && self.tables.is_some()
+    }
+
+    /// Whether the next `sync_changes` can be applied: nothing failed since our last commit.
+    pub fn has_generation(&self) -> bool {
+        self.generation.is_some()
     }
 
     /// What the kernel holds as far as we know (our last commit, or the last `read_back`).
     pub fn applied_tables(&self) -> Option<&[Table]> {
-        self.applied.as_ref().map(|(t, _)| t.as_slice())
+        self.tables.as_deref()
+    }
+
+    /// Drops the applied tables (the caller's planner keeps them as a plan); the generation
+    /// stays, so `sync_changes` still works.
+    pub fn release_tables(&mut self) {
+        self.tables = None;
     }
 
     /// Reads our tables from the kernel and remembers them as applied, so the planner can keep
@@ -153,7 +169,8 @@ impl<K: Kernel> Syncer<K> {
     /// them, as a full sync would after its own read. A table that cannot be decoded leaves
     /// nothing remembered: the next sync is then a full one, which replaces it.
     pub fn read_back(&mut self) -> Result<(), SyncError> {
-        self.applied = None;
+        self.generation = None;
+        self.tables = None;
         let generation = self.kernel.generation().map_err(SyncError::Generation)?;
         let mut tables = Vec::new();
         for (_, observed) in self.read_tables()? {
@@ -163,7 +180,8 @@ impl<K: Kernel> Syncer<K> {
                 Observed::Unreadable => return Ok(()),
             }
         }
-        self.applied = Some((tables, generation));
+        self.generation = Some(generation);
+        self.tables = Some(tables);
         self.read_back = true;
         Ok(())
     }
@@ -177,7 +195,9 @@ impl<K: Kernel> Syncer<K> {
         } else {
             SyncKind::Partial
         };
-        if !force_full && let Some((applied, generation)) = self.applied.take() {
+        let applied = self.tables.take();
+        let generation = self.generation.take();
+        if !force_full && let (Some(applied), Some(generation)) = (applied, generation) {
             let now = self.kernel.generation().map_err(SyncError::Generation)?;
             if now == generation {
                 let observed = self.observed_from(applied);
@@ -203,6 +223,49 @@ impl<K: Kernel> Syncer<K> {
             }
         }
         self.full_sync(desired)
+    }
+
+    /// Applies planned changes (partial tables before and after, see `TableChange`) in one
+    /// transaction guarded by the generation of our last commit. `Ok(None)`: the kernel cannot
+    /// be trusted to hold the `before` parts (nothing committed yet, a failure since, or another
+    /// program committed in between); the caller then plans whole and calls `sync`.
+    pub fn sync_changes(
+        &mut self,
+        changes: &[TableChange],
+    ) -> Result<Option<SyncReport>, SyncError> {
+        self.tables = None;
+        self.read_back = false;
+        let Some(generation) = self.generation.take() else {
+            return Ok(None);
+        };
+        let now = self.kernel.generation().map_err(SyncError::Generation)?;
+        if now != generation {
+            tracing::info!(
+                expected = generation,
+                found = now,
+                "nftables changed since our last commit; syncing fully"
+            );
+            return Ok(None);
+        }
+        let tx = super::changes_transaction(changes, Some(generation));
+        match self.commit(&tx) {
+            Ok(c) => {
+                self.generation = c.generation;
+                Ok(Some(SyncReport {
+                    kind: SyncKind::Partial,
+                    ops: c.ops,
+                    bytes: c.bytes,
+                }))
+            }
+            Err(SyncError::Apply {
+                source: KernelError::GenerationChanged { .. },
+                ..
+            }) => {
+                tracing::info!("the ruleset changed under a partial sync; syncing fully");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn full_sync(&mut self, desired: Vec<Table>) -> Result<SyncReport, SyncError> {
@@ -251,7 +314,8 @@ impl<K: Kernel> Syncer<K> {
     /// Keeps `desired` (moved, not copied: it is the whole cluster's ruleset) as what the kernel
     /// now holds.
     fn remember(&mut self, desired: Vec<Table>, c: Committed, kind: SyncKind) -> SyncReport {
-        self.applied = c.generation.map(|g| (desired, g));
+        self.generation = c.generation;
+        self.tables = c.generation.map(|_| desired);
         SyncReport {
             kind,
             ops: c.ops,
@@ -368,6 +432,51 @@ mod tests {
                 .collect(),
             sets: Default::default(),
         }
+    }
+
+    fn change(before: &[&str], after: &[&str]) -> TableChange {
+        TableChange {
+            family: Family::Ip,
+            before: Some(table(before)),
+            after: Some(table(after)),
+        }
+    }
+
+    #[test]
+    fn planned_changes_apply_after_a_commit_and_send_only_their_difference() {
+        let mut s = Syncer::new(Fake::default(), "kubenft");
+        assert_eq!(
+            s.sync_changes(&[change(&[], &["a"])]).unwrap(),
+            None,
+            "nothing committed yet"
+        );
+        s.sync(&[table(&["a", "b"])], false).unwrap();
+        s.release_tables();
+
+        // Parts only: "b" is not mentioned, so it stays.
+        let r = s.sync_changes(&[change(&["a"], &["c"])]).unwrap().unwrap();
+        assert_eq!((r.kind, r.ops), (SyncKind::Partial, 2), "add c, delete a");
+        let t = &s.kernel().kernel.tables.values().next().unwrap().chains;
+        assert_eq!(t.keys().collect::<Vec<_>>(), ["b", "c"]);
+        assert_eq!(s.kernel().reads, 2, "only the first sync read the kernel");
+
+        let r = s.sync_changes(&[]).unwrap().unwrap();
+        assert_eq!(r.ops, 0);
+    }
+
+    #[test]
+    fn planned_changes_are_refused_after_a_foreign_commit_or_a_failure() {
+        let mut s = Syncer::new(Fake::default(), "kubenft");
+        s.sync(&[table(&["a"])], false).unwrap();
+        s.kernel().generation += 1;
+        assert_eq!(s.sync_changes(&[change(&["a"], &["b"])]).unwrap(), None);
+        assert_eq!(s.kernel().applied.len(), 1, "nothing sent");
+        assert!(!s.has_generation(), "the caller must sync fully");
+
+        s.sync(&[table(&["a"])], false).unwrap();
+        s.kernel().fail_next = true;
+        assert!(s.sync_changes(&[change(&["a"], &["b"])]).is_err());
+        assert_eq!(s.sync_changes(&[change(&["a"], &["b"])]).unwrap(), None);
     }
 
     #[test]

@@ -11,7 +11,9 @@ pub mod schedule;
 pub use engine::{Kernel, KernelError, SyncError, SyncKind, SyncReport, Syncer};
 pub use schedule::{Periods, Schedule};
 
+use crate::nft::diff::TableChange;
 use crate::nft::model::{Family, Table};
+use crate::nft::netlink::canonical;
 use crate::nft::transaction::{Op, TableRef, Transaction};
 
 /// Replaces each table wholesale, in one transaction.
@@ -124,6 +126,32 @@ pub fn reconcile_transaction(
             ops.push(Op::DeleteTable {
                 table: tref.clone(),
             });
+        }
+    }
+    Transaction {
+        ops,
+        expected_generation,
+    }
+}
+
+/// One transaction that applies planned changes: for each table, the difference between the
+/// parts it changes as they are and as they will be (canonical, as the kernel stores them), or
+/// its deletion.
+pub fn changes_transaction(
+    changes: &[TableChange],
+    expected_generation: Option<u32>,
+) -> Transaction {
+    let mut ops = Vec::new();
+    for change in changes {
+        let before = change.before.as_ref().map(canonical);
+        match (&change.after, before) {
+            (Some(after), before) => {
+                ops.extend(crate::nft::diff::plan(before.as_ref(), &canonical(after)))
+            }
+            (None, Some(before)) => ops.push(Op::DeleteTable {
+                table: before.table_ref(),
+            }),
+            (None, None) => {}
         }
     }
     Transaction {
