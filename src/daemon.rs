@@ -304,6 +304,8 @@ impl SyncLoop {
     }
 
     async fn sync_once(&mut self) {
+        // The duration covers the whole sync: the store's snapshot and the model too.
+        let started = Instant::now();
         let (inputs, triggers) = {
             let mut store = lock(&self.store);
             (store.snapshot(&self.proxy.hostname), store.take_triggers())
@@ -329,7 +331,6 @@ impl SyncLoop {
             } else {
                 SyncKind::Partial
             };
-        let started = Instant::now();
         let mut partial = None;
         if attempted == SyncKind::Partial {
             let changes = self.planner.changes(&state, &proxy, None);

@@ -42,7 +42,7 @@ impl Context {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Planner {
     context: Option<Context>,
     tables: Vec<FamilyPlan>,
@@ -222,7 +222,7 @@ fn whole_table_changes(before: Vec<Table>, after: Vec<Table>) -> Vec<TableChange
 }
 
 /// One family's table, kept as its fragments.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct FamilyPlan {
     fam: IpFamily,
     head: Table,

@@ -8,21 +8,26 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kubenft::model::ClusterState;
+use std::collections::BTreeSet;
+
+use kubenft::model::{ClusterState, ServicePortName};
 use kubenft::netns::Netns;
 use kubenft::nft::model::Table;
-use kubenft::nft::netlink::{Nftables, canonical};
+use kubenft::nft::netlink::Nftables;
 use kubenft::nft::render::render_table;
-use kubenft::proxier::{EndpointBlocks, build, build_after};
-use kubenft::sync::{Observed, Syncer, reconcile_transaction};
+use kubenft::proxier::{EndpointBlocks, Planner, build, build_after};
+use kubenft::sync::{Observed, Syncer, changes_transaction, reconcile_transaction};
 
 use crate::synthetic::{self, add_service, cluster, config};
 
-/// One partial sync as the daemon does it: rebuild the desired tables from the cluster state,
-/// diff them against the last commit, send the difference as one batch.
+/// One partial sync through the incremental planner: replan the changed service, diff its
+/// parts, send the difference as one batch.
 #[derive(Default, Clone, Copy)]
 pub struct Partial {
-    pub build: Duration,
+    /// Replanning when told which service changed (what a change-tracking source gives).
+    pub plan: Duration,
+    /// Replanning when every service is compared with its last plan (what the daemon does now).
+    pub plan_compare_all: Duration,
     pub diff: Duration,
     /// Encoding plus the kernel's commit.
     pub commit: Duration,
@@ -31,7 +36,7 @@ pub struct Partial {
 
 impl Partial {
     pub fn total(&self) -> Duration {
-        self.build + self.diff + self.commit
+        self.plan + self.diff + self.commit
     }
 }
 
@@ -204,41 +209,44 @@ pub fn measure(services: usize, endpoints: usize, repeats: usize, iptables: bool
 }
 
 /// In one namespace loaded with `state`: one endpoint added to a service, then one service
-/// added, each as the daemon's partial sync; then a restart's full sync on the unchanged kernel.
+/// added, each as a partial sync through the incremental planner; then a restart's full sync on
+/// the unchanged kernel.
 fn partial_syncs(state: &ClusterState, endpoints: usize) -> (Partial, Partial, (Duration, usize)) {
     let ns = Netns::create("bpart").unwrap();
     let state = state.clone();
     ns.run(move || {
         let mut nl = Nftables::open().unwrap();
-        let tables = build(&state, &config());
-        let mut applied: Vec<Table> = tables.iter().map(canonical).collect();
-        let tref = applied[0].table_ref();
+        let mut planner = Planner::new();
+        let tables = planner.plan(&state, &config());
         nl.apply(&reconcile_transaction(
-            &[(tref.clone(), Observed::Absent)],
-            &applied,
+            &[(tables[0].table_ref(), Observed::Absent)],
+            &tables,
             None,
         ))
         .expect("loading the state");
+        drop(tables);
 
-        let mut change = |state: &ClusterState| {
+        let mut change = |state: &ClusterState, service: &ServicePortName| {
+            // Compared against every service first, on a copy, so both ways start equal.
+            let mut comparing = planner.clone();
             let start = Instant::now();
-            // As the daemon plans: keeping the endpoint-map blocks of what is applied.
-            let tables = build_after(state, &config(), &EndpointBlocks::of_tables(&applied));
-            let build_time = start.elapsed();
+            let all = comparing.changes(state, &config(), None);
+            let plan_compare_all = start.elapsed();
+            drop(comparing);
+            let scope = BTreeSet::from([(service.namespace.clone(), service.name.clone())]);
             let start = Instant::now();
-            let desired: Vec<Table> = tables.iter().map(canonical).collect();
-            let observed = std::mem::take(&mut applied)
-                .into_iter()
-                .map(|t| (t.table_ref(), Observed::Read(t)))
-                .collect::<Vec<_>>();
-            let tx = reconcile_transaction(&observed, &desired, None);
+            let changes = planner.changes(state, &config(), Some(&scope));
+            let plan = start.elapsed();
+            assert_eq!(all, changes, "both ways plan the same change");
+            let start = Instant::now();
+            let tx = changes_transaction(&changes, None);
             let diff = start.elapsed();
             let start = Instant::now();
             nl.apply(&tx).expect("partial sync");
             let commit = start.elapsed();
-            applied = desired;
             Partial {
-                build: build_time,
+                plan,
+                plan_compare_all,
                 diff,
                 commit,
                 ops: tx.ops.len(),
@@ -252,9 +260,9 @@ fn partial_syncs(state: &ClusterState, endpoints: usize) -> (Partial, Partial, (
             8080,
             1,
         ));
-        let endpoint = change(&more);
+        let endpoint = change(&more, &first);
         add_service(&mut more, 999_999, endpoints.max(1));
-        let service = change(&more);
+        let service = change(&more, &synthetic::service_name(999_999));
 
         // A restarted daemon: read the kernel, plan keeping its blocks, send the difference.
         let mut restarted = Syncer::new(Nftables::open().unwrap(), "kubenft");

@@ -1,5 +1,6 @@
 //! The real daemon holding a synthetic cluster: `kubenft run --manifests` in a fresh namespace,
-//! timed to its first sync, its memory read from /proc once that sync is done and settled.
+//! timed to its first sync, its memory read from /proc once that sync is done and settled, then
+//! one endpoint added and the daemon's partial sync of it read from its log.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -17,6 +18,15 @@ pub struct DaemonRun {
     /// mark until then (the sync's peak).
     pub rss_mib: f64,
     pub peak_rss_mib: f64,
+    /// One endpoint added (a new EndpointSlice for one service): the sync's own duration as the
+    /// daemon logs it (snapshot of the store, model, plan, commit) and its operations.
+    pub endpoint_sync: Option<(Duration, usize)>,
+}
+
+/// `key=value` of a log line.
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
 }
 
 /// The `kubenft` binary built next to this benchmark.
@@ -40,6 +50,34 @@ fn status_mib(pid: u32, field: &str) -> f64 {
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Adds one endpoint to the first service (in a second EndpointSlice) and waits for the
+/// daemon's partial sync of it.
+fn endpoint_sync(dir: &std::path::Path, log_path: &std::path::Path) -> Option<(Duration, usize)> {
+    let n = synthetic::service_name(0);
+    let slice = format!(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {}-extra, \
+         namespace: {}, labels: {{kubernetes.io/service-name: {}}}}}\naddressType: IPv4\n\
+         ports: [{{name: http, port: 8080, protocol: TCP}}]\n\
+         endpoints: [{{addresses: [10.255.255.254], nodeName: node-1, conditions: {{ready: true}}}}]\n",
+        n.name, n.namespace, n.name
+    );
+    std::fs::write(dir.join("extra-endpoint.yaml"), slice).ok()?;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(300) {
+        let text = std::fs::read_to_string(log_path).unwrap_or_default();
+        if let Some(line) = text
+            .lines()
+            .find(|l| l.contains(" synced ") && l.contains("kind=Partial"))
+        {
+            let seconds: f64 = field(line, "seconds")?.parse().ok()?;
+            let ops: usize = field(line, "ops")?.parse().ok()?;
+            return Some((Duration::from_secs_f64(seconds), ops));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
 }
 
 pub fn measure(services: usize, endpoints: usize) -> Result<DaemonRun, String> {
@@ -78,10 +116,12 @@ pub fn measure(services: usize, endpoints: usize) -> Result<DaemonRun, String> {
             let first_sync = start.elapsed();
             // Holding the state, not finishing the sync: let the daemon settle first.
             std::thread::sleep(Duration::from_secs(2));
+            let (rss_mib, peak_rss_mib) = (status_mib(pid, "VmRSS:"), status_mib(pid, "VmHWM:"));
             break Ok(DaemonRun {
                 first_sync,
-                rss_mib: status_mib(pid, "VmRSS:"),
-                peak_rss_mib: status_mib(pid, "VmHWM:"),
+                rss_mib,
+                peak_rss_mib,
+                endpoint_sync: endpoint_sync(&dir, &log_path),
             });
         }
         if let Ok(Some(status)) = child.try_wait() {

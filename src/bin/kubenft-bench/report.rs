@@ -45,25 +45,27 @@ pub fn cold_table(rows: &[ControlRow]) -> String {
 
 pub fn change_table(rows: &[ControlRow]) -> String {
     let mut out = String::from(
-        "| services × endpoints | +1 endpoint: build | diff | commit | total | ops | +1 service: build | diff | commit | total | ops | restart: read back + diff | ops |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| services × endpoints | +1 endpoint: plan | diff | commit | total | ops | plan, comparing all | +1 service: plan | diff | commit | total | ops | plan, comparing all | restart: read back + diff | ops |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let (e, s) = (r.add_endpoint, r.add_service);
         let _ = writeln!(
             out,
-            "| {} × {} | {} | {} | {} | **{}** | {} | {} | {} | {} | **{}** | {} | {} | {} |",
+            "| {} × {} | {} | {} | {} | **{}** | {} | {} | {} | {} | {} | **{}** | {} | {} | {} | {} |",
             r.services,
             r.endpoints,
-            secs(e.build),
+            secs(e.plan),
             secs(e.diff),
             secs(e.commit),
             secs(e.total()),
             e.ops,
-            secs(s.build),
+            secs(e.plan_compare_all),
+            secs(s.plan),
             secs(s.diff),
             secs(s.commit),
             secs(s.total()),
             s.ops,
+            secs(s.plan_compare_all),
             secs(r.restart),
             r.restart_ops,
         );
@@ -73,20 +75,23 @@ pub fn change_table(rows: &[ControlRow]) -> String {
 
 pub fn daemon_table(rows: &[(String, Result<DaemonRun, String>)]) -> String {
     let mut out = String::from(
-        "| services × endpoints | start → first sync | RSS after it | peak RSS |\n|---|---|---|---|\n",
+        "| services × endpoints | start → first sync | RSS after it | peak RSS | +1 endpoint: the daemon's sync | ops |\n|---|---|---|---|---|---|\n",
     );
     for (scale, run) in rows {
         let _ = match run {
             Ok(d) => writeln!(
                 out,
-                "| {scale} | {} | {:.0} MiB | {:.0} MiB |",
+                "| {scale} | {} | {:.0} MiB | {:.0} MiB | {} | {} |",
                 secs(d.first_sync),
                 d.rss_mib,
-                d.peak_rss_mib
+                d.peak_rss_mib,
+                d.endpoint_sync.map_or("not seen".into(), |(t, _)| secs(t)),
+                d.endpoint_sync
+                    .map_or(String::new(), |(_, ops)| ops.to_string()),
             ),
             Err(e) => writeln!(
                 out,
-                "| {scale} | not measured: {} | | |",
+                "| {scale} | not measured: {} | | | | |",
                 e.lines().next().unwrap_or("")
             ),
         };
