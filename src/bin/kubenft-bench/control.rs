@@ -208,6 +208,9 @@ pub fn measure(services: usize, endpoints: usize, repeats: usize, iptables: bool
     }
 }
 
+/// How often each partial change is made (and undone) for its medians.
+const PARTIAL_REPEATS: usize = 11;
+
 /// In one namespace loaded with `state`: one endpoint added to a service, then one service
 /// added, each as a partial sync through the incremental planner; then a restart's full sync on
 /// the unchanged kernel.
@@ -252,6 +255,26 @@ fn partial_syncs(state: &ClusterState, endpoints: usize) -> (Partial, Partial, (
                 ops: tx.ops.len(),
             }
         };
+        // Each change is made and undone PARTIAL_REPEATS times (its phases are medians), then
+        // made again.
+        let mut repeated = |from: &ClusterState, to: &ClusterState, service: &ServicePortName| {
+            let runs: Vec<Partial> = (0..PARTIAL_REPEATS)
+                .map(|_| {
+                    let forward = change(to, service);
+                    change(from, service);
+                    forward
+                })
+                .collect();
+            change(to, service); // left made
+            let med = |f: fn(&Partial) -> Duration| median(runs.iter().map(f).collect());
+            Partial {
+                plan: med(|p| p.plan),
+                plan_compare_all: med(|p| p.plan_compare_all),
+                diff: med(|p| p.diff),
+                commit: med(|p| p.commit),
+                ops: runs[0].ops,
+            }
+        };
         let mut more = state.clone();
         let first = more.services.keys().next().unwrap().clone();
         let eps = more.endpoints.get_mut(&first).unwrap();
@@ -260,9 +283,10 @@ fn partial_syncs(state: &ClusterState, endpoints: usize) -> (Partial, Partial, (
             8080,
             1,
         ));
-        let endpoint = change(&more, &first);
+        let endpoint = repeated(&state, &more, &first);
+        let base = more.clone();
         add_service(&mut more, 999_999, endpoints.max(1));
-        let service = change(&more, &synthetic::service_name(999_999));
+        let service = repeated(&base, &more, &synthetic::service_name(999_999));
 
         // A restarted daemon: read the kernel, plan keeping its blocks, send the difference.
         let mut restarted = Syncer::new(Nftables::open().unwrap(), "kubenft");
