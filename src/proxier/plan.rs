@@ -17,7 +17,7 @@ use super::build::{
 };
 use super::config::ProxyConfig;
 use super::names::is_endpoint_map;
-use crate::model::{ClusterState, Endpoint, NodeInfo, ServicePort, ServicePortName};
+use crate::model::{ClusterState, Endpoint, NodeInfo, Protocol, ServicePort, ServicePortName};
 use crate::nft::diff::TableChange;
 use crate::nft::model::{Chain, Element, Family, Set, Table, Value};
 
@@ -152,17 +152,33 @@ impl Planner {
         scope: Option<&BTreeSet<ServiceRef>>,
     ) -> Vec<Arc<ServicePortName>> {
         let candidates: BTreeSet<ServicePortName> = match scope {
+            // Compared in place: only the changed names are cloned.
             None => state
                 .services
-                .keys()
+                .iter()
+                .filter(|(n, sp)| {
+                    self.inputs.get(*n).copied() != Some(input_digest(sp, state.endpoints.get(*n)))
+                })
+                .map(|(n, _)| n)
+                .chain(
+                    self.inputs
+                        .keys()
+                        .map(|n| &**n)
+                        .filter(|n| !state.services.contains_key(*n)),
+                )
                 .cloned()
-                .chain(self.inputs.keys().map(|n| (**n).clone()))
                 .collect(),
             Some(services) => services
                 .iter()
                 .flat_map(|s| {
-                    ports_of(state.services.keys(), s)
-                        .chain(ports_of(self.inputs.keys().map(|n| &**n), s))
+                    let lowest = lowest_port(s);
+                    let planned = self.inputs.range::<ServicePortName, _>(&lowest..);
+                    state
+                        .services
+                        .range(&lowest..)
+                        .map(|(n, _)| n)
+                        .take_while(|n| is_port_of(n, s))
+                        .chain(planned.map(|(n, _)| &**n).take_while(|n| is_port_of(n, s)))
                         .cloned()
                         .collect::<Vec<_>>()
                 })
@@ -189,14 +205,19 @@ impl Planner {
     }
 }
 
-/// The ports of service `s` among `names` (sorted, so they are adjacent).
-fn ports_of<'a>(
-    names: impl Iterator<Item = &'a ServicePortName>,
-    s: &'a ServiceRef,
-) -> impl Iterator<Item = &'a ServicePortName> {
-    names
-        .skip_while(move |n| (&n.namespace, &n.name) < (&s.0, &s.1))
-        .take_while(move |n| n.namespace == s.0 && n.name == s.1)
+/// The first name any port of service `s` can have: names sort by namespace, name, port name
+/// ("" first) and protocol, so the ports of `s` follow it, adjacent.
+fn lowest_port(s: &ServiceRef) -> ServicePortName {
+    ServicePortName {
+        namespace: s.0.clone(),
+        name: s.1.clone(),
+        port: String::new(),
+        protocol: Protocol::Tcp,
+    }
+}
+
+fn is_port_of(n: &ServicePortName, s: &ServiceRef) -> bool {
+    n.namespace == s.0 && n.name == s.1
 }
 
 fn input_digest(sp: &ServicePort, endpoints: Option<&Vec<Endpoint>>) -> u64 {
