@@ -312,7 +312,17 @@ mod tests {
         assert_eq!(get(loopback(free), "/").await.unwrap().status, 200);
 
         drop(squatter);
-        hc.sync(desired).await.unwrap();
+        // Tests run in parallel and `free_port` binds port 0 and lets go, so another test can
+        // hold the freed port for a moment: retry a few times, as the daemon's next sync would.
+        let mut retried = hc.sync(desired.clone()).await;
+        for _ in 0..20 {
+            if retried.is_ok() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            retried = hc.sync(desired.clone()).await;
+        }
+        retried.unwrap();
         assert_eq!(get(loopback(taken), "/").await.unwrap().status, 200);
     }
 
