@@ -118,11 +118,6 @@ impl BlockAllocator {
         }
     }
 
-    /// The chains holding a block.
-    pub fn chains(&self) -> impl Iterator<Item = &str> {
-        self.owners.keys().map(String::as_str)
-    }
-
     /// Each chain's block.
     pub fn blocks(&self) -> &BTreeMap<String, u32> {
         &self.owners
@@ -290,36 +285,27 @@ impl Fragment {
     }
 }
 
-/// The table of `head` (family, name, comment) made of `fragments`, in order: the first chain,
-/// set or element key seen wins.
-pub fn assemble<'f>(head: &Table, fragments: impl IntoIterator<Item = &'f Fragment>) -> Table {
-    let mut t = Table {
-        family: head.family,
-        name: head.name.clone(),
-        comment: head.comment.clone(),
-        ..Table::default()
-    };
+/// The table `head` (family, name, comment, no contents) filled with `fragments`, in order:
+/// the first chain, set or element key seen wins.
+pub fn assemble(head: &Table, fragments: impl IntoIterator<Item = Fragment>) -> Table {
+    let mut t = head.clone();
     let mut seen: BTreeMap<String, std::collections::HashSet<Vec<Value>>> = BTreeMap::new();
     for f in fragments {
-        for set in &f.sets {
-            t.sets
-                .entry(set.name.clone())
-                .or_insert_with(|| set.clone());
+        for set in f.sets {
+            t.sets.entry(set.name.clone()).or_insert(set);
         }
-        for chain in &f.chains {
-            t.chains
-                .entry(chain.name.clone())
-                .or_insert_with(|| chain.clone());
+        for chain in f.chains {
+            t.chains.entry(chain.name.clone()).or_insert(chain);
         }
-        for (name, elements) in &f.elements {
+        for (name, elements) in f.elements {
             let set = t
                 .sets
-                .get_mut(name)
+                .get_mut(&name)
                 .expect("a fragment's elements go to declared sets");
-            let keys = seen.entry(name.clone()).or_default();
+            let keys = seen.entry(name).or_default();
             for e in elements {
                 if keys.insert(e.key.clone()) {
-                    set.elements.push(e.clone());
+                    set.elements.push(e);
                 }
             }
         }
@@ -750,20 +736,19 @@ impl Builder<'_> {
         let share = |i: u64| (i * u64::from(SLOTS_PER_BLOCK) / n) as u32;
         let label = sp.name.to_string();
         let shard = endpoint_map(block);
-        let addr_type = self.fam.addr_type();
+        // Shards exist while some block in them is used.
+        let mut s = map(
+            &shard,
+            vec![DataType::Integer],
+            false,
+            "random slot to endpoint address . port; a service owns 65536 slots",
+        );
+        s.data = vec![self.fam.addr_type(), DataType::InetService];
+        s.interval = true;
+        self.out.declare(s);
         for (i, ep) in eps.iter().enumerate() {
             let i = i as u64;
             let (first, last) = (base + share(i), base + share(i + 1) - 1);
-            // Shards exist while some block in them is used.
-            let mut s = map(
-                &shard,
-                vec![DataType::Integer],
-                false,
-                "random slot to endpoint address . port; a service owns 65536 slots",
-            );
-            s.data = vec![addr_type, DataType::InetService];
-            s.interval = true;
-            self.out.declare(s);
             self.out.push_element(
                 &shard,
                 Element {
@@ -1209,14 +1194,13 @@ pub fn build_family(
     let mut blocks = BlockAllocator::new(previous.of_family(fam.table_family()));
     let fragments = FragmentBuilder::new(config, state, fam);
     let skeleton = fragments.skeleton();
-    let services: Vec<Fragment> = state
+    let services = state
         .services
         .values()
-        .map(|sp| fragments.service(sp, &mut blocks))
-        .collect();
+        .map(|sp| fragments.service(sp, &mut blocks));
     assemble(
         &table_head(config, fam),
-        std::iter::once(&skeleton).chain(&services),
+        std::iter::once(skeleton).chain(services),
     )
 }
 

@@ -289,9 +289,10 @@ impl FamilyPlan {
             .collect();
         let unused: Vec<String> = plan
             .blocks
-            .chains()
-            .filter(|c| !used.contains(c))
-            .map(str::to_string)
+            .blocks()
+            .keys()
+            .filter(|c| !used.contains(c.as_str()))
+            .cloned()
             .collect();
         for chain in unused {
             plan.blocks.release(&chain);
@@ -302,7 +303,9 @@ impl FamilyPlan {
     fn table(&self) -> Table {
         assemble(
             &self.head,
-            std::iter::once(&self.skeleton).chain(self.fragments.values()),
+            std::iter::once(&self.skeleton)
+                .chain(self.fragments.values())
+                .cloned(),
         )
     }
 
@@ -356,12 +359,17 @@ impl FamilyPlan {
         before.declare(self, &sets);
         before.winners(self, &keys);
 
-        let mut gone_chains: BTreeSet<String> = BTreeSet::new();
+        let mut gone_chains: Vec<String> = Vec::new();
         for (name, fragment) in new {
             if let Some(old) = self.fragments.get(&name) {
-                gone_chains.extend(old.chains.iter().map(|c| c.name.clone()));
+                let kept = |c: &&Chain| fragment.chains.iter().any(|n| n.name == c.name);
+                gone_chains.extend(
+                    old.chains
+                        .iter()
+                        .filter(|c| !kept(c))
+                        .map(|c| c.name.clone()),
+                );
             }
-            gone_chains.retain(|c| !fragment.chains.iter().any(|n| &n.name == c));
             self.forget(&name);
             self.remember(&name, fragment);
         }
@@ -401,11 +409,7 @@ impl FamilyPlan {
                 .or_insert_with(|| (set.clone(), 0))
                 .1 += 1;
         }
-        for (set, elements) in fragment
-            .elements
-            .iter()
-            .filter(|(s, _)| !is_endpoint_map(s))
-        {
+        for (set, elements) in shared_elements(&fragment) {
             let by_key = self.owners.entry(set.clone()).or_default();
             for e in elements {
                 let owners = by_key.entry(e.key.clone()).or_default();
@@ -429,11 +433,7 @@ impl FamilyPlan {
                 }
             }
         }
-        for (set, elements) in fragment
-            .elements
-            .iter()
-            .filter(|(s, _)| !is_endpoint_map(s))
-        {
+        for (set, elements) in shared_elements(&fragment) {
             let Some(by_key) = self.owners.get_mut(set) else {
                 continue;
             };
@@ -449,12 +449,22 @@ impl FamilyPlan {
     }
 }
 
+/// A fragment's elements of sets other fragments may share (all but the endpoint maps, whose
+/// keys lie in one chain's own block).
+fn shared_elements(fragment: &Fragment) -> impl Iterator<Item = &(String, Vec<Element>)> {
+    fragment
+        .elements
+        .iter()
+        .filter(|(set, _)| !is_endpoint_map(set))
+}
+
 /// Part of a table: some chains, and some elements of some sets.
 #[derive(Default)]
 struct Part {
     chains: Vec<Chain>,
+    /// Declarations of the sets that exist, without elements.
     sets: BTreeMap<String, Set>,
-    /// Elements of sets that turn out not to exist (never happens for a consistent plan).
+    /// Elements by set; those of a set that does not exist are dropped.
     elements: BTreeMap<String, Vec<Element>>,
 }
 
@@ -478,25 +488,22 @@ impl Part {
     /// The elements `plan` holds now under `keys`.
     fn winners(&mut self, plan: &FamilyPlan, keys: &BTreeMap<String, BTreeSet<Vec<Value>>>) {
         for (set, keys) in keys {
-            let found: Vec<Element> = keys
-                .iter()
-                .filter_map(|k| plan.winner(set, k).cloned())
-                .collect();
-            self.push(set, found.into_iter());
+            self.push(
+                set,
+                keys.iter().filter_map(|k| plan.winner(set, k).cloned()),
+            );
         }
     }
 
     fn into_table(self, head: &Table) -> Table {
         let mut t = Table {
-            family: head.family,
-            name: head.name.clone(),
-            comment: head.comment.clone(),
             chains: self
                 .chains
                 .into_iter()
                 .map(|c| (c.name.clone(), c))
                 .collect(),
             sets: self.sets,
+            ..head.clone()
         };
         for (set, elements) in self.elements {
             if let Some(s) = t.sets.get_mut(&set) {
