@@ -123,7 +123,7 @@ pub struct Syncer<K> {
     /// Canonical tables as last committed or read, for `sync`'s difference; `None` after
     /// `sync_changes` (its caller keeps the plan) or `release_tables`.
     tables: Option<Vec<Table>>,
-    /// `applied` came from `read_back`, not from our own commit: the next sync, a difference
+    /// `tables` came from `read_back`, not from our own commit: the next sync, a difference
     /// against what was read, is reported as a full one.
     read_back: bool,
 }
@@ -198,28 +198,10 @@ impl<K: Kernel> Syncer<K> {
         let applied = self.tables.take();
         let generation = self.generation.take();
         if !force_full && let (Some(applied), Some(generation)) = (applied, generation) {
-            let now = self.kernel.generation().map_err(SyncError::Generation)?;
-            if now == generation {
-                let observed = self.observed_from(applied);
-                let tx = reconcile_transaction(&observed, &desired, Some(generation));
-                match self.commit(&tx) {
-                    Ok(committed) => {
-                        return Ok(self.remember(desired, committed, kind));
-                    }
-                    Err(SyncError::Apply {
-                        source: KernelError::GenerationChanged { .. },
-                        ..
-                    }) => {
-                        tracing::info!("the ruleset changed under a partial sync; syncing fully");
-                    }
-                    Err(e) => return Err(e),
-                }
-            } else {
-                tracing::info!(
-                    expected = generation,
-                    found = now,
-                    "nftables changed since our last commit; reading our tables back"
-                );
+            let observed = self.observed_from(applied);
+            let tx = || reconcile_transaction(&observed, &desired, Some(generation));
+            if let Some(committed) = self.commit_at(generation, tx)? {
+                return Ok(self.remember(desired, committed, kind));
             }
         }
         self.full_sync(desired)
@@ -238,6 +220,25 @@ impl<K: Kernel> Syncer<K> {
         let Some(generation) = self.generation.take() else {
             return Ok(None);
         };
+        let tx = || super::changes_transaction(changes, Some(generation));
+        Ok(self.commit_at(generation, tx)?.map(|c| {
+            self.generation = c.generation;
+            SyncReport {
+                kind: SyncKind::Partial,
+                ops: c.ops,
+                bytes: c.bytes,
+            }
+        }))
+    }
+
+    /// Commits the transaction `tx` builds if the ruleset is still at `generation`, the one our
+    /// last commit left. `Ok(None)`: another program committed since (seen before building, or
+    /// by the kernel's guard at commit), so what we remember of the kernel is stale.
+    fn commit_at(
+        &mut self,
+        generation: u32,
+        tx: impl FnOnce() -> Transaction,
+    ) -> Result<Option<Committed>, SyncError> {
         let now = self.kernel.generation().map_err(SyncError::Generation)?;
         if now != generation {
             tracing::info!(
@@ -247,16 +248,8 @@ impl<K: Kernel> Syncer<K> {
             );
             return Ok(None);
         }
-        let tx = super::changes_transaction(changes, Some(generation));
-        match self.commit(&tx) {
-            Ok(c) => {
-                self.generation = c.generation;
-                Ok(Some(SyncReport {
-                    kind: SyncKind::Partial,
-                    ops: c.ops,
-                    bytes: c.bytes,
-                }))
-            }
+        match self.commit(&tx()) {
+            Ok(committed) => Ok(Some(committed)),
             Err(SyncError::Apply {
                 source: KernelError::GenerationChanged { .. },
                 ..
