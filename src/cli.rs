@@ -102,6 +102,10 @@ pub fn add_local_addresses(config: &mut ProxyConfig) -> Result<(), CliError> {
             .map(|(ip, _)| ip)
             .filter(|ip| !ip.is_loopback())
             .collect();
+        // In a fixed order: the planner replans everything when its configuration differs, and
+        // a dump listing the same addresses in another order is no change.
+        config.local_addresses.sort();
+        config.local_addresses.dedup();
     }
     Ok(())
 }

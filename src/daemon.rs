@@ -18,10 +18,10 @@ use k8s_openapi::api::core::v1::Node;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
-use crate::cli::{Inputs, add_local_addresses, load_inputs};
+use crate::cli::{add_local_addresses, load_inputs};
 use crate::config::{Config, RunSettings};
 use crate::conntrack::{self, UdpServiceView};
-use crate::model::{ClusterState, Protocol, Rejected, TrafficPolicy};
+use crate::model::{ClusterState, LiveState, Protocol, ServiceRef, TrafficPolicy};
 use crate::nft::netlink::Nftables;
 use crate::proxier::{self, EndpointBlocks, Planner, ProxyConfig};
 use crate::serve::{self, HealthCheckServers, HealthState, Metrics, ServiceHealth, SyncResult};
@@ -160,6 +160,7 @@ async fn run_async(
         health_checks: HealthCheckServers::new(Vec::new(), health),
         store,
         udp_before: None,
+        live: LiveState::default(),
         rejected_before: BTreeSet::new(),
     };
     let stop = async {
@@ -265,6 +266,8 @@ struct SyncLoop {
     store: Arc<Mutex<ClusterStore>>,
     /// UDP services as of the last successful sync; `None` before the first one.
     udp_before: Option<Vec<UdpServiceView>>,
+    /// The cluster as of the last sync, kept up to date service by service.
+    live: LiveState,
     /// Objects rejected at the last sync, so each rejection is logged and counted once.
     rejected_before: BTreeSet<(String, String, String, String)>,
 }
@@ -304,23 +307,14 @@ impl SyncLoop {
     }
 
     async fn sync_once(&mut self) {
-        // The duration covers the whole sync: the store's snapshot and the model too.
+        // The duration covers the whole sync: bringing the model up to date too.
         let started = Instant::now();
-        let (inputs, triggers) = {
-            let mut store = lock(&self.store);
-            (store.snapshot(&self.proxy.hostname), store.take_triggers())
-        };
+        let (changed, triggers) = self.update_model();
         let mut proxy = self.proxy.clone();
         if let Err(e) = add_local_addresses(&mut proxy) {
             tracing::warn!(error = %e, "cannot read local addresses; NodePorts use the previous ones");
         }
-        let (state, rejected) = ClusterState::from_objects(
-            &inputs.services,
-            &inputs.endpoint_slices,
-            inputs.node.as_ref(),
-        );
-        self.report_rejected(&rejected);
-        self.health.set_node_eligible(node_eligible(&inputs));
+        self.report_rejected();
 
         let force_full = self.schedule.start(Instant::now());
         // A partial sync needs our last commit to have succeeded (the kernel then holds what
@@ -333,7 +327,9 @@ impl SyncLoop {
             };
         let mut partial = None;
         if attempted == SyncKind::Partial {
-            let changes = self.planner.changes(&state, &proxy, None);
+            let changes = self
+                .planner
+                .changes(&self.live.state, &proxy, Some(&changed));
             partial =
                 tokio::task::block_in_place(|| self.syncer.sync_changes(&changes)).transpose();
         }
@@ -342,7 +338,7 @@ impl SyncLoop {
             // Refused: the kernel may not hold what the planner remembers.
             None => {
                 attempted = SyncKind::Full;
-                self.full_sync(&state, &proxy)
+                self.full_sync(&proxy)
             }
         };
         let seconds = started.elapsed().as_secs_f64();
@@ -350,7 +346,7 @@ impl SyncLoop {
         match result {
             Ok(report) => {
                 self.succeeded(report, seconds, now, &triggers);
-                self.after_sync(&state, &proxy).await;
+                self.after_sync(&proxy).await;
             }
             Err(e) => {
                 self.metrics
@@ -366,11 +362,7 @@ impl SyncLoop {
     /// so that services keep the endpoint-map blocks it already has (after a restart too):
     /// unchanged services then plan to unchanged rules and nothing is sent for them. If the
     /// read fails, the sync reads again.
-    fn full_sync(
-        &mut self,
-        state: &ClusterState,
-        proxy: &ProxyConfig,
-    ) -> Result<SyncReport, crate::sync::SyncError> {
+    fn full_sync(&mut self, proxy: &ProxyConfig) -> Result<SyncReport, crate::sync::SyncError> {
         let mut full = true;
         match tokio::task::block_in_place(|| self.syncer.read_back()) {
             Ok(()) => full = !self.syncer.has_applied_state(),
@@ -382,7 +374,7 @@ impl SyncLoop {
             .map(EndpointBlocks::of_tables)
             .unwrap_or_default();
         self.planner.reset(blocks);
-        let tables = self.planner.plan(state, proxy);
+        let tables = self.planner.plan(&self.live.state, proxy);
         let result = tokio::task::block_in_place(|| self.syncer.sync(&tables, full));
         // The planner holds the same state, service by service.
         self.syncer.release_tables();
@@ -416,8 +408,8 @@ impl SyncLoop {
 
     /// What follows a successful sync: stale UDP conntrack entries, healthCheckNodePorts and
     /// the no-local-endpoints gauges.
-    async fn after_sync(&mut self, state: &ClusterState, proxy: &ProxyConfig) {
-        let udp_now = udp_views(state, proxy);
+    async fn after_sync(&mut self, proxy: &ProxyConfig) {
+        let udp_now = udp_views(&self.live.state, proxy);
         // The first sync has nothing to compare with: flows that exist were made by the rules
         // a previous run left, which this sync kept, so deleting them would only break them.
         if let Some(before) = self.udp_before.replace(udp_now.clone()) {
@@ -435,16 +427,28 @@ impl SyncLoop {
                 }
             }
         }
-        let (checks, internal, external) = local_endpoint_facts(state, proxy);
+        let (checks, internal, external) = local_endpoint_facts(&self.live.state, proxy);
         self.metrics.set_no_local_endpoints(internal, external);
         if let Err(e) = self.health_checks.sync(checks).await {
             tracing::warn!(error = %e, "healthCheckNodePort servers not all open; retried at the next sync");
         }
     }
 
-    fn report_rejected(&mut self, rejected: &[Rejected]) {
-        let now: BTreeSet<_> = rejected
-            .iter()
+    /// Brings the model up to date with the store: re-converts only the services whose
+    /// objects changed (every one at the first sync), and the node's facts. Returns those
+    /// services and the change-trigger times to observe.
+    fn update_model(&mut self) -> (BTreeSet<ServiceRef>, Vec<SystemTime>) {
+        let mut store = lock(&self.store);
+        let changed = store.update_model(&mut self.live, &self.proxy.hostname);
+        self.health
+            .set_node_eligible(node_eligible(store.node(&self.proxy.hostname)));
+        (changed, store.take_triggers())
+    }
+
+    fn report_rejected(&mut self) {
+        let now: BTreeSet<_> = self
+            .live
+            .rejected()
             .map(|r| {
                 (
                     r.kind.to_string(),
@@ -477,8 +481,8 @@ fn unix_seconds(t: SystemTime) -> f64 {
 
 /// False once the Node is being deleted or the cluster autoscaler marked it for deletion, so
 /// load balancers drain it (kube-proxy's `nodeEligible`).
-fn node_eligible(inputs: &Inputs) -> bool {
-    let Some(node): Option<&Node> = inputs.node.as_ref() else {
+fn node_eligible(node: Option<&Node>) -> bool {
+    let Some(node) = node else {
         return true;
     };
     let deleting = node.metadata.deletion_timestamp.is_some();

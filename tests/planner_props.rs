@@ -9,12 +9,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kubenft::model::ClusterState;
+use kube::runtime::watcher::Event;
+use kubenft::model::{ClusterState, LiveState};
 use kubenft::nft::diff::TableChange;
 use kubenft::nft::fake::FakeKernel;
 use kubenft::nft::model::{Chain, Element, Table};
 use kubenft::nft::transaction::{Op, Transaction};
 use kubenft::proxier::{Planner, ProxyConfig, ServiceRef, build, build_after};
+use kubenft::source::store::{Change, ClusterStore};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{Value, json};
@@ -688,4 +690,80 @@ fn a_fair_share_of_generated_clusters_proxy_services_with_endpoints() {
         "only {} of 200 clusters proxy anything",
         proxied.get()
     );
+}
+
+proptest! {
+    #![proptest_config(Config { cases: 128, ..Config::default() })]
+
+    /// A store fed watch events (applies, deletes, re-lists; slices moving between services;
+    /// one name with and without a namespace) keeps a model, converted service by service as
+    /// objects change, equal to converting every object it holds: same ports, endpoints and
+    /// rejections. This is what lets the daemon convert only changed services.
+    #[test]
+    fn a_model_kept_up_to_date_by_store_events_equals_converting_every_object(
+        steps in proptest::collection::vec((cluster(), any::<u32>(), 0u8..4), 1..10)
+    ) {
+        let mut store = ClusterStore::default();
+        let mut live = LiveState::default();
+        for ((services, slices), bits, mode) in steps {
+            let mut services: Vec<Service> = typed(&services);
+            let mut slices: Vec<EndpointSlice> = typed(&slices);
+            // Few names, so events meet objects already stored and slices change service.
+            for (i, s) in services.iter_mut().enumerate() {
+                if (bits >> i) & 1 == 1 {
+                    s.metadata.namespace = None;
+                }
+            }
+            for (i, s) in slices.iter_mut().enumerate() {
+                s.metadata.name = Some(format!("slice-{}", (i as u32 + bits) % 4));
+            }
+            match mode {
+                // A re-list of one kind.
+                0 => relist(&mut store, ClusterStore::apply_service, services),
+                1 => relist(&mut store, ClusterStore::apply_endpoint_slice, slices),
+                // Watch events: each object applied, or deleted by its key.
+                _ => {
+                    for (i, s) in services.into_iter().enumerate() {
+                        store.apply_service(watch_event(s, bits >> (i + 8) & 1 == 1));
+                    }
+                    for (i, s) in slices.into_iter().enumerate() {
+                        store.apply_endpoint_slice(watch_event(s, bits >> (i + 16) & 1 == 1));
+                    }
+                }
+            }
+            store.update_model(&mut live, "node-a");
+            let everything = store.snapshot("node-a");
+            let (whole, rejected) = ClusterState::from_objects(
+                &everything.services,
+                &everything.endpoint_slices,
+                everything.node.as_ref(),
+            );
+            prop_assert_eq!(&live.state, &whole);
+            let mut kept: Vec<String> = live.rejected().map(|r| format!("{r:?}")).collect();
+            let mut all: Vec<String> = rejected.iter().map(|r| format!("{r:?}")).collect();
+            kept.sort();
+            all.sort();
+            prop_assert_eq!(kept, all);
+        }
+    }
+}
+
+fn relist<K>(
+    store: &mut ClusterStore,
+    apply: fn(&mut ClusterStore, Event<K>) -> Change,
+    objects: Vec<K>,
+) {
+    apply(store, Event::Init);
+    for o in objects {
+        apply(store, Event::InitApply(o));
+    }
+    apply(store, Event::InitDone);
+}
+
+fn watch_event<K>(object: K, delete: bool) -> Event<K> {
+    if delete {
+        Event::Delete(object)
+    } else {
+        Event::Apply(object)
+    }
 }

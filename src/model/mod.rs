@@ -8,6 +8,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Transport protocol of a service port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -142,6 +143,11 @@ fn parse_ip(s: &str) -> Option<IpAddr> {
     s.parse().ok()
 }
 
+/// A Service by namespace and name: the unit the API reports changes in. Its ports and their
+/// endpoints depend on its own Service object and the EndpointSlices labelled with its name,
+/// and on nothing else.
+pub type ServiceRef = (String, String);
+
 impl ClusterState {
     /// Converts API objects; returns what was skipped and why.
     pub fn from_objects(
@@ -149,41 +155,84 @@ impl ClusterState {
         slices: &[EndpointSlice],
         node: Option<&Node>,
     ) -> (ClusterState, Vec<Rejected>) {
+        let mut groups: BTreeMap<ServiceRef, (Vec<&Service>, Vec<&EndpointSlice>)> =
+            BTreeMap::new();
+        for svc in services {
+            groups.entry(service_ref(svc)).or_default().0.push(svc);
+        }
+        for slice in slices {
+            groups
+                .entry(slice_service_ref(slice))
+                .or_default()
+                .1
+                .push(slice);
+        }
         let mut state = ClusterState::default();
+        let mut rejected = Vec::new();
+        for (service, (services, slices)) in &groups {
+            rejected.extend(state.update_service(service, services, slices));
+        }
+        state.node = node.map(NodeInfo::of);
+        (state, rejected)
+    }
+
+    /// Replaces the ports and endpoints of `service` with what its objects say now: `services`
+    /// are the Service objects of that name (one, or none once deleted) and `slices` the
+    /// EndpointSlices labelled with it. Returns what was skipped and why. Converting every
+    /// service this way gives what `from_objects` gives.
+    pub fn update_service(
+        &mut self,
+        service: &ServiceRef,
+        services: &[&Service],
+        slices: &[&EndpointSlice],
+    ) -> Vec<Rejected> {
+        let lowest = ServicePortName::lowest_of(service);
+        let of_service = |n: &ServicePortName| n.namespace == service.0 && n.name == service.1;
+        let stale: Vec<ServicePortName> = self
+            .services
+            .range(&lowest..)
+            .map(|(n, _)| n)
+            .take_while(|n| of_service(n))
+            .chain(
+                self.endpoints
+                    .range(&lowest..)
+                    .map(|(n, _)| n)
+                    .take_while(|n| of_service(n)),
+            )
+            .cloned()
+            .collect();
+        for name in &stale {
+            self.services.remove(name);
+            self.endpoints.remove(name);
+        }
+
         let mut rejected = Vec::new();
         // The API keeps names unique; a manifests directory may not. Picking one of several
         // would depend on file order, so none is proxied.
-        let mut named: BTreeMap<(String, String), usize> = BTreeMap::new();
+        let copies = services.len();
         for svc in services {
-            *named.entry(object_key(svc)).or_default() += 1;
-        }
-        for svc in services {
-            let copies = named[&object_key(svc)];
-            if copies > 1 {
-                rejected.push(Rejected {
-                    kind: "Service",
-                    namespace: svc.metadata.namespace.clone().unwrap_or_default(),
-                    name: svc.metadata.name.clone().unwrap_or_default(),
-                    reason: format!("{copies} Services share this name; none is proxied"),
-                });
-                continue;
-            }
-            match service_ports(svc) {
-                Ok(ports) => {
-                    for p in ports {
-                        state.services.insert(p.name.clone(), p);
+            let reason = if copies > 1 {
+                format!("{copies} Services share this name; none is proxied")
+            } else {
+                match service_ports(svc) {
+                    Ok(ports) => {
+                        for p in ports {
+                            self.services.insert(p.name.clone(), p);
+                        }
+                        continue;
                     }
+                    Err(reason) => reason,
                 }
-                Err(reason) => rejected.push(Rejected {
-                    kind: "Service",
-                    namespace: svc.metadata.namespace.clone().unwrap_or_default(),
-                    name: svc.metadata.name.clone().unwrap_or_default(),
-                    reason,
-                }),
-            }
+            };
+            rejected.push(Rejected {
+                kind: "Service",
+                namespace: svc.metadata.namespace.clone().unwrap_or_default(),
+                name: svc.metadata.name.clone().unwrap_or_default(),
+                reason,
+            });
         }
         for slice in slices {
-            if let Err(reason) = add_slice(&mut state, slice) {
+            if let Err(reason) = add_slice(self, slice) {
                 rejected.push(Rejected {
                     kind: "EndpointSlice",
                     namespace: slice.metadata.namespace.clone().unwrap_or_default(),
@@ -192,32 +241,98 @@ impl ClusterState {
                 });
             }
         }
-        for eps in state.endpoints.values_mut() {
+        for (_, eps) in self
+            .endpoints
+            .range_mut(&lowest..)
+            .take_while(|(n, _)| of_service(n))
+        {
             eps.sort();
             eps.dedup_by(|a, b| a.ip == b.ip && a.port == b.port);
         }
-        state.node = node.map(node_info);
-        (state, rejected)
+        rejected
     }
 }
 
-/// `(namespace, name)` as `service_ports` reads them (no namespace means `default`).
-fn object_key(svc: &Service) -> (String, String) {
+/// A `ClusterState` kept up to date service by service, with what each service's objects had
+/// rejected.
+#[derive(Debug, Clone, Default)]
+pub struct LiveState {
+    pub state: ClusterState,
+    rejected: BTreeMap<ServiceRef, Vec<Rejected>>,
+}
+
+impl LiveState {
+    /// Re-converts `service` from its objects now (see `ClusterState::update_service`).
+    pub fn update_service(
+        &mut self,
+        service: &ServiceRef,
+        services: &[&Service],
+        slices: &[&EndpointSlice],
+    ) {
+        let rejected = self.state.update_service(service, services, slices);
+        if rejected.is_empty() {
+            self.rejected.remove(service);
+        } else {
+            self.rejected.insert(service.clone(), rejected);
+        }
+    }
+
+    /// Everything the current objects had rejected.
+    pub fn rejected(&self) -> impl Iterator<Item = &Rejected> {
+        self.rejected.values().flatten()
+    }
+}
+
+impl ServicePortName {
+    /// The first name any port of `service` can have: names sort by namespace, name, port name
+    /// ("" first) and protocol, so the ports of one service follow it, adjacent.
+    pub fn lowest_of(service: &ServiceRef) -> ServicePortName {
+        ServicePortName {
+            namespace: service.0.clone(),
+            name: service.1.clone(),
+            port: String::new(),
+            protocol: Protocol::Tcp,
+        }
+    }
+
+    pub fn is_port_of(&self, service: &ServiceRef) -> bool {
+        self.namespace == service.0 && self.name == service.1
+    }
+}
+
+/// The service a Service object defines (no namespace means `default`, as the API does).
+pub fn service_ref(svc: &Service) -> ServiceRef {
     (
-        svc.metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into()),
+        namespace_of(&svc.metadata),
         svc.metadata.name.clone().unwrap_or_default(),
     )
 }
 
+/// The service an EndpointSlice belongs to, by its `kubernetes.io/service-name` label. A slice
+/// without the label belongs to no service: it is grouped under the empty name, which no
+/// Service can have, and rejected when converted.
+pub fn slice_service_ref(slice: &EndpointSlice) -> ServiceRef {
+    (
+        namespace_of(&slice.metadata),
+        slice
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SERVICE_NAME_LABEL))
+            .cloned()
+            .unwrap_or_default(),
+    )
+}
+
+/// The label that ties an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+fn namespace_of(meta: &ObjectMeta) -> String {
+    meta.namespace.clone().unwrap_or_else(|| "default".into())
+}
+
 fn service_ports(svc: &Service) -> Result<Vec<ServicePort>, String> {
-    let namespace = svc
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into());
+    let namespace = namespace_of(&svc.metadata);
     let name = svc.metadata.name.clone().ok_or("no metadata.name")?;
     let Some(spec) = &svc.spec else {
         return Ok(Vec::new());
@@ -342,18 +457,10 @@ fn service_ports(svc: &Service) -> Result<Vec<ServicePort>, String> {
 }
 
 fn add_slice(state: &mut ClusterState, slice: &EndpointSlice) -> Result<(), String> {
-    let namespace = slice
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into());
-    let service = slice
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get("kubernetes.io/service-name"))
-        .ok_or("no kubernetes.io/service-name label")?
-        .clone();
+    let (namespace, service) = slice_service_ref(slice);
+    if service.is_empty() {
+        return Err(format!("no {SERVICE_NAME_LABEL} label"));
+    }
     let v6 = match slice.address_type.as_str() {
         "IPv4" => false,
         "IPv6" => true,
@@ -422,34 +529,37 @@ fn add_slice(state: &mut ClusterState, slice: &EndpointSlice) -> Result<(), Stri
     Ok(())
 }
 
-fn node_info(node: &Node) -> NodeInfo {
-    let status = node.status.as_ref();
-    NodeInfo {
-        name: node.metadata.name.clone().unwrap_or_default(),
-        internal_ips: status
-            .and_then(|s| s.addresses.as_ref())
-            .into_iter()
-            .flatten()
-            .filter(|a| a.type_ == "InternalIP")
-            .filter_map(|a| parse_ip(&a.address))
-            .collect(),
-        pod_cidrs: node
-            .spec
-            .as_ref()
-            .and_then(|s| {
-                s.pod_cidrs
-                    .clone()
-                    .or_else(|| s.pod_cidr.clone().map(|c| vec![c]))
-            })
-            .into_iter()
-            .flatten()
-            .filter_map(|c| c.parse().ok())
-            .collect(),
-        zone: node
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get("topology.kubernetes.io/zone"))
-            .cloned(),
+impl NodeInfo {
+    /// This node's facts from its Node object.
+    pub fn of(node: &Node) -> NodeInfo {
+        let status = node.status.as_ref();
+        NodeInfo {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            internal_ips: status
+                .and_then(|s| s.addresses.as_ref())
+                .into_iter()
+                .flatten()
+                .filter(|a| a.type_ == "InternalIP")
+                .filter_map(|a| parse_ip(&a.address))
+                .collect(),
+            pod_cidrs: node
+                .spec
+                .as_ref()
+                .and_then(|s| {
+                    s.pod_cidrs
+                        .clone()
+                        .or_else(|| s.pod_cidr.clone().map(|c| vec![c]))
+                })
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c.parse().ok())
+                .collect(),
+            zone: node
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("topology.kubernetes.io/zone"))
+                .cloned(),
+        }
     }
 }

@@ -17,12 +17,10 @@ use super::build::{
 };
 use super::config::ProxyConfig;
 use super::names::is_endpoint_map;
-use crate::model::{ClusterState, Endpoint, NodeInfo, Protocol, ServicePort, ServicePortName};
+pub use crate::model::ServiceRef;
+use crate::model::{ClusterState, Endpoint, NodeInfo, ServicePort, ServicePortName};
 use crate::nft::diff::TableChange;
 use crate::nft::model::{Chain, Element, Family, Set, Table, Value};
-
-/// A service by namespace and name: the unit the API reports changes in.
-pub type ServiceRef = (String, String);
 
 /// What every fragment depends on besides its own service: a change here replans everything.
 #[derive(Debug, Clone, PartialEq)]
@@ -171,14 +169,14 @@ impl Planner {
             Some(services) => services
                 .iter()
                 .flat_map(|s| {
-                    let lowest = lowest_port(s);
+                    let lowest = ServicePortName::lowest_of(s);
                     let planned = self.inputs.range::<ServicePortName, _>(&lowest..);
                     state
                         .services
                         .range(&lowest..)
                         .map(|(n, _)| n)
-                        .take_while(|n| is_port_of(n, s))
-                        .chain(planned.map(|(n, _)| &**n).take_while(|n| is_port_of(n, s)))
+                        .take_while(|n| n.is_port_of(s))
+                        .chain(planned.map(|(n, _)| &**n).take_while(|n| n.is_port_of(s)))
                         .cloned()
                         .collect::<Vec<_>>()
                 })
@@ -203,21 +201,6 @@ impl Planner {
         }
         changed
     }
-}
-
-/// The first name any port of service `s` can have: names sort by namespace, name, port name
-/// ("" first) and protocol, so the ports of `s` follow it, adjacent.
-fn lowest_port(s: &ServiceRef) -> ServicePortName {
-    ServicePortName {
-        namespace: s.0.clone(),
-        name: s.1.clone(),
-        port: String::new(),
-        protocol: Protocol::Tcp,
-    }
-}
-
-fn is_port_of(n: &ServicePortName, s: &ServiceRef) -> bool {
-    n.namespace == s.0 && n.name == s.1
 }
 
 fn input_digest(sp: &ServicePort, endpoints: Option<&Vec<Endpoint>>) -> u64 {

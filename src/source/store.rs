@@ -3,7 +3,7 @@
 //! replaces a kind's objects only once the list is complete, so a half-read list never reaches
 //! the planner and the last good state stays programmed until fresh state arrives.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -11,6 +11,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher::Event;
 
 use crate::cli::Inputs;
+use crate::model::{LiveState, NodeInfo, ServiceRef, service_ref, slice_service_ref};
 
 /// EndpointSlice annotation: when the change that this slice reflects happened (kube-proxy's
 /// source for network programming latency).
@@ -45,17 +46,36 @@ pub enum Change {
     Buffered,
 }
 
-impl<K: kube::Resource + Clone> KindStore<K> {
+impl<K: kube::Resource + Clone + PartialEq> KindStore<K> {
     /// Applies one watch event. Live objects change on `Apply`, `Delete` and `InitDone`, never
     /// on `Init` or `InitApply`.
     pub fn apply(&mut self, event: Event<K>) -> Change {
+        self.apply_observed(event, |_, _, _| {})
+    }
+
+    /// Applies one watch event and calls `changed(key, before, after)` for each live object
+    /// it changed (`None`: absent). A completed re-list reports only the objects that differ
+    /// from the ones it replaces.
+    pub fn apply_observed(
+        &mut self,
+        event: Event<K>,
+        mut changed: impl FnMut(&str, Option<&K>, Option<&K>),
+    ) -> Change {
         match event {
             Event::Apply(obj) => {
-                self.live.insert(key(&obj), obj);
+                let key = key(&obj);
+                let before = self.live.insert(key.clone(), obj);
+                let after = self.live.get(&key);
+                if before.as_ref() != after {
+                    changed(&key, before.as_ref(), after);
+                }
                 Change::Changed
             }
             Event::Delete(obj) => {
-                self.live.remove(&key(&obj));
+                let key = key(&obj);
+                if let Some(before) = self.live.remove(&key) {
+                    changed(&key, Some(&before), None);
+                }
                 Change::Changed
             }
             Event::Init => {
@@ -69,7 +89,19 @@ impl<K: kube::Resource + Clone> KindStore<K> {
                 Change::Buffered
             }
             Event::InitDone => {
-                self.live = self.relist.take().unwrap_or_default();
+                let before =
+                    std::mem::replace(&mut self.live, self.relist.take().unwrap_or_default());
+                for (key, old) in &before {
+                    let now = self.live.get(key);
+                    if now != Some(old) {
+                        changed(key, Some(old), now);
+                    }
+                }
+                for (key, new) in &self.live {
+                    if !before.contains_key(key) {
+                        changed(key, None, Some(new));
+                    }
+                }
                 self.synced = true;
                 Change::Changed
             }
@@ -103,7 +135,8 @@ fn key<K: kube::Resource>(obj: &K) -> String {
 }
 
 /// Services, EndpointSlices and Nodes (the watch selects only ours), plus the change-trigger
-/// times of slices not yet programmed.
+/// times of slices not yet programmed and the services whose objects changed since the last
+/// sync took them.
 #[derive(Debug, Default)]
 pub struct ClusterStore {
     pub services: KindStore<Service>,
@@ -111,11 +144,67 @@ pub struct ClusterStore {
     pub nodes: KindStore<Node>,
     /// Trigger times of EndpointSlice changes received since the last sync took them.
     pending_triggers: Vec<SystemTime>,
+    /// The store keys of each service's objects, so a sync converts only changed services.
+    members: BTreeMap<ServiceRef, Members>,
+    /// Services whose Service object or slices changed since the last `take_changed`.
+    changed: BTreeSet<ServiceRef>,
+}
+
+/// Store keys of the objects that make up one service.
+#[derive(Debug, Default)]
+struct Members {
+    services: BTreeSet<String>,
+    slices: BTreeSet<String>,
+}
+
+impl Members {
+    fn is_empty(&self) -> bool {
+        self.services.is_empty() && self.slices.is_empty()
+    }
+}
+
+/// Which of a service's member lists an object kind goes to.
+type MemberList = fn(&mut Members) -> &mut BTreeSet<String>;
+
+/// Moves object `key` from the service `before` named to the one `after` names, and marks both
+/// changed.
+fn track(
+    members: &mut BTreeMap<ServiceRef, Members>,
+    changed: &mut BTreeSet<ServiceRef>,
+    list: MemberList,
+    key: &str,
+    before: Option<ServiceRef>,
+    after: Option<ServiceRef>,
+) {
+    if let Some(service) = before {
+        if let Some(m) = members.get_mut(&service) {
+            list(m).remove(key);
+            if m.is_empty() {
+                members.remove(&service);
+            }
+        }
+        changed.insert(service);
+    }
+    if let Some(service) = after {
+        list(members.entry(service.clone()).or_default()).insert(key.to_string());
+        changed.insert(service);
+    }
 }
 
 impl ClusterStore {
     pub fn apply_service(&mut self, event: Event<Service>) -> Change {
-        self.services.apply(event)
+        let (members, changed) = (&mut self.members, &mut self.changed);
+        self.services.apply_observed(event, |key, before, after| {
+            let list: MemberList = |m| &mut m.services;
+            track(
+                members,
+                changed,
+                list,
+                key,
+                before.map(service_ref),
+                after.map(service_ref),
+            );
+        })
     }
 
     pub fn apply_endpoint_slice(&mut self, event: Event<EndpointSlice>) -> Change {
@@ -124,7 +213,13 @@ impl ClusterStore {
         {
             self.pending_triggers.push(t);
         }
-        self.endpoint_slices.apply(event)
+        let (members, changed) = (&mut self.members, &mut self.changed);
+        self.endpoint_slices
+            .apply_observed(event, |key, before, after| {
+                let list: MemberList = |m| &mut m.slices;
+                let of = slice_service_ref;
+                track(members, changed, list, key, before.map(of), after.map(of));
+            })
     }
 
     pub fn apply_node(&mut self, event: Event<Node>) -> Change {
@@ -138,16 +233,55 @@ impl ClusterStore {
         self.services.synced() && self.endpoint_slices.synced() && self.nodes.synced()
     }
 
-    /// The objects to plan from; the Node is the one named `hostname`, if present.
+    /// Takes the services whose objects changed since the last call.
+    pub fn take_changed(&mut self) -> BTreeSet<ServiceRef> {
+        std::mem::take(&mut self.changed)
+    }
+
+    /// Brings `live` up to date with the objects: re-converts the services whose objects
+    /// changed since the last call (every one, the first time) and the node's facts. Returns
+    /// those services.
+    pub fn update_model(&mut self, live: &mut LiveState, hostname: &str) -> BTreeSet<ServiceRef> {
+        let changed = self.take_changed();
+        for service in &changed {
+            let (services, slices) = self.objects_of(service);
+            live.update_service(service, &services, &slices);
+        }
+        live.state.node = self.node(hostname).map(NodeInfo::of);
+        changed
+    }
+
+    /// The live Service objects (one, unless a manifests directory repeats a name) and
+    /// EndpointSlices of `service`.
+    pub fn objects_of(&self, service: &ServiceRef) -> (Vec<&Service>, Vec<&EndpointSlice>) {
+        let Some(m) = self.members.get(service) else {
+            return (Vec::new(), Vec::new());
+        };
+        (
+            m.services
+                .iter()
+                .filter_map(|k| self.services.live.get(k))
+                .collect(),
+            m.slices
+                .iter()
+                .filter_map(|k| self.endpoint_slices.live.get(k))
+                .collect(),
+        )
+    }
+
+    /// This node's Node object, named `hostname`, if present.
+    pub fn node(&self, hostname: &str) -> Option<&Node> {
+        self.nodes
+            .objects()
+            .find(|n| n.metadata.name.as_deref() == Some(hostname))
+    }
+
+    /// Every object, as the manifests source would read them.
     pub fn snapshot(&self, hostname: &str) -> Inputs {
         Inputs {
             services: self.services.objects().cloned().collect(),
             endpoint_slices: self.endpoint_slices.objects().cloned().collect(),
-            node: self
-                .nodes
-                .objects()
-                .find(|n| n.metadata.name.as_deref() == Some(hostname))
-                .cloned(),
+            node: self.node(hostname).cloned(),
         }
     }
 
@@ -164,12 +298,16 @@ impl ClusterStore {
     /// Replaces everything with a complete set of objects at once (the manifests source, which
     /// always reads whole directories).
     pub fn replace_all(&mut self, inputs: Inputs) {
-        fn whole<K: kube::Resource + Clone>(store: &mut KindStore<K>, objects: Vec<K>) {
-            store.apply(Event::Init);
+        fn whole<K>(
+            store: &mut ClusterStore,
+            apply: fn(&mut ClusterStore, Event<K>) -> Change,
+            objects: Vec<K>,
+        ) {
+            apply(store, Event::Init);
             for o in objects {
-                store.apply(Event::InitApply(o));
+                apply(store, Event::InitApply(o));
             }
-            store.apply(Event::InitDone);
+            apply(store, Event::InitDone);
         }
         // A re-read returns every slice again; only a new trigger time is a change to program
         // (an unchanged one was observed when it first arrived).
@@ -183,9 +321,17 @@ impl ClusterStore {
                 self.pending_triggers.push(t);
             }
         }
-        whole(&mut self.services, inputs.services);
-        whole(&mut self.endpoint_slices, inputs.endpoint_slices);
-        whole(&mut self.nodes, inputs.node.into_iter().collect());
+        whole(self, ClusterStore::apply_service, inputs.services);
+        whole(
+            self,
+            ClusterStore::apply_endpoint_slice,
+            inputs.endpoint_slices,
+        );
+        whole(
+            self,
+            ClusterStore::apply_node,
+            inputs.node.into_iter().collect(),
+        );
     }
 }
 
