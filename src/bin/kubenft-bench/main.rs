@@ -53,8 +53,42 @@ fn pair(s: &str) -> (usize, usize) {
     )
 }
 
+const USAGE: &str = "usage: kubenft-bench [--scales 1000x10,10000x10] [--repeats 3] \
+[--out BENCHMARKS.md] [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000] \
+[--no-iptables] [--no-control] [--no-daemon] [--no-dataplane]";
+const VALUE_OPTIONS: &[&str] = &[
+    "--scales",
+    "--repeats",
+    "--out",
+    "--latency-scales",
+    "--samples",
+    "--spread",
+];
+const FLAGS: &[&str] = &["--no-iptables", "--no-control", "--no-daemon", "--no-dataplane"];
+
+/// A bench run takes many minutes and touches the kernel: a typo or `--help` must not start one.
+fn check_argv(argv: &[String]) {
+    let mut rest = argv.iter().skip(1);
+    while let Some(arg) = rest.next() {
+        if arg == "--help" || arg == "-h" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        if VALUE_OPTIONS.contains(&arg.as_str()) {
+            if rest.next().is_none() {
+                eprintln!("{arg} needs a value\n{USAGE}");
+                std::process::exit(2);
+            }
+        } else if !FLAGS.contains(&arg.as_str()) {
+            eprintln!("unknown argument {arg:?}\n{USAGE}");
+            std::process::exit(2);
+        }
+    }
+}
+
 fn args() -> Args {
     let argv: Vec<String> = std::env::args().collect();
+    check_argv(&argv);
     let value = |name: &str| {
         argv.iter()
             .position(|a| a == name)
@@ -91,11 +125,11 @@ fn args() -> Args {
 }
 
 fn main() {
+    let a = args();
     if !can_create() {
         eprintln!("kubenft-bench needs root (it creates network namespaces)");
         std::process::exit(1);
     }
-    let a = args();
     if a.daemon
         && let Err(e) = daemon::binary()
     {
