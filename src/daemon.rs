@@ -8,8 +8,8 @@
 //! outages never clear the rules; stopping (SIGTERM, SIGINT) leaves the rules in place, so a
 //! restart drops no connection.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, SocketAddr};
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -18,13 +18,14 @@ use k8s_openapi::api::core::v1::Node;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
+use crate::after_sync::AfterSyncFacts;
 use crate::cli::{add_local_addresses, load_inputs};
 use crate::config::{Config, RunSettings};
-use crate::conntrack::{self, UdpServiceView};
-use crate::model::{ClusterState, LiveState, Protocol, ServiceRef, TrafficPolicy};
+use crate::conntrack;
+use crate::model::{LiveState, ServiceRef};
 use crate::nft::netlink::Nftables;
-use crate::proxier::{self, EndpointBlocks, Planner, ProxyConfig};
-use crate::serve::{self, HealthCheckServers, HealthState, Metrics, ServiceHealth, SyncResult};
+use crate::proxier::{EndpointBlocks, Planner, ProxyConfig};
+use crate::serve::{self, HealthCheckServers, HealthState, Metrics, SyncResult};
 use crate::source::kube as kube_source;
 use crate::source::store::ClusterStore;
 use crate::sync::{Schedule, SyncKind, SyncReport, Syncer};
@@ -150,6 +151,7 @@ async fn run_async(
         ))],
     };
 
+    let after_sync = AfterSyncFacts::new(&proxy.hostname);
     let mut sync_loop = SyncLoop {
         syncer: Syncer::new(nft, &proxy.table_name),
         planner: Planner::new(),
@@ -159,7 +161,7 @@ async fn run_async(
         health: health.clone(),
         health_checks: HealthCheckServers::new(Vec::new(), health),
         store,
-        udp_before: None,
+        after_sync,
         live: LiveState::default(),
         rejected_before: BTreeSet::new(),
     };
@@ -264,8 +266,8 @@ struct SyncLoop {
     health: HealthState,
     health_checks: HealthCheckServers,
     store: Arc<Mutex<ClusterStore>>,
-    /// UDP services as of the last successful sync; `None` before the first one.
-    udp_before: Option<Vec<UdpServiceView>>,
+    /// UDP services and local endpoints as of the last successful sync.
+    after_sync: AfterSyncFacts,
     /// The cluster as of the last sync, kept up to date service by service.
     live: LiveState,
     /// Objects rejected at the last sync, so each rejection is logged and counted once.
@@ -310,6 +312,7 @@ impl SyncLoop {
         // The duration covers the whole sync: bringing the model up to date too.
         let started = Instant::now();
         let (changed, triggers) = self.update_model();
+        self.after_sync.changed(&changed);
         let mut proxy = self.proxy.clone();
         if let Err(e) = add_local_addresses(&mut proxy) {
             tracing::warn!(error = %e, "cannot read local addresses; NodePorts use the previous ones");
@@ -346,7 +349,7 @@ impl SyncLoop {
         match result {
             Ok(report) => {
                 self.succeeded(report, seconds, now, &triggers);
-                self.after_sync(&proxy).await;
+                self.after_sync().await;
             }
             Err(e) => {
                 self.metrics
@@ -408,28 +411,27 @@ impl SyncLoop {
 
     /// What follows a successful sync: stale UDP conntrack entries, healthCheckNodePorts and
     /// the no-local-endpoints gauges.
-    async fn after_sync(&mut self, proxy: &ProxyConfig) {
-        let udp_now = udp_views(&self.live.state, proxy);
-        // The first sync has nothing to compare with: flows that exist were made by the rules
-        // a previous run left, which this sync kept, so deleting them would only break them.
-        if let Some(before) = self.udp_before.replace(udp_now.clone()) {
-            let stale = conntrack::plan(&before, &udp_now);
-            if !stale.is_empty() {
-                match tokio::task::block_in_place(|| conntrack::delete_flows(&stale)) {
-                    Ok(r) => tracing::info!(
-                        classes = stale.len(),
-                        deleted = r.deleted,
-                        already_gone = r.already_gone,
-                        failed = r.failed.len(),
-                        "stale UDP conntrack entries removed"
-                    ),
-                    Err(e) => tracing::warn!(error = %e, "stale UDP conntrack cleanup failed"),
-                }
+    async fn after_sync(&mut self) {
+        let stale = self.after_sync.update(&self.live.state);
+        if !stale.is_empty() {
+            match tokio::task::block_in_place(|| conntrack::delete_flows(&stale)) {
+                Ok(r) => tracing::info!(
+                    classes = stale.len(),
+                    deleted = r.deleted,
+                    already_gone = r.already_gone,
+                    failed = r.failed.len(),
+                    "stale UDP conntrack entries removed"
+                ),
+                Err(e) => tracing::warn!(error = %e, "stale UDP conntrack cleanup failed"),
             }
         }
-        let (checks, internal, external) = local_endpoint_facts(&self.live.state, proxy);
+        let (internal, external) = self.after_sync.no_local_endpoints();
         self.metrics.set_no_local_endpoints(internal, external);
-        if let Err(e) = self.health_checks.sync(checks).await {
+        if let Err(e) = self
+            .health_checks
+            .sync(self.after_sync.health_checks())
+            .await
+        {
             tracing::warn!(error = %e, "healthCheckNodePort servers not all open; retried at the next sync");
         }
     }
@@ -492,85 +494,6 @@ fn node_eligible(node: Option<&Node>) -> bool {
         .and_then(|s| s.taints.as_ref())
         .is_some_and(|t| t.iter().any(|t| t.key == "ToBeDeletedByClusterAutoscaler"));
     !(deleting || to_be_deleted)
-}
-
-/// Every UDP service port with the endpoints the rules send its traffic to.
-fn udp_views(state: &ClusterState, proxy: &ProxyConfig) -> Vec<UdpServiceView> {
-    let zone = state.node.as_ref().and_then(|n| n.zone.as_deref());
-    state
-        .services
-        .values()
-        .filter(|sp| sp.name.protocol == Protocol::Udp)
-        .map(|sp| {
-            let all = state
-                .endpoints
-                .get(&sp.name)
-                .map(Vec::as_slice)
-                .unwrap_or(&[]);
-            let mut endpoints: BTreeSet<SocketAddr> =
-                proxier::cluster_endpoints(sp, all, &proxy.hostname, zone)
-                    .iter()
-                    .map(|e| SocketAddr::new(e.ip, e.port))
-                    .collect();
-            if sp.has_external() && sp.external_policy == TrafficPolicy::Local {
-                endpoints.extend(
-                    proxier::local_endpoints(all, &proxy.hostname)
-                        .iter()
-                        .map(|e| SocketAddr::new(e.ip, e.port)),
-                );
-            }
-            let service_ips: Vec<IpAddr> = sp
-                .cluster_ips
-                .iter()
-                .chain(&sp.external_ips)
-                .chain(&sp.load_balancer_ips)
-                .copied()
-                .collect();
-            UdpServiceView {
-                name: sp.name.to_string(),
-                service_ips,
-                port: sp.port,
-                node_port: sp.node_port,
-                endpoints: endpoints.into_iter().collect(),
-            }
-        })
-        .collect()
-}
-
-/// healthCheckNodePorts to serve (port → service and its local endpoint count), and how many
-/// service ports with an internal / external Local policy have no local endpoint.
-fn local_endpoint_facts(
-    state: &ClusterState,
-    proxy: &ProxyConfig,
-) -> (BTreeMap<u16, ServiceHealth>, u64, u64) {
-    let mut checks: BTreeMap<u16, ServiceHealth> = BTreeMap::new();
-    let (mut internal, mut external) = (0, 0);
-    for sp in state.services.values() {
-        let all = state
-            .endpoints
-            .get(&sp.name)
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
-        let local = proxier::local_endpoints(all, &proxy.hostname).len();
-        if sp.internal_policy == TrafficPolicy::Local && local == 0 {
-            internal += 1;
-        }
-        if sp.has_external() && sp.external_policy == TrafficPolicy::Local {
-            if local == 0 {
-                external += 1;
-            }
-            if let Some(port) = sp.health_check_node_port {
-                let name = format!("{}/{}", sp.name.namespace, sp.name.name);
-                let entry = checks.entry(port).or_insert(ServiceHealth {
-                    name,
-                    local_endpoints: 0,
-                });
-                // Ports of one Service share its healthCheckNodePort; count its endpoints once.
-                entry.local_endpoints = entry.local_endpoints.max(local);
-            }
-        }
-    }
-    (checks, internal, external)
 }
 
 /// A sync frees a whole plan, its transaction and its encoded batch at once, but glibc keeps

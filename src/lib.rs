@@ -1,6 +1,7 @@
 //! kubenft: a Kubernetes service proxy that programs nftables over netlink.
 
 pub mod access;
+pub mod after_sync;
 pub mod cli;
 pub mod config;
 pub mod config_file;

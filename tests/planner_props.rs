@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher::Event;
+use kubenft::after_sync::{AfterSyncFacts, local_endpoint_facts, udp_views};
 use kubenft::model::{ClusterState, LiveState};
 use kubenft::nft::diff::TableChange;
 use kubenft::nft::fake::FakeKernel;
@@ -765,5 +766,83 @@ fn watch_event<K>(object: K, delete: bool) -> Event<K> {
         Event::Delete(object)
     } else {
         Event::Apply(object)
+    }
+}
+
+/// The slices with a zone hint on every endpoint (z2 where there was none), so that topology
+/// routing applies and a node moving zones changes which endpoints are used.
+fn zone_hinted(slices: &[Value]) -> Vec<Value> {
+    let mut slices = slices.to_vec();
+    for slice in &mut slices {
+        for endpoint in slice["endpoints"].as_array_mut().into_iter().flatten() {
+            if endpoint["hints"]["forZones"]
+                .as_array()
+                .is_none_or(Vec::is_empty)
+            {
+                endpoint["hints"] = json!({"forZones": [{"name": "z2"}]});
+            }
+        }
+    }
+    slices
+}
+
+fn node_in(zone: Option<&str>) -> Node {
+    let mut node = node();
+    if let Some(labels) = node.metadata.labels.as_mut() {
+        labels.clear();
+        if let Some(zone) = zone {
+            labels.insert("topology.kubernetes.io/zone".into(), zone.into());
+        }
+    }
+    node
+}
+
+proptest! {
+    #![proptest_config(Config { cases: 128, ..Config::default() })]
+
+    /// The after-sync facts, told after each sync which services changed (and after a failed
+    /// sync told nothing new until the next success), find the same stale UDP flows,
+    /// healthCheckNodePorts and no-local-endpoint counts as deriving them from every service
+    /// again; also when the node moves to another zone.
+    #[test]
+    fn after_sync_facts_kept_service_by_service_equal_deriving_them_from_scratch(
+        steps in proptest::collection::vec(
+            (cluster(), any::<u32>(), proptest::bool::weighted(0.25), 0u8..4),
+            1..8,
+        )
+    ) {
+        let hostname = config().hostname;
+        let mut facts = AfterSyncFacts::new(&hostname);
+        let mut previous = ClusterState::default();
+        let mut last_derived: Option<ClusterState> = None;
+        let (mut services, mut slices) = (Vec::new(), Vec::new());
+        for ((new_services, new_slices), edits, sync_fails, zone) in steps {
+            edit(&mut services, new_services, edits);
+            edit(&mut slices, new_slices, edits.rotate_left(16));
+            let zone = match zone { 0 => None, 1 => Some("z2"), _ => Some("z1") };
+            let (state, _) = ClusterState::from_objects(
+                &typed::<Service>(&services),
+                &typed::<EndpointSlice>(&zone_hinted(&slices)),
+                Some(&node_in(zone)),
+            );
+            facts.changed(&changed_services(&previous, &state));
+            previous = state.clone();
+            if sync_fails {
+                continue;
+            }
+            let stale = facts.update(&state);
+            let expected = match &last_derived {
+                None => Vec::new(),
+                Some(before) => kubenft::conntrack::plan(
+                    &udp_views(before, &hostname),
+                    &udp_views(&state, &hostname),
+                ),
+            };
+            prop_assert_eq!(stale, expected);
+            let (checks, counts) = local_endpoint_facts(&state, &hostname);
+            prop_assert_eq!(facts.health_checks(), checks);
+            prop_assert_eq!(facts.no_local_endpoints(), counts);
+            last_derived = Some(state);
+        }
     }
 }

@@ -64,7 +64,12 @@ const VALUE_OPTIONS: &[&str] = &[
     "--samples",
     "--spread",
 ];
-const FLAGS: &[&str] = &["--no-iptables", "--no-control", "--no-daemon", "--no-dataplane"];
+const FLAGS: &[&str] = &[
+    "--no-iptables",
+    "--no-control",
+    "--no-daemon",
+    "--no-dataplane",
+];
 
 /// A bench run takes many minutes and touches the kernel: a typo or `--help` must not start one.
 fn check_argv(argv: &[String]) {
