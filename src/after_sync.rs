@@ -140,18 +140,12 @@ fn remove_service<V>(
     map: &mut BTreeMap<ServicePortName, V>,
     service: &ServiceRef,
 ) -> BTreeMap<ServicePortName, V> {
-    let mut rest = map.split_off(&ServicePortName::lowest_of(service));
-    let after: Vec<ServicePortName> = rest
-        .keys()
-        .skip_while(|n| n.is_port_of(service))
-        .cloned()
-        .take(1)
-        .collect();
-    if let Some(first_after) = after.first() {
-        let mut tail = rest.split_off(first_after);
-        map.append(&mut tail);
-    }
-    rest
+    // Key by key: splitting the map and appending the rest back would move every entry.
+    let ports: Vec<ServicePortName> = ports_of(map, service).map(|(n, _)| n.clone()).collect();
+    ports
+        .into_iter()
+        .filter_map(|n| map.remove_entry(&n))
+        .collect()
 }
 
 /// A UDP service port and the endpoints its rules send to (after readiness, traffic policy and

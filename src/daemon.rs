@@ -348,8 +348,10 @@ impl SyncLoop {
         let now = SystemTime::now();
         match result {
             Ok(report) => {
-                self.succeeded(report, seconds, now, &triggers);
+                let after_started = Instant::now();
                 self.after_sync().await;
+                let after_sync_seconds = after_started.elapsed().as_secs_f64();
+                self.succeeded(report, seconds, after_sync_seconds, now, &triggers);
             }
             Err(e) => {
                 self.metrics
@@ -388,6 +390,7 @@ impl SyncLoop {
         &mut self,
         report: SyncReport,
         seconds: f64,
+        after_sync_seconds: f64,
         now: SystemTime,
         triggers: &[SystemTime],
     ) {
@@ -395,7 +398,8 @@ impl SyncLoop {
             .record_sync(metric_kind(report.kind), SyncResult::Success, seconds);
         if report.ops > 0 {
             self.metrics.observe_transaction(report.ops, report.bytes);
-            tracing::info!(kind = ?report.kind, ops = report.ops, bytes = report.bytes, seconds, "synced");
+            // `seconds` ends at the commit; the after-sync steps follow it.
+            tracing::info!(kind = ?report.kind, ops = report.ops, bytes = report.bytes, seconds, after_sync_seconds, "synced");
         } else {
             tracing::debug!(kind = ?report.kind, seconds, "synced; nothing to change");
         }

@@ -18,9 +18,16 @@ pub struct DaemonRun {
     /// mark until then (the sync's peak).
     pub rss_mib: f64,
     pub peak_rss_mib: f64,
-    /// One endpoint added (a new EndpointSlice for one service): the sync's own duration as the
-    /// daemon logs it (snapshot of the store, model, plan, commit) and its operations.
-    pub endpoint_sync: Option<(Duration, usize)>,
+    /// One endpoint added (a new EndpointSlice for one service), as the daemon logs its sync.
+    pub endpoint_sync: Option<LoggedSync>,
+}
+
+pub struct LoggedSync {
+    /// Bringing the model up to date, planning and the commit.
+    pub sync: Duration,
+    /// What follows the commit: conntrack cleanup, healthCheckNodePorts, gauges.
+    pub after_sync: Duration,
+    pub ops: usize,
 }
 
 /// `key=value` of a log line.
@@ -54,7 +61,7 @@ fn status_mib(pid: u32, field: &str) -> f64 {
 
 /// Adds one endpoint to the first service (in a second EndpointSlice) and waits for the
 /// daemon's partial sync of it.
-fn endpoint_sync(dir: &std::path::Path, log_path: &std::path::Path) -> Option<(Duration, usize)> {
+fn endpoint_sync(dir: &std::path::Path, log_path: &std::path::Path) -> Option<LoggedSync> {
     let n = synthetic::service_name(0);
     let slice = format!(
         "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {}-extra, \
@@ -71,9 +78,12 @@ fn endpoint_sync(dir: &std::path::Path, log_path: &std::path::Path) -> Option<(D
             .lines()
             .find(|l| l.contains(" synced ") && l.contains("kind=Partial"))
         {
-            let seconds: f64 = field(line, "seconds")?.parse().ok()?;
-            let ops: usize = field(line, "ops")?.parse().ok()?;
-            return Some((Duration::from_secs_f64(seconds), ops));
+            let seconds = |key| field(line, key)?.parse().ok().map(Duration::from_secs_f64);
+            return Some(LoggedSync {
+                sync: seconds("seconds")?,
+                after_sync: seconds("after_sync_seconds")?,
+                ops: field(line, "ops")?.parse().ok()?,
+            });
         }
         std::thread::sleep(Duration::from_millis(50));
     }

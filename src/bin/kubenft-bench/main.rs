@@ -248,15 +248,17 @@ const METHOD: &str = "\
   phase, each the median of 11 (the change is made and undone in turn): *plan* replans the
   changed service when told which one changed, *diff* turns its parts before and after into
   operations, *commit* is encoding and the kernel's transaction; *plan, comparing all* is the
-  same plan found by comparing every service's inputs with its last plan (what the daemon does
-  today). *restart* is a new engine's full sync on the unchanged kernel (what a restarted
+  same plan found by comparing every service's inputs with its last plan (the fallback when
+  the changed services are not known; the daemon knows them). *restart* is a new engine's full sync on the unchanged kernel (what a restarted
   daemon does): read our table back over netlink, diff, send nothing.
 - **The daemon** is the real `kubenft run --manifests` in a fresh namespace on the same cluster:
   wall time from process start to its first full sync (parsing the manifests included), its
   resident memory (VmRSS) two seconds after it (the state it holds) and its high-water mark
   (VmHWM, the peak of reading and the first sync); then one endpoint is added (a second
-  EndpointSlice for one service) and the daemon's own logged duration of that sync is shown:
-  snapshot of its object store, the model of every service, planning, commit.
+  EndpointSlice for one service) and the daemon's own logged durations are shown: *its sync*
+  (re-converting the changed service from the store, planning it, commit) and the *after-sync
+  steps* that follow the commit (stale UDP conntrack entries, healthCheckNodePort servers and
+  gauges, for the changed service).
 - **Latency**: the standard test lab (client → node → pod namespaces, every packet through the
   node's hooks) with N one-endpoint services programmed on the node; the measured service is
   the last in iteration order, i.e. the last rule of iptables' KUBE-SERVICES (its worst case).

@@ -75,23 +75,29 @@ pub fn change_table(rows: &[ControlRow]) -> String {
 
 pub fn daemon_table(rows: &[(String, Result<DaemonRun, String>)]) -> String {
     let mut out = String::from(
-        "| services × endpoints | start → first sync | RSS after it | peak RSS | +1 endpoint: the daemon's sync | ops |\n|---|---|---|---|---|---|\n",
+        "| services × endpoints | start → first sync | RSS after it | peak RSS | +1 endpoint: the daemon's sync | ops | then its after-sync steps |\n|---|---|---|---|---|---|---|\n",
     );
     for (scale, run) in rows {
         let _ = match run {
             Ok(d) => writeln!(
                 out,
-                "| {scale} | {} | {:.0} MiB | {:.0} MiB | {} | {} |",
+                "| {scale} | {} | {:.0} MiB | {:.0} MiB | {} | {} | {} |",
                 secs(d.first_sync),
                 d.rss_mib,
                 d.peak_rss_mib,
-                d.endpoint_sync.map_or("not seen".into(), |(t, _)| secs(t)),
                 d.endpoint_sync
-                    .map_or(String::new(), |(_, ops)| ops.to_string()),
+                    .as_ref()
+                    .map_or("not seen".into(), |s| secs(s.sync)),
+                d.endpoint_sync
+                    .as_ref()
+                    .map_or(String::new(), |s| s.ops.to_string()),
+                d.endpoint_sync
+                    .as_ref()
+                    .map_or(String::new(), |s| secs(s.after_sync)),
             ),
             Err(e) => writeln!(
                 out,
-                "| {scale} | not measured: {} | | | | |",
+                "| {scale} | not measured: {} | | | | | |",
                 e.lines().next().unwrap_or("")
             ),
         };
