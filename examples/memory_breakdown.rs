@@ -57,6 +57,10 @@ fn mib(bytes: usize) -> String {
     format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
+fn signed_mib(bytes: i64) -> String {
+    format!("{:+.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
 /// CPU seconds this thread spent in user space and in the kernel so far.
 fn cpu_times() -> (f64, f64) {
     // SAFETY: getrusage only writes the struct it is given.
@@ -79,7 +83,7 @@ fn step<T>(name: &str, f: impl FnOnce() -> T) -> T {
     println!(
         "| {name} | {} | {} | {} | {:.3} s | {:.3} s |",
         mib(held),
-        mib(held.saturating_sub(start)),
+        signed_mib(held as i64 - start as i64),
         mib(peak),
         user_after - user,
         kernel_after - kernel,
@@ -109,7 +113,7 @@ fn main() {
 
     println!("{services} × {endpoints}\n");
     println!(
-        "| step | heap held after | added by the step | peak within | user CPU | kernel CPU |\n\
+        "| step | heap held after | change by the step | peak within | user CPU | kernel CPU |\n\
          |---|---|---|---|---|---|"
     );
     let inputs = step("manifests parsed", || {

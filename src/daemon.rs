@@ -447,7 +447,7 @@ impl SyncLoop {
         let mut store = lock(&self.store);
         let changed = store.update_model(&mut self.live, &self.proxy.hostname);
         self.health
-            .set_node_eligible(node_eligible(store.node(&self.proxy.hostname)));
+            .set_node_eligible(node_eligible(store.node(&self.proxy.hostname).as_ref()));
         (changed, store.take_triggers())
     }
 

@@ -4,11 +4,14 @@
 //! the planner and the last good state stays programmed until fresh state arrives.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::marker::PhantomData;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher::Event;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::cli::Inputs;
 use crate::model::{LiveState, NodeInfo, ServiceRef, service_ref, slice_service_ref};
@@ -17,14 +20,85 @@ use crate::model::{LiveState, NodeInfo, ServiceRef, service_ref, slice_service_r
 /// source for network programming latency).
 pub const LAST_CHANGE_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
 
+/// Annotation `kubectl apply` leaves: a copy of the whole object, never read by a proxy.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// An object kind the store keeps.
+pub trait Kept: kube::Resource + Serialize + DeserializeOwned {
+    /// The service the object is part of.
+    fn service(&self) -> Option<ServiceRef>;
+}
+
+impl Kept for Service {
+    fn service(&self) -> Option<ServiceRef> {
+        Some(service_ref(self))
+    }
+}
+
+impl Kept for EndpointSlice {
+    fn service(&self) -> Option<ServiceRef> {
+        Some(slice_service_ref(self))
+    }
+}
+
+impl Kept for Node {
+    fn service(&self) -> Option<ServiceRef> {
+        None
+    }
+}
+
+/// An object as the store keeps it: as JSON, which takes a fraction of the typed object's
+/// memory (k8s-openapi structs reserve room for every optional field: 350 bytes per endpoint
+/// of a slice before its strings), decoded again only when its service changes. Fields no
+/// proxy reads (managedFields, kubectl's last-applied copy) are dropped first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    json: Box<str>,
+    service: Option<ServiceRef>,
+}
+
+impl Stored {
+    fn of<K: Kept>(mut object: K) -> Stored {
+        let meta = object.meta_mut();
+        meta.managed_fields = None;
+        if let Some(annotations) = meta.annotations.as_mut() {
+            annotations.remove(LAST_APPLIED);
+        }
+        Stored {
+            service: object.service(),
+            // Serializing a typed object cannot fail: every key is a string.
+            json: serde_json::to_string(&object)
+                .unwrap_or_default()
+                .into_boxed_str(),
+        }
+    }
+
+    /// The service the object is part of.
+    pub fn service(&self) -> Option<&ServiceRef> {
+        self.service.as_ref()
+    }
+
+    /// The object again. `None` only if what it serialized does not read back, which would be
+    /// a bug in the API types; the object is then left out, with a log line.
+    pub fn object<K: Kept>(&self) -> Option<K> {
+        serde_json::from_str(&self.json)
+            .inspect_err(|e| {
+                let kind = std::any::type_name::<K>();
+                tracing::error!(error = %e, kind, "a stored object does not decode; left out");
+            })
+            .ok()
+    }
+}
+
 /// The objects of one kind, keyed `namespace/name`.
 #[derive(Debug, Clone)]
 pub struct KindStore<K> {
-    live: BTreeMap<String, K>,
+    live: BTreeMap<String, Stored>,
     /// Objects of a re-list in progress; swapped in at `InitDone`.
-    relist: Option<BTreeMap<String, K>>,
+    relist: Option<BTreeMap<String, Stored>>,
     /// True once the first complete list arrived.
     synced: bool,
+    kind: PhantomData<K>,
 }
 
 impl<K> Default for KindStore<K> {
@@ -33,6 +107,7 @@ impl<K> Default for KindStore<K> {
             live: BTreeMap::new(),
             relist: None,
             synced: false,
+            kind: PhantomData,
         }
     }
 }
@@ -46,7 +121,7 @@ pub enum Change {
     Buffered,
 }
 
-impl<K: kube::Resource + Clone + PartialEq> KindStore<K> {
+impl<K: Kept> KindStore<K> {
     /// Applies one watch event. Live objects change on `Apply`, `Delete` and `InitDone`, never
     /// on `Init` or `InitApply`.
     pub fn apply(&mut self, event: Event<K>) -> Change {
@@ -59,12 +134,12 @@ impl<K: kube::Resource + Clone + PartialEq> KindStore<K> {
     pub fn apply_observed(
         &mut self,
         event: Event<K>,
-        mut changed: impl FnMut(&str, Option<&K>, Option<&K>),
+        mut changed: impl FnMut(&str, Option<&Stored>, Option<&Stored>),
     ) -> Change {
         match event {
             Event::Apply(obj) => {
                 let key = key(&obj);
-                let before = self.live.insert(key.clone(), obj);
+                let before = self.live.insert(key.clone(), Stored::of(obj));
                 let after = self.live.get(&key);
                 if before.as_ref() != after {
                     changed(&key, before.as_ref(), after);
@@ -85,7 +160,7 @@ impl<K: kube::Resource + Clone + PartialEq> KindStore<K> {
             Event::InitApply(obj) => {
                 self.relist
                     .get_or_insert_with(BTreeMap::new)
-                    .insert(key(&obj), obj);
+                    .insert(key(&obj), Stored::of(obj));
                 Change::Buffered
             }
             Event::InitDone => {
@@ -112,8 +187,19 @@ impl<K: kube::Resource + Clone + PartialEq> KindStore<K> {
         self.synced
     }
 
-    pub fn objects(&self) -> impl Iterator<Item = &K> {
-        self.live.values()
+    /// Every live object, decoded.
+    pub fn objects(&self) -> impl Iterator<Item = K> {
+        self.live.values().filter_map(Stored::object)
+    }
+
+    /// The live object under `key` (`namespace/name`), decoded.
+    pub fn get(&self, key: &str) -> Option<K> {
+        self.live.get(key)?.object()
+    }
+
+    /// The live object under `key` as stored.
+    pub fn stored(&self, key: &str) -> Option<&Stored> {
+        self.live.get(key)
     }
 
     pub fn len(&self) -> usize {
@@ -201,8 +287,8 @@ impl ClusterStore {
                 changed,
                 list,
                 key,
-                before.map(service_ref),
-                after.map(service_ref),
+                before.and_then(Stored::service).cloned(),
+                after.and_then(Stored::service).cloned(),
             );
         })
     }
@@ -217,8 +303,8 @@ impl ClusterStore {
         self.endpoint_slices
             .apply_observed(event, |key, before, after| {
                 let list: MemberList = |m| &mut m.slices;
-                let of = slice_service_ref;
-                track(members, changed, list, key, before.map(of), after.map(of));
+                let of = |s: Option<&Stored>| s.and_then(Stored::service).cloned();
+                track(members, changed, list, key, of(before), of(after));
             })
     }
 
@@ -245,43 +331,48 @@ impl ClusterStore {
         let changed = self.take_changed();
         for service in &changed {
             let (services, slices) = self.objects_of(service);
+            let services: Vec<&Service> = services.iter().collect();
+            let slices: Vec<&EndpointSlice> = slices.iter().collect();
             live.update_service(service, &services, &slices);
         }
-        live.state.node = self.node(hostname).map(NodeInfo::of);
+        live.state.node = self.node(hostname).as_ref().map(NodeInfo::of);
         changed
     }
 
     /// The live Service objects (one, unless a manifests directory repeats a name) and
     /// EndpointSlices of `service`.
-    pub fn objects_of(&self, service: &ServiceRef) -> (Vec<&Service>, Vec<&EndpointSlice>) {
+    pub fn objects_of(&self, service: &ServiceRef) -> (Vec<Service>, Vec<EndpointSlice>) {
         let Some(m) = self.members.get(service) else {
             return (Vec::new(), Vec::new());
         };
         (
             m.services
                 .iter()
-                .filter_map(|k| self.services.live.get(k))
+                .filter_map(|k| self.services.get(k))
                 .collect(),
             m.slices
                 .iter()
-                .filter_map(|k| self.endpoint_slices.live.get(k))
+                .filter_map(|k| self.endpoint_slices.get(k))
                 .collect(),
         )
     }
 
     /// This node's Node object, named `hostname`, if present.
-    pub fn node(&self, hostname: &str) -> Option<&Node> {
+    pub fn node(&self, hostname: &str) -> Option<Node> {
+        // Nodes have no namespace; a manifest may still give one.
         self.nodes
-            .objects()
-            .find(|n| n.metadata.name.as_deref() == Some(hostname))
+            .live
+            .iter()
+            .filter(|(k, _)| k.rsplit_once('/').is_some_and(|(_, name)| name == hostname))
+            .find_map(|(_, stored)| stored.object::<Node>())
     }
 
     /// Every object, as the manifests source would read them.
     pub fn snapshot(&self, hostname: &str) -> Inputs {
         Inputs {
-            services: self.services.objects().cloned().collect(),
-            endpoint_slices: self.endpoint_slices.objects().cloned().collect(),
-            node: self.node(hostname).cloned(),
+            services: self.services.objects().collect(),
+            endpoint_slices: self.endpoint_slices.objects().collect(),
+            node: self.node(hostname),
         }
     }
 
@@ -312,12 +403,16 @@ impl ClusterStore {
         // A re-read returns every slice again; only a new trigger time is a change to program
         // (an unchanged one was observed when it first arrived).
         for slice in &inputs.endpoint_slices {
-            let before = self
-                .endpoint_slices
-                .live
-                .get(&key(slice))
-                .and_then(trigger_time);
-            if let Some(t) = trigger_time(slice).filter(|t| before != Some(*t)) {
+            let Some(t) = trigger_time(slice) else {
+                continue;
+            };
+            let before = self.endpoint_slices.stored(&key(slice));
+            let unchanged = before.is_some_and(|b| *b == Stored::of(slice.clone()));
+            if unchanged {
+                continue;
+            }
+            let before = before.and_then(Stored::object::<EndpointSlice>);
+            if before.as_ref().and_then(trigger_time) != Some(t) {
                 self.pending_triggers.push(t);
             }
         }
@@ -410,6 +505,30 @@ mod tests {
                 .port,
             81
         );
+    }
+
+    #[test]
+    fn objects_come_back_as_they_were_without_managed_fields_and_kubectls_copy() {
+        let mut service = svc("a", 80);
+        service.metadata.annotations = Some(
+            [
+                (LAST_APPLIED.to_string(), "{\"a\": \"copy\"}".to_string()),
+                ("example.com/kept".to_string(), "yes".to_string()),
+            ]
+            .into(),
+        );
+        let mut expected = service.clone();
+        service.metadata.managed_fields = Some(vec![Default::default()]);
+        expected
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .remove(LAST_APPLIED);
+        let mut store = KindStore::default();
+        store.apply(Event::Apply(service));
+        assert_eq!(store.get("default/a"), Some(expected));
+        assert_eq!(store.get("default/b"), None::<Service>);
     }
 
     #[test]
