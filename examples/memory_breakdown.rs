@@ -130,11 +130,10 @@ fn main() {
         planner.plan(&live.state, &proxy)
     });
     let mut syncer = Syncer::new(nft, &proxy.table_name);
-    step("synced: canonical tables, transaction, batch", || {
-        syncer.sync(&tables, true).unwrap();
+    step("synced: the tables moved in, transaction, batch", || {
+        syncer.sync(tables, true).unwrap();
     });
-    step("tables handed back", || {
-        drop(tables);
+    step("tables handed back (the planner keeps its parts)", || {
         syncer.release_tables();
     });
     let _ = std::fs::remove_dir_all(&dir);

@@ -135,7 +135,7 @@ mod glue {
             }
             Command::Sync { .. } => {
                 let tables = build_tables(config)?;
-                sync_once(&config.proxy.table_name, &tables)
+                sync_once(&config.proxy.table_name, tables)
             }
             Command::Demo => crate::demo::run().map_err(|e| CliError::Demo(Box::new(e))),
             #[cfg(feature = "daemon")]
@@ -179,7 +179,7 @@ mod glue {
 
     /// Reads our tables back, plans the difference and applies it in one transaction guarded by
     /// the generation it read (the daemon's full sync, once).
-    fn sync_once(table_name: &str, desired: &[Table]) -> Result<(), CliError> {
+    fn sync_once(table_name: &str, desired: Vec<Table>) -> Result<(), CliError> {
         let nft = Nftables::open().map_err(|e| CliError::Open(e.into()))?;
         let mut syncer = crate::sync::Syncer::new(nft, table_name);
         let report = syncer

@@ -125,9 +125,9 @@ fn kernel_ops_for_one_new_endpoint(services: usize) -> (kubenft::sync::SyncRepor
     let after = tables(services, true);
     ns.run(move || {
         let mut syncer = kubenft::sync::Syncer::new(Nftables::open().unwrap(), "kubenft");
-        let first = syncer.sync(&before, false).unwrap();
+        let first = syncer.sync(before.clone(), false).unwrap();
         assert_eq!(first.kind, kubenft::sync::SyncKind::Full);
-        let report = syncer.sync(&after, false).unwrap();
+        let report = syncer.sync(after.clone(), false).unwrap();
         let mut nft = Nftables::open().unwrap();
         let held = after.iter().all(|t| {
             nft.dump_table(t.family, &t.name)

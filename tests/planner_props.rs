@@ -612,10 +612,10 @@ fn the_kernel_accepts_every_generated_ruleset_and_every_transition_between_them(
             .run(&cluster(), |(services, slices)| {
                 let tables = plan(&typed(&services), &typed(&slices));
                 let mut s = syncer.borrow_mut();
-                let report = s.sync(&tables, false);
+                let report = s.sync(tables.clone(), false);
                 prop_assert!(report.is_ok(), "kernel refused: {}", report.unwrap_err());
                 // And a full sync right after reads back exactly what was committed.
-                let again = s.sync(&tables, true).unwrap();
+                let again = s.sync(tables.clone(), true).unwrap();
                 prop_assert_eq!(again.ops, 0, "the kernel holds exactly the planned tables");
                 Ok(())
             })

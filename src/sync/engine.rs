@@ -9,7 +9,7 @@
 
 use crate::nft::diff::TableChange;
 use crate::nft::model::{Family, Table};
-use crate::nft::netlink::{ApplyError, DumpError, Nftables, canonical};
+use crate::nft::netlink::{ApplyError, DumpError, Nftables, canonicalized};
 use crate::nft::transaction::{TableRef, Transaction};
 
 use super::{Observed, reconcile_transaction};
@@ -187,9 +187,10 @@ impl<K: Kernel> Syncer<K> {
     }
 
     /// Brings the kernel to `desired`. Partial unless `force_full`, or nothing was applied yet,
-    /// or the ruleset generation moved since our last commit.
-    pub fn sync(&mut self, desired: &[Table], force_full: bool) -> Result<SyncReport, SyncError> {
-        let desired: Vec<Table> = desired.iter().map(canonical).collect();
+    /// or the ruleset generation moved since our last commit. The tables are taken, not
+    /// copied: they are the whole cluster's ruleset.
+    pub fn sync(&mut self, desired: Vec<Table>, force_full: bool) -> Result<SyncReport, SyncError> {
+        let desired: Vec<Table> = desired.into_iter().map(canonicalized).collect();
         let kind = if std::mem::take(&mut self.read_back) {
             SyncKind::Full
         } else {
@@ -381,10 +382,9 @@ mod tests {
                 family,
                 name: name.into(),
             };
-            Ok(self
-                .kernel
-                .table(&t)
-                .map_or(Observed::Absent, |t| Observed::Read(canonical(t))))
+            Ok(self.kernel.table(&t).map_or(Observed::Absent, |t| {
+                Observed::Read(crate::nft::netlink::canonical(t))
+            }))
         }
         fn apply(&mut self, tx: &Transaction) -> Result<usize, KernelError> {
             if let Some(g) = tx.expected_generation
@@ -443,7 +443,7 @@ mod tests {
             None,
             "nothing committed yet"
         );
-        s.sync(&[table(&["a", "b"])], false).unwrap();
+        s.sync(vec![table(&["a", "b"])], false).unwrap();
         s.release_tables();
 
         // Parts only: "b" is not mentioned, so it stays.
@@ -460,13 +460,13 @@ mod tests {
     #[test]
     fn planned_changes_are_refused_after_a_foreign_commit_or_a_failure() {
         let mut s = Syncer::new(Fake::default(), "kubenft");
-        s.sync(&[table(&["a"])], false).unwrap();
+        s.sync(vec![table(&["a"])], false).unwrap();
         s.kernel().generation += 1;
         assert_eq!(s.sync_changes(&[change(&["a"], &["b"])]).unwrap(), None);
         assert_eq!(s.kernel().applied.len(), 1, "nothing sent");
         assert!(!s.has_generation(), "the caller must sync fully");
 
-        s.sync(&[table(&["a"])], false).unwrap();
+        s.sync(vec![table(&["a"])], false).unwrap();
         s.kernel().fail_next = true;
         assert!(s.sync_changes(&[change(&["a"], &["b"])]).is_err());
         assert_eq!(s.sync_changes(&[change(&["a"], &["b"])]).unwrap(), None);
@@ -475,22 +475,22 @@ mod tests {
     #[test]
     fn the_first_sync_reads_the_kernel_and_later_ones_work_from_memory() {
         let mut s = Syncer::new(Fake::default(), "kubenft");
-        let r = s.sync(&[table(&["a", "b"])], false).unwrap();
+        let r = s.sync(vec![table(&["a", "b"])], false).unwrap();
         assert_eq!(r.kind, SyncKind::Full);
         assert_eq!(s.kernel().reads, 2, "both families read");
 
-        let r = s.sync(&[table(&["a", "b", "c"])], false).unwrap();
+        let r = s.sync(vec![table(&["a", "b", "c"])], false).unwrap();
         assert_eq!((r.kind, r.ops), (SyncKind::Partial, 1));
         assert_eq!(s.kernel().reads, 2, "no read for a partial sync");
 
-        let r = s.sync(&[table(&["a", "b", "c"])], false).unwrap();
+        let r = s.sync(vec![table(&["a", "b", "c"])], false).unwrap();
         assert_eq!((r.kind, r.ops), (SyncKind::Partial, 0), "nothing to do");
     }
 
     #[test]
     fn a_foreign_commit_turns_the_next_sync_into_a_full_one_that_repairs_our_table() {
         let mut s = Syncer::new(Fake::default(), "kubenft");
-        s.sync(&[table(&["a", "b"])], false).unwrap();
+        s.sync(vec![table(&["a", "b"])], false).unwrap();
         // Another program deletes our table.
         let t = TableRef {
             family: Family::Ip,
@@ -499,7 +499,7 @@ mod tests {
         s.kernel().kernel.tables.remove(&t);
         s.kernel().generation += 1;
 
-        let r = s.sync(&[table(&["a", "b"])], false).unwrap();
+        let r = s.sync(vec![table(&["a", "b"])], false).unwrap();
         assert_eq!(r.kind, SyncKind::Full);
         assert!(r.ops > 0, "the table is recreated");
         assert_eq!(s.kernel().kernel.table(&t).map(|t| t.chains.len()), Some(2));
@@ -508,22 +508,22 @@ mod tests {
     #[test]
     fn a_failed_sync_leaves_the_kernel_as_it_was_and_makes_the_next_sync_full() {
         let mut s = Syncer::new(Fake::default(), "kubenft");
-        s.sync(&[table(&["a"])], false).unwrap();
+        s.sync(vec![table(&["a"])], false).unwrap();
         let before = s.kernel().kernel.clone();
         s.kernel().fail_next = true;
-        assert!(s.sync(&[table(&["a", "b"])], false).is_err());
+        assert!(s.sync(vec![table(&["a", "b"])], false).is_err());
         assert_eq!(s.kernel().kernel, before, "nothing half-applied");
         assert!(!s.has_applied_state());
 
-        let r = s.sync(&[table(&["a", "b"])], false).unwrap();
+        let r = s.sync(vec![table(&["a", "b"])], false).unwrap();
         assert_eq!((r.kind, r.ops), (SyncKind::Full, 1));
     }
 
     #[test]
     fn a_forced_full_sync_on_an_unchanged_kernel_sends_nothing() {
         let mut s = Syncer::new(Fake::default(), "kubenft");
-        s.sync(&[table(&["a", "b"])], false).unwrap();
-        let r = s.sync(&[table(&["a", "b"])], true).unwrap();
+        s.sync(vec![table(&["a", "b"])], false).unwrap();
+        let r = s.sync(vec![table(&["a", "b"])], true).unwrap();
         assert_eq!((r.kind, r.ops), (SyncKind::Full, 0));
         assert_eq!(s.kernel().applied, [3], "only the first sync committed");
     }

@@ -172,7 +172,7 @@ pub fn measure(services: usize, endpoints: usize, repeats: usize, iptables: bool
         ns.run(move || {
             let mut s = Syncer::new(Nftables::open().unwrap(), "kubenft");
             let start = Instant::now();
-            s.sync(&t, true).expect("cold sync");
+            s.sync(t, true).expect("cold sync");
             start.elapsed()
         })
         .unwrap()
@@ -294,7 +294,7 @@ fn partial_syncs(state: &ClusterState, endpoints: usize) -> (Partial, Partial, (
         restarted.read_back().expect("restart read");
         let blocks = EndpointBlocks::of_tables(restarted.applied_tables().expect("read back"));
         let tables = build_after(&more, &config(), &blocks);
-        let report = restarted.sync(&tables, false).expect("restart sync");
+        let report = restarted.sync(tables.clone(), false).expect("restart sync");
         (endpoint, service, (start.elapsed(), report.ops))
     })
     .unwrap()

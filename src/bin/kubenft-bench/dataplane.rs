@@ -164,7 +164,7 @@ pub fn latency(services: usize, samples: usize, with_iptables: bool) -> LatencyR
         .node
         .run(move || {
             Syncer::new(Nftables::open().unwrap(), "kubenft")
-                .sync(&tables, true)
+                .sync(tables.clone(), true)
                 .expect("programming kubenft")
         })
         .unwrap();
@@ -248,7 +248,7 @@ pub fn spread(endpoints: usize, connections: usize) -> Spread {
     topo.node
         .run(move || {
             Syncer::new(Nftables::open().unwrap(), "kubenft")
-                .sync(&tables, true)
+                .sync(tables.clone(), true)
                 .expect("programming kubenft")
         })
         .unwrap();

@@ -244,7 +244,11 @@ fn dump_once(
 ///
 /// Compare `canonical(desired)` with a dump (both normalized, handles stripped).
 pub fn canonical(t: &Table) -> Table {
-    let mut t = t.clone();
+    canonicalized(t.clone())
+}
+
+/// [`canonical`] of a table that is given away, rewritten in place.
+pub fn canonicalized(mut t: Table) -> Table {
     let family = t.family;
     let stored = |c: &mut Option<String>| {
         if let Some(text) = c {

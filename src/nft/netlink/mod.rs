@@ -12,7 +12,7 @@ pub mod socket;
 pub mod sys;
 
 pub use apply::{ApplyError, ApplyStats, Nftables};
-pub use dump::{DumpError, canonical, dump_table, generation};
+pub use dump::{DumpError, canonical, canonicalized, dump_table, generation};
 pub use socket::{NetlinkSocket, SocketError};
 
 #[cfg(test)]
