@@ -125,7 +125,7 @@ fn a_cluster_ip_with_two_ready_endpoints_picks_one_by_a_random_slot_of_its_block
             Stmt::DnatNumgenMap {
                 modulus: SLOTS_PER_BLOCK,
                 offset: 0,
-                map: "service-endpoints-00".into()
+                map: "service-endpoints-000".into()
             }
         ]
     );
@@ -723,9 +723,9 @@ fn the_incremental_planner_sends_a_new_endpoint_as_map_elements_of_its_service_o
     assert_eq!(
         kinds,
         [
-            "delete service-endpoints-01 x2",
+            "delete service-endpoints-001 x2",
             "add hairpin-endpoints x1",
-            "add service-endpoints-01 x3"
+            "add service-endpoints-001 x3"
         ]
     );
     assert_eq!(planner.tables(), build(&state(&three), &config()));
