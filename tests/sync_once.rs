@@ -185,3 +185,48 @@ fn the_shipped_examples_sync_and_read_back_exactly_as_planned() {
         "a second sync changes nothing: {log}"
     );
 }
+
+/// A table left by a version with 64 endpoint-map shards (`service-endpoints-NN`) is brought
+/// to the current layout in one sync: the old maps are gone, nothing else of it is left, and
+/// a second sync has nothing to do.
+#[test]
+fn a_table_with_the_old_two_digit_shards_is_replaced_in_one_sync() {
+    if !can_create() {
+        eprintln!("skipped: network namespaces need root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cluster.yaml"), MANIFESTS).unwrap();
+    let manifests = dir.path().to_str().unwrap().to_string();
+    let flags = [
+        "--manifests",
+        manifests.as_str(),
+        "--hostname-override",
+        "node-a",
+        "--cluster-cidr",
+        "10.244.0.0/16",
+    ];
+    let mut render_args = vec!["render"];
+    render_args.extend(flags);
+    let out = Command::new(env!("CARGO_BIN_EXE_kubenft"))
+        .args(&render_args)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let current = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(current.contains("service-endpoints-000"), "{current}");
+    let old = current.replace("service-endpoints-0", "service-endpoints-");
+
+    let node = Netns::create("soOld").unwrap();
+    kubenft::nft::inspect::apply_script(&node, &old).unwrap();
+    let mut args = vec!["sync", "--once"];
+    args.extend(flags);
+    let (ok, log) = kubenft(&node, &args);
+    assert!(ok, "{log}");
+    let listing = node.exec(&["nft", "list", "ruleset"]).unwrap();
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert!(listing.contains("map service-endpoints-000 {"), "{listing}");
+    assert!(!listing.contains("map service-endpoints-00 {"), "{listing}");
+    let (ok, log) = kubenft(&node, &args);
+    assert!(ok && log.contains("ops=0"), "{log}");
+}
