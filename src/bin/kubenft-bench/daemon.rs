@@ -18,8 +18,9 @@ pub struct DaemonRun {
     /// mark until then (the sync's peak).
     pub rss_mib: f64,
     pub peak_rss_mib: f64,
-    /// One endpoint added (a new EndpointSlice for one service), as the daemon logs its sync.
-    pub endpoint_sync: Option<LoggedSync>,
+    /// One endpoint added to one service (a new EndpointSlice), `ENDPOINT_CHANGES` times in
+    /// turn, as the daemon logs each sync.
+    pub endpoint_syncs: Vec<LoggedSync>,
 }
 
 pub struct LoggedSync {
@@ -59,24 +60,45 @@ fn status_mib(pid: u32, field: &str) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-/// Adds one endpoint to the first service (in a second EndpointSlice) and waits for the
-/// daemon's partial sync of it.
-fn endpoint_sync(dir: &std::path::Path, log_path: &std::path::Path) -> Option<LoggedSync> {
-    let n = synthetic::service_name(0);
-    let slice = format!(
-        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {}-extra, \
-         namespace: {}, labels: {{kubernetes.io/service-name: {}}}}}\naddressType: IPv4\n\
-         ports: [{{name: http, port: 8080, protocol: TCP}}]\n\
-         endpoints: [{{addresses: [10.255.255.254], nodeName: node-1, conditions: {{ready: true}}}}]\n",
-        n.name, n.namespace, n.name
-    );
-    std::fs::write(dir.join("extra-endpoint.yaml"), slice).ok()?;
+/// How many one-endpoint changes are made, one after another, for the median.
+pub const ENDPOINT_CHANGES: usize = 5;
+
+/// Adds one endpoint to each of the first services in turn (in a second EndpointSlice) and
+/// waits for the daemon's partial sync of each; returns the syncs in order.
+fn endpoint_syncs(dir: &std::path::Path, log_path: &std::path::Path) -> Vec<LoggedSync> {
+    let mut syncs = Vec::new();
+    for i in 0..ENDPOINT_CHANGES {
+        let n = synthetic::service_name(i);
+        let slice = format!(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {}-extra, \
+             namespace: {}, labels: {{kubernetes.io/service-name: {}}}}}\naddressType: IPv4\n\
+             ports: [{{name: http, port: 8080, protocol: TCP}}]\n\
+             endpoints: [{{addresses: [10.255.255.{}], nodeName: node-1, conditions: {{ready: true}}}}]\n",
+            n.name,
+            n.namespace,
+            n.name,
+            254 - i
+        );
+        if std::fs::write(dir.join(format!("extra-endpoint-{i}.yaml")), slice).is_err() {
+            break;
+        }
+        match partial_sync(log_path, i) {
+            Some(sync) => syncs.push(sync),
+            None => break,
+        }
+    }
+    syncs
+}
+
+/// The daemon's `index`-th partial sync as it logs it, once it is there.
+fn partial_sync(log_path: &std::path::Path, index: usize) -> Option<LoggedSync> {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(300) {
         let text = std::fs::read_to_string(log_path).unwrap_or_default();
         if let Some(line) = text
             .lines()
-            .find(|l| l.contains(" synced ") && l.contains("kind=Partial"))
+            .filter(|l| l.contains(" synced ") && l.contains("kind=Partial"))
+            .nth(index)
         {
             let seconds = |key| field(line, key)?.parse().ok().map(Duration::from_secs_f64);
             return Some(LoggedSync {
@@ -131,7 +153,7 @@ pub fn measure(services: usize, endpoints: usize) -> Result<DaemonRun, String> {
                 first_sync,
                 rss_mib,
                 peak_rss_mib,
-                endpoint_sync: endpoint_sync(&dir, &log_path),
+                endpoint_syncs: endpoint_syncs(&dir, &log_path),
             });
         }
         if let Ok(Some(status)) = child.try_wait() {

@@ -254,11 +254,12 @@ const METHOD: &str = "\
 - **The daemon** is the real `kubenft run --manifests` in a fresh namespace on the same cluster:
   wall time from process start to its first full sync (parsing the manifests included), its
   resident memory (VmRSS) two seconds after it (the state it holds) and its high-water mark
-  (VmHWM, the peak of reading and the first sync); then one endpoint is added (a second
-  EndpointSlice for one service) and the daemon's own logged durations are shown: *its sync*
-  (re-converting the changed service from the store, planning it, commit) and the *after-sync
-  steps* that follow the commit (stale UDP conntrack entries, healthCheckNodePort servers and
-  gauges, for the changed service).
+  (VmHWM, the peak of reading and the first sync); then one endpoint is added to one service
+  (a second EndpointSlice), five times for five services in turn, and the daemon's own logged
+  durations are shown, median and slowest: *its sync* (re-converting the changed service from
+  the store, planning it, commit) and the *after-sync steps* that follow the commit (stale UDP
+  conntrack entries, healthCheckNodePort servers and gauges, for the changed service). Each
+  change makes the daemon re-read the whole manifests directory first, outside the sync.
 - **Latency**: the standard test lab (client → node → pod namespaces, every packet through the
   node's hooks) with N one-endpoint services programmed on the node; the measured service is
   the last in iteration order, i.e. the last rule of iptables' KUBE-SERVICES (its worst case).

@@ -1,11 +1,12 @@
 //! Tables, the plot and the machine description for BENCHMARKS.md.
 
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::process::Command;
 use std::time::Duration;
 
 use crate::control::ControlRow;
-use crate::daemon::DaemonRun;
+use crate::daemon::{DaemonRun, LoggedSync};
 use crate::dataplane::{Latency, LatencyRow, Spread};
 
 pub fn secs(d: Duration) -> String {
@@ -75,29 +76,38 @@ pub fn change_table(rows: &[ControlRow]) -> String {
 
 pub fn daemon_table(rows: &[(String, Result<DaemonRun, String>)]) -> String {
     let mut out = String::from(
-        "| services × endpoints | start → first sync | RSS after it | peak RSS | +1 endpoint: the daemon's sync | ops | then its after-sync steps |\n|---|---|---|---|---|---|---|\n",
+        "| services × endpoints | start → first sync | RSS after it | peak RSS | +1 endpoint: the daemon's sync, median | slowest | ops | then its after-sync steps, median |\n|---|---|---|---|---|---|---|---|\n",
     );
     for (scale, run) in rows {
         let _ = match run {
-            Ok(d) => writeln!(
-                out,
-                "| {scale} | {} | {:.0} MiB | {:.0} MiB | {} | {} | {} |",
-                secs(d.first_sync),
-                d.rss_mib,
-                d.peak_rss_mib,
-                d.endpoint_sync
-                    .as_ref()
-                    .map_or("not seen".into(), |s| secs(s.sync)),
-                d.endpoint_sync
-                    .as_ref()
-                    .map_or(String::new(), |s| s.ops.to_string()),
-                d.endpoint_sync
-                    .as_ref()
-                    .map_or(String::new(), |s| secs(s.after_sync)),
-            ),
+            Ok(d) => {
+                let median = |f: fn(&LoggedSync) -> Duration| {
+                    let mut v: Vec<Duration> = d.endpoint_syncs.iter().map(f).collect();
+                    v.sort();
+                    v.get(v.len() / 2).copied()
+                };
+                let shown = |t: Option<Duration>| t.map_or("not seen".into(), secs);
+                writeln!(
+                    out,
+                    "| {scale} | {} | {:.0} MiB | {:.0} MiB | {} | {} | {} | {} |",
+                    secs(d.first_sync),
+                    d.rss_mib,
+                    d.peak_rss_mib,
+                    shown(median(|s| s.sync)),
+                    shown(d.endpoint_syncs.iter().map(|s| s.sync).max()),
+                    d.endpoint_syncs
+                        .iter()
+                        .map(|s| s.ops.to_string())
+                        .collect::<BTreeSet<_>>()
+                        .into_iter()
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    shown(median(|s| s.after_sync)),
+                )
+            }
             Err(e) => writeln!(
                 out,
-                "| {scale} | not measured: {} | | | | | |",
+                "| {scale} | not measured: {} | | | | | | |",
                 e.lines().next().unwrap_or("")
             ),
         };
