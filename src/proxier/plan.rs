@@ -236,10 +236,61 @@ struct FamilyPlan {
     /// Sets declared by fragments (endpoint-map shards, affinity sets), with how many
     /// fragments declare each; the set exists while one does.
     declared: HashMap<String, (Set, usize)>,
-    /// For each key of a shared set, the fragments that put it there, in service order: the
-    /// table holds the first one's element. Endpoint maps are left out: a key there lies in
-    /// its chain's own block, so exactly one fragment has it.
-    owners: HashMap<String, HashMap<Vec<Value>, Vec<Arc<ServicePortName>>>>,
+    /// For each key of a shared set, by a hash of set and key, the fragments that put it
+    /// there, in service order: the table holds the first one's element. Hashed so keys are not
+    /// held twice; a fragment whose key only shares the hash is skipped by looking into it.
+    /// Endpoint maps are left out: a key there lies in its chain's own block, so exactly one
+    /// fragment has it.
+    owners: HashMap<u64, Owners>,
+}
+
+/// The fragments that put a key (or keys of one hash) in a shared set, in service order;
+/// nearly always one, held inline. 16 bytes: there is one per key of every shared set.
+#[derive(Debug, Clone)]
+enum Owners {
+    One(Arc<ServicePortName>),
+    Many(Box<[Arc<ServicePortName>]>),
+}
+
+impl Owners {
+    fn as_slice(&self) -> &[Arc<ServicePortName>] {
+        match self {
+            Owners::One(o) => std::slice::from_ref(o),
+            Owners::Many(v) => v,
+        }
+    }
+
+    fn add(&mut self, name: &Arc<ServicePortName>) {
+        let mut all = self.as_slice().to_vec();
+        if let Err(i) = all.binary_search(name) {
+            all.insert(i, name.clone());
+            *self = Owners::Many(all.into());
+        }
+    }
+
+    /// Removes `name`; whether none is left.
+    fn remove(&mut self, name: &ServicePortName) -> bool {
+        let mut rest: Vec<_> = self
+            .as_slice()
+            .iter()
+            .filter(|o| ***o != *name)
+            .cloned()
+            .collect();
+        match rest.len() {
+            0 => return true,
+            1 => *self = Owners::One(rest.pop().expect("one owner")),
+            _ => *self = Owners::Many(rest.into()),
+        }
+        false
+    }
+}
+
+/// The `owners` key of `key` in `set`.
+fn key_hash(set: &str, key: &[Value]) -> u64 {
+    let mut h = DefaultHasher::new();
+    set.hash(&mut h);
+    key.hash(&mut h);
+    h.finish()
 }
 
 impl FamilyPlan {
@@ -375,11 +426,13 @@ impl FamilyPlan {
 
     /// The element the table holds under `key` in `set` now.
     fn winner(&self, set: &str, key: &Vec<Value>) -> Option<&Element> {
-        let first = self.owners.get(set)?.get(key)?.first()?;
-        self.fragments[first]
-            .elements_of(set)
-            .iter()
-            .find(|e| &e.key == key)
+        let owners = self.owners.get(&key_hash(set, key))?;
+        owners.as_slice().iter().find_map(|o| {
+            self.fragments[o]
+                .elements_of(set)
+                .iter()
+                .find(|e| &e.key == key)
+        })
     }
 
     fn remember(&mut self, name: &Arc<ServicePortName>, fragment: Fragment) {
@@ -393,12 +446,11 @@ impl FamilyPlan {
                 .1 += 1;
         }
         for (set, elements) in shared_elements(&fragment) {
-            let by_key = self.owners.entry(set.clone()).or_default();
             for e in elements {
-                let owners = by_key.entry(e.key.clone()).or_default();
-                if let Err(i) = owners.binary_search(name) {
-                    owners.insert(i, name.clone());
-                }
+                self.owners
+                    .entry(key_hash(set, &e.key))
+                    .and_modify(|o| o.add(name))
+                    .or_insert_with(|| Owners::One(name.clone()));
             }
         }
         self.fragments.insert(name.clone(), fragment);
@@ -417,15 +469,10 @@ impl FamilyPlan {
             }
         }
         for (set, elements) in shared_elements(&fragment) {
-            let Some(by_key) = self.owners.get_mut(set) else {
-                continue;
-            };
             for e in elements {
-                if let Some(owners) = by_key.get_mut(&e.key) {
-                    owners.retain(|o| **o != *name);
-                    if owners.is_empty() {
-                        by_key.remove(&e.key);
-                    }
+                let h = key_hash(set, &e.key);
+                if self.owners.get_mut(&h).is_some_and(|o| o.remove(name)) {
+                    self.owners.remove(&h);
                 }
             }
         }
