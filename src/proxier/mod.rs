@@ -5,6 +5,7 @@ pub mod config;
 mod endpoints;
 pub mod names;
 mod plan;
+mod stored;
 
 pub use build::{
     BlockAllocator, CASCADE_MAX_ENDPOINTS, EndpointBlocks, Fragment, FragmentBuilder, IpFamily,

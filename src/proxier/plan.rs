@@ -17,6 +17,7 @@ use super::build::{
 };
 use super::config::ProxyConfig;
 use super::names::is_endpoint_map;
+use super::stored::Stored;
 pub use crate::model::ServiceRef;
 use crate::model::{ClusterState, Endpoint, NodeInfo, ServicePort, ServicePortName};
 use crate::nft::diff::TableChange;
@@ -232,10 +233,12 @@ struct FamilyPlan {
     head: Table,
     skeleton: Fragment,
     blocks: BlockAllocator,
-    fragments: BTreeMap<Arc<ServicePortName>, Fragment>,
+    /// Packed: the planner holds every element of the table between plans.
+    fragments: BTreeMap<Arc<ServicePortName>, Stored>,
     /// Sets declared by fragments (endpoint-map shards, affinity sets), with how many
-    /// fragments declare each; the set exists while one does.
-    declared: HashMap<String, (Set, usize)>,
+    /// fragments declare each; the set exists while one does. Fragments share equal
+    /// declarations with this copy.
+    declared: HashMap<String, (Arc<Set>, usize)>,
     /// For each key of a shared set, by a hash of set and key, the fragments that put it
     /// there, in service order: the table holds the first one's element. Hashed so keys are not
     /// held twice; a fragment whose key only shares the hash is skipped by looking into it.
@@ -337,9 +340,8 @@ impl FamilyPlan {
     fn table(&self) -> Table {
         assemble(
             &self.head,
-            std::iter::once(&self.skeleton)
-                .chain(self.fragments.values())
-                .cloned(),
+            std::iter::once(self.skeleton.clone())
+                .chain(self.fragments.values().map(Stored::unpack)),
         )
     }
 
@@ -370,8 +372,9 @@ impl FamilyPlan {
         let mut keys: BTreeMap<String, BTreeSet<Vec<Value>>> = BTreeMap::new();
         let mut sets: BTreeSet<String> = BTreeSet::new();
         for (name, fragment) in &new {
-            let old = self.fragments.get(name);
+            let old = self.fragments.get(name).map(Stored::unpack);
             for (f, part) in old
+                .as_ref()
                 .map(|o| (o, &mut before))
                 .into_iter()
                 .chain([(fragment, &mut after)])
@@ -421,29 +424,21 @@ impl FamilyPlan {
             .sets
             .iter()
             .find(|s| s.name == set)
-            .or_else(|| self.declared.get(set).map(|(s, _)| s))
+            .or_else(|| self.declared.get(set).map(|(s, _)| &**s))
     }
 
     /// The element the table holds under `key` in `set` now.
-    fn winner(&self, set: &str, key: &Vec<Value>) -> Option<&Element> {
+    fn winner(&self, set: &str, key: &[Value]) -> Option<Element> {
         let owners = self.owners.get(&key_hash(set, key))?;
-        owners.as_slice().iter().find_map(|o| {
-            self.fragments[o]
-                .elements_of(set)
-                .iter()
-                .find(|e| &e.key == key)
-        })
+        owners
+            .as_slice()
+            .iter()
+            .find_map(|o| self.fragments[o].find(set, key))
     }
 
     fn remember(&mut self, name: &Arc<ServicePortName>, fragment: Fragment) {
         if fragment.is_empty() {
             return;
-        }
-        for set in &fragment.sets {
-            self.declared
-                .entry(set.name.clone())
-                .or_insert_with(|| (set.clone(), 0))
-                .1 += 1;
         }
         for (set, elements) in shared_elements(&fragment) {
             for e in elements {
@@ -453,7 +448,19 @@ impl FamilyPlan {
                     .or_insert_with(|| Owners::One(name.clone()));
             }
         }
-        self.fragments.insert(name.clone(), fragment);
+        let declared = &mut self.declared;
+        let stored = Stored::pack(fragment, |set| {
+            let (shared, n) = declared
+                .entry(set.name.clone())
+                .or_insert_with(|| (Arc::new(set.clone()), 0));
+            *n += 1;
+            if **shared == set {
+                shared.clone()
+            } else {
+                Arc::new(set)
+            }
+        });
+        self.fragments.insert(name.clone(), stored);
     }
 
     fn forget(&mut self, name: &ServicePortName) {
@@ -468,9 +475,9 @@ impl FamilyPlan {
                 }
             }
         }
-        for (set, elements) in shared_elements(&fragment) {
-            for e in elements {
-                let h = key_hash(set, &e.key);
+        for set in fragment.element_sets().filter(|s| !is_endpoint_map(s)) {
+            for key in fragment.keys_of(set) {
+                let h = key_hash(set, &key);
                 if self.owners.get_mut(&h).is_some_and(|o| o.remove(name)) {
                     self.owners.remove(&h);
                 }
@@ -518,10 +525,7 @@ impl Part {
     /// The elements `plan` holds now under `keys`.
     fn winners(&mut self, plan: &FamilyPlan, keys: &BTreeMap<String, BTreeSet<Vec<Value>>>) {
         for (set, keys) in keys {
-            self.push(
-                set,
-                keys.iter().filter_map(|k| plan.winner(set, k).cloned()),
-            );
+            self.push(set, keys.iter().filter_map(|k| plan.winner(set, k)));
         }
     }
 

@@ -1,0 +1,475 @@
+//! How the planner holds a fragment between plans: elements packed into bytes, declarations
+//! shared. A `Fragment` spends ~220 bytes on an endpoint-map element (an 80-byte `Element`, a
+//! key `Vec`, a data `Vec`, a comment `String`) and the planner holds one per endpoint; packed
+//! it is ~30. Unpacking gives back the very fragment that was packed.
+
+use std::sync::Arc;
+
+use ipnet::{Ipv4Net, Ipv6Net};
+
+use super::build::Fragment;
+use crate::nft::model::{
+    AddrType, Chain, CtState, CtStatus, Element, MapData, Set, Value, Verdict,
+};
+
+/// A fragment as the planner holds it.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Stored {
+    pub chains: Box<[Chain]>,
+    /// Declarations, shared with the planner's copy of equal ones.
+    pub sets: Box<[Arc<Set>]>,
+    /// Elements by set, in the fragment's order; each element is its key (part count, then
+    /// each part as tag and bytes), data (tag, then a verdict or values) and comment index
+    /// (0 for none). Counts, lengths and indices are LEB128: nearly all are one byte.
+    elements: Box<[(Box<str>, Box<[u8]>)]>,
+    /// Element comments, each once (a service's elements mostly share its name).
+    comments: Box<[Box<str>]>,
+}
+
+impl Stored {
+    /// `fragment` packed; its declarations become `share(set)`.
+    pub fn pack(fragment: Fragment, mut share: impl FnMut(Set) -> Arc<Set>) -> Self {
+        let Fragment {
+            chains,
+            sets,
+            elements,
+        } = fragment;
+        let mut comments: Vec<Box<str>> = Vec::new();
+        let elements = elements
+            .into_iter()
+            .map(|(set, elements)| {
+                let mut bytes = Vec::new();
+                for e in elements {
+                    pack_element(&mut bytes, e, &mut comments);
+                }
+                (set.into_boxed_str(), bytes.into_boxed_slice())
+            })
+            .collect();
+        Stored {
+            chains: chains.into_iter().map(shrunk).collect(),
+            sets: sets.into_iter().map(&mut share).collect(),
+            elements,
+            comments: comments.into_boxed_slice(),
+        }
+    }
+
+    /// The fragment that was packed.
+    pub fn unpack(&self) -> Fragment {
+        Fragment {
+            chains: self.chains.to_vec(),
+            sets: self.sets.iter().map(|s| Set::clone(s)).collect(),
+            elements: self
+                .elements
+                .iter()
+                .map(|(set, _)| (set.to_string(), self.elements_of(set).collect()))
+                .collect(),
+        }
+    }
+
+    /// The sets this fragment puts elements in.
+    pub fn element_sets(&self) -> impl Iterator<Item = &str> {
+        self.elements.iter().map(|(s, _)| &**s)
+    }
+
+    /// The elements this fragment puts in `set`.
+    pub fn elements_of<'a>(&'a self, set: &str) -> impl Iterator<Item = Element> + use<'a> {
+        self.packed_of(set)
+            .map(|(key, rest)| self.element(key, rest))
+    }
+
+    /// The keys this fragment puts in `set`.
+    pub fn keys_of<'a>(&'a self, set: &str) -> impl Iterator<Item = Vec<Value>> + use<'a> {
+        self.packed_of(set).map(|(key, _)| read_key(&mut &key[..]))
+    }
+
+    /// This fragment's element of `set` under `key`.
+    pub fn find(&self, set: &str, key: &[Value]) -> Option<Element> {
+        let mut wanted = Vec::new();
+        write_key(&mut wanted, key);
+        self.packed_of(set)
+            .find(|(k, _)| *k == wanted.as_slice())
+            .map(|(k, rest)| self.element(k, rest))
+    }
+
+    /// Each element of `set` as its packed key and rest.
+    fn packed_of<'a>(&'a self, set: &str) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + use<'a> {
+        let mut bytes: &[u8] = self
+            .elements
+            .iter()
+            .find(|(s, _)| &**s == set)
+            .map_or(&[], |(_, b)| b);
+        std::iter::from_fn(move || {
+            if bytes.is_empty() {
+                return None;
+            }
+            let all = bytes;
+            skip_key(&mut bytes);
+            let key = &all[..all.len() - bytes.len()];
+            let after_key = bytes;
+            match take(&mut bytes, 1)[0] {
+                0 => {}
+                1 => skip_verdict(&mut bytes),
+                _ => skip_key(&mut bytes),
+            }
+            read_varint(&mut bytes);
+            Some((key, &after_key[..after_key.len() - bytes.len()]))
+        })
+    }
+
+    fn element(&self, mut key: &[u8], mut rest: &[u8]) -> Element {
+        let key = read_key(&mut key);
+        let data = match take(&mut rest, 1)[0] {
+            0 => None,
+            1 => Some(MapData::Verdict(read_verdict(&mut rest))),
+            _ => Some(MapData::Values(read_key(&mut rest))),
+        };
+        let comment = match read_varint(&mut rest) {
+            0 => None,
+            i => Some(self.comments[i as usize - 1].to_string()),
+        };
+        Element { key, data, comment }
+    }
+}
+
+/// `chain` without spare capacity: the planner holds one or more per service.
+fn shrunk(mut chain: Chain) -> Chain {
+    chain.name.shrink_to_fit();
+    chain.rules.shrink_to_fit();
+    for r in &mut chain.rules {
+        r.stmts.shrink_to_fit();
+    }
+    chain
+}
+
+fn pack_element(out: &mut Vec<u8>, e: Element, comments: &mut Vec<Box<str>>) {
+    write_key(out, &e.key);
+    match &e.data {
+        None => out.push(0),
+        Some(MapData::Verdict(v)) => {
+            out.push(1);
+            write_verdict(out, v);
+        }
+        Some(MapData::Values(values)) => {
+            out.push(2);
+            write_key(out, values);
+        }
+    }
+    let comment = match e.comment {
+        None => 0,
+        Some(c) => match comments.iter().position(|k| **k == *c) {
+            Some(i) => i + 1,
+            None => {
+                comments.push(c.into_boxed_str());
+                comments.len()
+            }
+        },
+    };
+    write_varint(out, comment);
+}
+
+fn write_varint(out: &mut Vec<u8>, mut n: usize) {
+    while n >= 0x80 {
+        out.push(n as u8 | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+fn read_varint(bytes: &mut &[u8]) -> usize {
+    let mut n = 0;
+    let mut shift = 0;
+    loop {
+        let b = take(bytes, 1)[0];
+        n |= usize::from(b & 0x7f) << shift;
+        if b < 0x80 {
+            return n;
+        }
+        shift += 7;
+    }
+}
+
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    write_varint(out, s.len());
+    out.extend(s.as_bytes());
+}
+
+fn write_key(out: &mut Vec<u8>, values: &[Value]) {
+    write_varint(out, values.len());
+    for v in values {
+        write_value(out, v);
+    }
+}
+
+fn write_value(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::Ipv4(a) => {
+            out.push(0);
+            out.extend(a.octets());
+        }
+        Value::Ipv6(a) => {
+            out.push(1);
+            out.extend(a.octets());
+        }
+        Value::Ipv4Net(n) => {
+            out.push(2);
+            out.extend(n.addr().octets());
+            out.push(n.prefix_len());
+        }
+        Value::Ipv6Net(n) => {
+            out.push(3);
+            out.extend(n.addr().octets());
+            out.push(n.prefix_len());
+        }
+        Value::Proto(p) => out.extend([4, *p]),
+        Value::Port(p) => {
+            out.push(5);
+            out.extend(p.to_le_bytes());
+        }
+        Value::Mark(m) => {
+            out.push(6);
+            out.extend(m.to_le_bytes());
+        }
+        Value::NfProto(p) => out.extend([7, *p]),
+        Value::IfName(s) => {
+            out.push(8);
+            write_str(out, s);
+        }
+        Value::AddrType(t) => out.extend([
+            9,
+            match t {
+                AddrType::Unicast => 0,
+                AddrType::Local => 1,
+                AddrType::Broadcast => 2,
+                AddrType::Multicast => 3,
+            },
+        ]),
+        Value::CtState(s) => {
+            out.push(10);
+            out.extend(s.0.to_le_bytes());
+        }
+        Value::CtStatus(s) => {
+            out.push(11);
+            out.extend(s.0.to_le_bytes());
+        }
+        Value::IntRange { first, last } => {
+            out.push(12);
+            out.extend(first.to_le_bytes());
+            out.extend(last.to_le_bytes());
+        }
+    }
+}
+
+fn write_verdict(out: &mut Vec<u8>, v: &Verdict) {
+    match v {
+        Verdict::Accept => out.push(0),
+        Verdict::Drop => out.push(1),
+        Verdict::Continue => out.push(2),
+        Verdict::Return => out.push(3),
+        Verdict::Jump(c) => {
+            out.push(4);
+            write_str(out, c);
+        }
+        Verdict::Goto(c) => {
+            out.push(5);
+            write_str(out, c);
+        }
+    }
+}
+
+fn take<'a>(bytes: &mut &'a [u8], n: usize) -> &'a [u8] {
+    let (head, tail) = bytes.split_at(n);
+    *bytes = tail;
+    head
+}
+
+fn take_array<const N: usize>(bytes: &mut &[u8]) -> [u8; N] {
+    take(bytes, N).try_into().expect("N bytes")
+}
+
+fn read_u32(bytes: &mut &[u8]) -> u32 {
+    u32::from_le_bytes(take_array(bytes))
+}
+
+fn take_str<'a>(bytes: &mut &'a [u8]) -> &'a [u8] {
+    let n = read_varint(bytes);
+    take(bytes, n)
+}
+
+fn read_str(bytes: &mut &[u8]) -> String {
+    String::from_utf8(take_str(bytes).to_vec()).expect("packed from a str")
+}
+
+fn read_key(bytes: &mut &[u8]) -> Vec<Value> {
+    let n = read_varint(bytes);
+    (0..n).map(|_| read_value(bytes)).collect()
+}
+
+/// Past a packed key, without decoding it.
+fn skip_key(bytes: &mut &[u8]) {
+    for _ in 0..read_varint(bytes) {
+        let tag = take(bytes, 1)[0];
+        let n = match tag {
+            0 | 6 | 10 | 11 => 4,
+            1 => 16,
+            2 => 5,
+            3 => 17,
+            4 | 7 | 9 => 1,
+            5 => 2,
+            8 => read_varint(bytes),
+            12 => 8,
+            _ => unreachable!("value tag {tag} was never packed"),
+        };
+        take(bytes, n);
+    }
+}
+
+fn skip_verdict(bytes: &mut &[u8]) {
+    if take(bytes, 1)[0] >= 4 {
+        take_str(bytes);
+    }
+}
+
+fn read_value(bytes: &mut &[u8]) -> Value {
+    let tag = take(bytes, 1)[0];
+    match tag {
+        0 => Value::Ipv4(take_array::<4>(bytes).into()),
+        1 => Value::Ipv6(take_array::<16>(bytes).into()),
+        2 => {
+            let addr = take_array::<4>(bytes).into();
+            let prefix = take(bytes, 1)[0];
+            Value::Ipv4Net(Ipv4Net::new(addr, prefix).expect("packed from a net"))
+        }
+        3 => {
+            let addr = take_array::<16>(bytes).into();
+            let prefix = take(bytes, 1)[0];
+            Value::Ipv6Net(Ipv6Net::new(addr, prefix).expect("packed from a net"))
+        }
+        4 => Value::Proto(take(bytes, 1)[0]),
+        5 => Value::Port(u16::from_le_bytes(take_array(bytes))),
+        6 => Value::Mark(read_u32(bytes)),
+        7 => Value::NfProto(take(bytes, 1)[0]),
+        8 => Value::IfName(read_str(bytes)),
+        9 => Value::AddrType(match take(bytes, 1)[0] {
+            0 => AddrType::Unicast,
+            1 => AddrType::Local,
+            2 => AddrType::Broadcast,
+            _ => AddrType::Multicast,
+        }),
+        10 => Value::CtState(CtState(read_u32(bytes))),
+        11 => Value::CtStatus(CtStatus(read_u32(bytes))),
+        12 => {
+            let first = read_u32(bytes);
+            let last = read_u32(bytes);
+            Value::IntRange { first, last }
+        }
+        _ => unreachable!("value tag {tag} was never packed"),
+    }
+}
+
+fn read_verdict(bytes: &mut &[u8]) -> Verdict {
+    match take(bytes, 1)[0] {
+        0 => Verdict::Accept,
+        1 => Verdict::Drop,
+        2 => Verdict::Continue,
+        3 => Verdict::Return,
+        4 => Verdict::Jump(read_str(bytes)),
+        _ => Verdict::Goto(read_str(bytes)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::model::{DataType, Rule, Stmt};
+
+    #[test]
+    fn unpacks_what_was_packed() {
+        let every_value = vec![
+            Value::Ipv4("10.0.0.1".parse().unwrap()),
+            Value::Ipv6("fd00::1".parse().unwrap()),
+            // Host bits are kept: a net is packed as written.
+            Value::Ipv4Net("10.1.2.3/16".parse().unwrap()),
+            Value::Ipv6Net("fd00::5/64".parse().unwrap()),
+            Value::Proto(6),
+            Value::Port(65535),
+            Value::Mark(0x4000),
+            Value::NfProto(10),
+            Value::IfName("eth*".into()),
+            Value::IfName(String::new()),
+            Value::AddrType(AddrType::Unicast),
+            Value::AddrType(AddrType::Local),
+            Value::AddrType(AddrType::Broadcast),
+            Value::AddrType(AddrType::Multicast),
+            Value::CtState(CtState::NEW),
+            Value::CtStatus(CtStatus::DNAT),
+            Value::IntRange {
+                first: 7,
+                last: u32::MAX,
+            },
+        ];
+        let verdicts = [
+            Verdict::Accept,
+            Verdict::Drop,
+            Verdict::Continue,
+            Verdict::Return,
+            Verdict::Jump("a".into()),
+            Verdict::Goto("b-é".into()),
+        ];
+        let mut elements: Vec<Element> = every_value
+            .iter()
+            .map(|v| Element {
+                key: vec![v.clone()],
+                data: None,
+                comment: Some("shared".into()),
+            })
+            .collect();
+        elements.extend(verdicts.iter().enumerate().map(|(i, v)| Element {
+            key: vec![Value::Port(i as u16), Value::Proto(17)],
+            data: Some(MapData::Verdict(v.clone())),
+            comment: Some(format!("own {i}")),
+        }));
+        elements.push(Element {
+            key: Vec::new(),
+            data: Some(MapData::Values(every_value.clone())),
+            comment: None,
+        });
+        let set = Set {
+            name: "s".into(),
+            key: vec![DataType::Ipv4Addr],
+            data: Vec::new(),
+            interval: false,
+            dynamic: false,
+            timeout: None,
+            comment: Some("c".into()),
+            elements: Vec::new(),
+        };
+        let fragment = Fragment {
+            chains: vec![Chain {
+                name: "c".into(),
+                base: None,
+                comment: Some("x".into()),
+                rules: vec![Rule {
+                    stmts: vec![Stmt::Counter],
+                    comment: None,
+                    handle: None,
+                }],
+            }],
+            sets: vec![set],
+            elements: vec![("s".into(), elements.clone()), ("empty".into(), Vec::new())],
+        };
+        let stored = Stored::pack(fragment.clone(), Arc::new);
+        let back = stored.unpack();
+        assert_eq!(back.chains, fragment.chains);
+        assert_eq!(back.sets, fragment.sets);
+        assert_eq!(back.elements, fragment.elements);
+        for e in &elements {
+            assert_eq!(stored.find("s", &e.key).as_ref(), Some(e));
+        }
+        assert_eq!(stored.find("s", &[Value::Port(99)]), None);
+        assert_eq!(stored.find("empty", &[]), None);
+        assert_eq!(
+            stored.keys_of("s").collect::<Vec<_>>(),
+            elements.iter().map(|e| e.key.clone()).collect::<Vec<_>>()
+        );
+    }
+}
