@@ -12,6 +12,9 @@ use crate::nft::model::{
     AddrType, Chain, CtState, CtStatus, Element, MapData, Set, Value, Verdict,
 };
 
+/// A set's name and its elements of one fragment, packed.
+type PackedSet = (Box<str>, Box<[u8]>);
+
 /// A fragment as the planner holds it.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Stored {
@@ -21,7 +24,7 @@ pub(super) struct Stored {
     /// Elements by set, in the fragment's order; each element is its key (part count, then
     /// each part as tag and bytes), data (tag, then a verdict or values) and comment index
     /// (0 for none). Counts, lengths and indices are LEB128: nearly all are one byte.
-    elements: Box<[(Box<str>, Box<[u8]>)]>,
+    elements: Box<[PackedSet]>,
     /// Element comments, each once (a service's elements mostly share its name).
     comments: Box<[Box<str>]>,
 }
@@ -125,7 +128,7 @@ impl Stored {
         };
         let comment = match read_varint(&mut rest) {
             0 => None,
-            i => Some(self.comments[i as usize - 1].to_string()),
+            i => Some(self.comments[i - 1].to_string()),
         };
         Element { key, data, comment }
     }
