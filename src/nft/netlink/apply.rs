@@ -201,16 +201,6 @@ fn encode_batch(
     interval_sets: BTreeMap<(TableRef, String), usize>,
 ) -> Result<Batch, ApplyError> {
     let mut encoder = Encoder::new(interval_sets);
-    let mut msgs: Vec<(usize, Msg)> = Vec::new();
-    for (op_index, op) in tx.ops.iter().enumerate() {
-        let encoded = encoder.op(op).map_err(|source| ApplyError::Encode {
-            op_index,
-            rendered: render_op(op),
-            source,
-        })?;
-        msgs.extend(encoded.into_iter().map(|m| (op_index, m)));
-    }
-    let total = msgs.len() as u32 + 2;
     let mut out = Vec::new();
     let mut begin = AttrWriter::new();
     if let Some(generation) = tx.expected_generation {
@@ -225,14 +215,32 @@ fn encode_batch(
     }
     .encode(&begin.buf, &mut out);
     let mut owners = BTreeMap::new();
-    let n = msgs.len();
-    for (i, (op_index, m)) in msgs.into_iter().enumerate() {
-        let seq = first.wrapping_add(1 + i as u32);
+    let mut seq = first;
+    // Each message goes into the batch as soon as the next one is known: only the last asks
+    // for an ACK (thousands of ACKs would overflow the socket), and holding every encoded
+    // message until the end would keep the whole batch in memory twice.
+    let mut held: Option<(usize, Msg)> = None;
+    let mut emit = |out: &mut Vec<u8>, (op_index, m): (usize, Msg), ack: u16| {
+        seq = seq.wrapping_add(1);
         owners.insert(seq, op_index);
-        // Only the last message asks for an ACK: thousands of ACKs would overflow the socket.
-        let ack = if i + 1 == n { NLM_F_ACK } else { 0 };
-        NfHeader::nft(m.msg, m.flags | ack, m.family, seq).encode(&m.attrs, &mut out);
+        NfHeader::nft(m.msg, m.flags | ack, m.family, seq).encode(&m.attrs, out);
+    };
+    for (op_index, op) in tx.ops.iter().enumerate() {
+        let encoded = encoder.op(op).map_err(|source| ApplyError::Encode {
+            op_index,
+            rendered: render_op(op),
+            source,
+        })?;
+        for m in encoded {
+            if let Some(previous) = held.replace((op_index, m)) {
+                emit(&mut out, previous, 0);
+            }
+        }
     }
+    if let Some(last) = held {
+        emit(&mut out, last, NLM_F_ACK);
+    }
+    let total = seq.wrapping_sub(first) + 2;
     NfHeader {
         msg_type: NFNL_MSG_BATCH_END,
         flags: super::socket::NLM_F_REQUEST,
