@@ -44,6 +44,106 @@ fn udata_u32(kind: u8, value: u32) -> Vec<u8> {
     v
 }
 
+/// Udata TLV holding other TLVs.
+fn udata_nest(kind: u8, inner: &[u8]) -> Vec<u8> {
+    let mut v = vec![kind, inner.len() as u8];
+    v.extend_from_slice(inner);
+    v
+}
+
+// Set udata kinds (libnftnl's NFTNL_UDATA_SET_*).
+const UDATA_SET_KEY_BYTEORDER: u8 = 0;
+const UDATA_SET_DATA_BYTEORDER: u8 = 1;
+const UDATA_SET_KEY_TYPEOF: u8 = 3;
+const UDATA_SET_DATA_TYPEOF: u8 = 4;
+const UDATA_SET_DATA_INTERVAL: u8 = 6;
+// Inside a typeof TLV: the expression's kind, then its own udata.
+const UDATA_TYPEOF_EXPR: u8 = 0;
+const UDATA_TYPEOF_DATA: u8 = 1;
+
+/// The userdata of a set keyed by a plain integer, the way nft writes it for
+/// `typeof numgen random mod 1 : <data expressions>`. A bare `integer` key has no size in
+/// nft's type system, so without the `typeof` description `nft list` prints `type 0`, which
+/// nft cannot read back: an operator's `nft list ruleset > f; nft -f f` would fail.
+fn typeof_udata(set: &Set) -> Vec<u8> {
+    let mut udata = udata_u32(UDATA_SET_KEY_BYTEORDER, 1);
+    if !set.data.is_empty() {
+        udata.extend(udata_u32(
+            UDATA_SET_DATA_BYTEORDER,
+            data_byteorder(&set.data),
+        ));
+    }
+    udata.extend(udata_nest(UDATA_SET_KEY_TYPEOF, &typeof_expr(&set.key)));
+    if !set.data.is_empty() {
+        udata.extend(udata_nest(UDATA_SET_DATA_TYPEOF, &typeof_expr(&set.data)));
+        udata.extend(udata_u32(UDATA_SET_DATA_INTERVAL, 0));
+    }
+    udata
+}
+
+/// Byte order nft records for map data given by expressions: host for meta keys and
+/// numgen, big endian for header fields, none for concatenations and verdicts.
+fn data_byteorder(data: &[DataType]) -> u32 {
+    match data {
+        [DataType::Mark | DataType::Integer | DataType::IfName | DataType::InetProto] => 1,
+        [DataType::Ipv4Addr | DataType::Ipv6Addr | DataType::InetService] => 2,
+        _ => 0,
+    }
+}
+
+/// nft's description of the expression a key or data part is typed after, the expressions
+/// `render` writes in its `typeof` line: kind ids are nft's `enum expr_types` (stored in the
+/// kernel, so fixed across nft versions), fields are nft's protocol and meta key numbers.
+fn typeof_expr(types: &[DataType]) -> Vec<u8> {
+    const EXPR_VERDICT: u32 = 1;
+    const EXPR_PAYLOAD: u32 = 7;
+    const EXPR_META: u32 = 9;
+    const EXPR_CONCAT: u32 = 13;
+    const EXPR_NUMGEN: u32 = 23;
+    let (kind, data) = match types {
+        [DataType::Integer] => {
+            // numgen random mod 1 offset 0
+            let mut d = udata_u32(0, NFT_NG_RANDOM);
+            d.extend(udata_u32(1, 1));
+            d.extend(udata_u32(2, 0));
+            (EXPR_NUMGEN, d)
+        }
+        [DataType::Verdict] => (EXPR_VERDICT, Vec::new()),
+        [t @ (DataType::Ipv4Addr | DataType::Ipv6Addr | DataType::InetService)] => {
+            // (protocol description, field): ip daddr, ip6 daddr, th dport
+            let (desc, field) = match t {
+                DataType::Ipv4Addr => (12, 12),
+                DataType::Ipv6Addr => (13, 9),
+                _ => (11, 2),
+            };
+            let mut d = udata_u32(0, desc);
+            d.extend(udata_u32(1, field));
+            (EXPR_PAYLOAD, d)
+        }
+        [t @ (DataType::InetProto | DataType::Mark | DataType::IfName)] => {
+            let key = match t {
+                DataType::InetProto => NFT_META_L4PROTO,
+                DataType::Mark => NFT_META_MARK,
+                _ => NFT_META_IIFNAME,
+            };
+            (EXPR_META, udata_u32(0, key))
+        }
+        parts => {
+            let mut d = Vec::new();
+            for (i, part) in parts.iter().enumerate() {
+                d.extend(udata_nest(
+                    i as u8,
+                    &typeof_expr(std::slice::from_ref(part)),
+                ));
+            }
+            (EXPR_CONCAT, d)
+        }
+    };
+    let mut v = udata_u32(UDATA_TYPEOF_EXPR, kind);
+    v.extend(udata_nest(UDATA_TYPEOF_DATA, &data));
+    v
+}
+
 /// nft's datatype ids (the inverse of `decode::data_types`).
 pub fn type_id(t: DataType) -> u32 {
     match t {
@@ -366,10 +466,15 @@ fn set_attrs(table: &str, set: &Set, id: u32) -> AttrWriter {
             });
         });
     }
-    let mut udata = udata_u32(0, key_byteorder(&set.key));
-    if !set.data.is_empty() {
-        udata.extend(udata_u32(1, 0));
-    }
+    let mut udata = if set.key == [DataType::Integer] {
+        typeof_udata(set)
+    } else {
+        let mut udata = udata_u32(0, key_byteorder(&set.key));
+        if !set.data.is_empty() {
+            udata.extend(udata_u32(1, 0));
+        }
+        udata
+    };
     if let Some(c) = &set.comment {
         udata.extend(udata_string(7, c));
     }
@@ -780,4 +885,62 @@ fn expr_attrs(w: &mut AttrWriter, e: &Expr, anon: &BTreeMap<String, u32>) {
         }
         Expr::Other(_) => {}
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoint_map(data: Vec<DataType>) -> Set {
+        Set {
+            name: "m".into(),
+            key: vec![DataType::Integer],
+            data,
+            interval: true,
+            dynamic: false,
+            timeout: None,
+            comment: None,
+            elements: Vec::new(),
+        }
+    }
+
+    /// The bytes nft 1.0.6 sends for `typeof numgen random mod 1 : <data>` (read with
+    /// `nft --debug=mnl -f` on x86_64; the u32 values inside are host-endian): the listing is
+    /// only readable back when they match.
+    #[test]
+    #[cfg(target_endian = "little")]
+    fn an_integer_keyed_map_carries_the_typeof_description_nft_writes() {
+        let cases: [(Vec<DataType>, &[u8]); 3] = [
+            (
+                vec![DataType::Ipv4Addr, DataType::InetService],
+                &[
+                    0, 4, 1, 0, 0, 0, 1, 4, 0, 0, 0, 0, 3, 26, 0, 4, 23, 0, 0, 0, 1, 18, 0, 4, 1,
+                    0, 0, 0, 1, 4, 1, 0, 0, 0, 2, 4, 0, 0, 0, 0, 4, 52, 0, 4, 13, 0, 0, 0, 1, 44,
+                    0, 20, 0, 4, 7, 0, 0, 0, 1, 12, 0, 4, 12, 0, 0, 0, 1, 4, 12, 0, 0, 0, 1, 20,
+                    0, 4, 7, 0, 0, 0, 1, 12, 0, 4, 11, 0, 0, 0, 1, 4, 2, 0, 0, 0, 6, 4, 0, 0, 0,
+                    0,
+                ],
+            ),
+            (
+                vec![DataType::Verdict],
+                &[
+                    0, 4, 1, 0, 0, 0, 1, 4, 0, 0, 0, 0, 3, 26, 0, 4, 23, 0, 0, 0, 1, 18, 0, 4, 1,
+                    0, 0, 0, 1, 4, 1, 0, 0, 0, 2, 4, 0, 0, 0, 0, 4, 8, 0, 4, 1, 0, 0, 0, 1, 0, 6,
+                    4, 0, 0, 0, 0,
+                ],
+            ),
+            (
+                vec![DataType::Mark],
+                &[
+                    0, 4, 1, 0, 0, 0, 1, 4, 1, 0, 0, 0, 3, 26, 0, 4, 23, 0, 0, 0, 1, 18, 0, 4, 1,
+                    0, 0, 0, 1, 4, 1, 0, 0, 0, 2, 4, 0, 0, 0, 0, 4, 14, 0, 4, 9, 0, 0, 0, 1, 6, 0,
+                    4, 3, 0, 0, 0, 6, 4, 0, 0, 0, 0,
+                ],
+            ),
+        ];
+        for (data, nft_bytes) in cases {
+            let set = endpoint_map(data.clone());
+            assert_eq!(typeof_udata(&set), nft_bytes, "data {data:?}");
+        }
+    }
 }
