@@ -1,29 +1,35 @@
-//! The real daemon holding a synthetic cluster: `kubenft run --manifests` in a fresh namespace,
-//! timed to its first sync, its memory read from /proc once that sync is done and settled, then
-//! one endpoint added and the daemon's partial sync of it read from its log.
+//! The real daemon holding a synthetic cluster: `kubenft run --kubeconfig` in a fresh namespace,
+//! watching the test API server there (the real kube-rs client over real HTTP), timed to its
+//! first sync, its memory read from /proc once that sync is done and settled, then one endpoint
+//! added through the API and the daemon's partial sync of it read from its log.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use kubenft::netns::Netns;
+use kubenft_testkit::{Kind, TestApiServer};
+use serde::Deserialize as _;
 
 use crate::synthetic::{self, manifests};
 
 pub struct DaemonRun {
-    /// From process start to the log line of the first full sync (reading and parsing the
-    /// manifests, planning, committing).
+    /// From process start to the log line of the first full sync (listing everything from the
+    /// API server, planning, committing).
     pub first_sync: Duration,
     /// Resident memory two seconds after that sync (the state it holds), and the high-water
     /// mark until then (the sync's peak).
     pub rss_mib: f64,
     pub peak_rss_mib: f64,
-    /// One endpoint added to one service (a new EndpointSlice), `ENDPOINT_CHANGES` times in
-    /// turn, as the daemon logs each sync.
+    /// One endpoint added to one service's EndpointSlice, `ENDPOINT_CHANGES` times in turn, as
+    /// the daemon logs each sync.
     pub endpoint_syncs: Vec<LoggedSync>,
 }
 
 pub struct LoggedSync {
+    /// From the API server storing the change to the daemon logging its sync done: the watch
+    /// event's delivery, the store, the sync and the after-sync steps.
+    pub end_to_end: Duration,
     /// Bringing the model up to date, planning and the commit.
     pub sync: Duration,
     /// What follows the commit: conntrack cleanup, healthCheckNodePorts, gauges.
@@ -63,26 +69,92 @@ fn status_mib(pid: u32, field: &str) -> f64 {
 /// How many one-endpoint changes are made, one after another, for the median.
 pub const ENDPOINT_CHANGES: usize = 5;
 
-/// Adds one endpoint to each of the first services in turn (in a second EndpointSlice) and
-/// waits for the daemon's partial sync of each; returns the syncs in order.
-fn endpoint_syncs(dir: &std::path::Path, log_path: &std::path::Path) -> Vec<LoggedSync> {
+/// Longer than the daemon's default minimum sync period (1 s), so no change waits for it: what
+/// is measured is the path from a watch event to the kernel, not the rate limit.
+const BETWEEN_CHANGES: Duration = Duration::from_millis(1_200);
+
+/// The test API server, started on a thread that joined the daemon's namespace so the daemon
+/// reaches it on 127.0.0.1 there, as it reaches a real API server through its kubeconfig.
+struct ApiServer {
+    // Field order matters: the server stops before its runtime goes away.
+    server: TestApiServer,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl ApiServer {
+    fn start_in(ns: &Netns) -> Result<ApiServer, String> {
+        let (runtime, server) = ns
+            .run(|| {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                // Only the bench's own writes are replayed to watchers; the loaded cluster is
+                // listed, as a real server's compacted history would have it.
+                let server = runtime
+                    .block_on(TestApiServer::builder().history_limit(64).start())
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>((runtime, server))
+            })
+            .map_err(|e| e.to_string())??;
+        Ok(ApiServer {
+            server,
+            _runtime: runtime,
+        })
+    }
+
+    /// Stores every object of the synthetic cluster's manifests.
+    fn load(&self, services: usize, endpoints: usize) -> Result<(), String> {
+        for (name, text) in manifests(services, endpoints) {
+            for document in serde_yaml::Deserializer::from_str(&text) {
+                let value = serde_json::Value::deserialize(document)
+                    .map_err(|e| format!("{name}: {e}"))?;
+                if value.is_null() {
+                    continue;
+                }
+                self.server
+                    .apply(&value)
+                    .map_err(|e| format!("{name}: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds one ready endpoint to service `index`'s EndpointSlice (a MODIFIED event, as the
+    /// EndpointSlice controller makes when a pod becomes ready); returns when it was written.
+    fn add_endpoint(&self, index: usize) -> Result<SystemTime, String> {
+        let n = synthetic::service_name(index);
+        let name = format!("{}-x", n.name);
+        let mut slice = self
+            .server
+            .get(Kind::EndpointSlice, Some(&n.namespace), &name)
+            .ok_or_else(|| format!("EndpointSlice {}/{name} is not stored", n.namespace))?;
+        let endpoint = serde_json::json!({
+            "addresses": [format!("10.255.255.{}", 254 - index)],
+            "nodeName": "node-1",
+            "conditions": {"ready": true},
+        });
+        match slice.get_mut("endpoints").and_then(|e| e.as_array_mut()) {
+            Some(list) => list.push(endpoint),
+            None => slice["endpoints"] = serde_json::json!([endpoint]),
+        }
+        let written = SystemTime::now();
+        self.server.apply(&slice).map_err(|e| e.to_string())?;
+        Ok(written)
+    }
+}
+
+/// Adds one endpoint to each of the first services in turn and waits for the daemon's partial
+/// sync of each; returns the syncs in order.
+fn endpoint_syncs(api: &ApiServer, log_path: &std::path::Path) -> Vec<LoggedSync> {
     let mut syncs = Vec::new();
     for i in 0..ENDPOINT_CHANGES {
-        let n = synthetic::service_name(i);
-        let slice = format!(
-            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {}-extra, \
-             namespace: {}, labels: {{kubernetes.io/service-name: {}}}}}\naddressType: IPv4\n\
-             ports: [{{name: http, port: 8080, protocol: TCP}}]\n\
-             endpoints: [{{addresses: [10.255.255.{}], nodeName: node-1, conditions: {{ready: true}}}}]\n",
-            n.name,
-            n.namespace,
-            n.name,
-            254 - i
-        );
-        if std::fs::write(dir.join(format!("extra-endpoint-{i}.yaml")), slice).is_err() {
+        std::thread::sleep(BETWEEN_CHANGES);
+        let Ok(written) = api.add_endpoint(i) else {
             break;
-        }
-        match partial_sync(log_path, i) {
+        };
+        match partial_sync(log_path, i, written) {
             Some(sync) => syncs.push(sync),
             None => break,
         }
@@ -90,8 +162,13 @@ fn endpoint_syncs(dir: &std::path::Path, log_path: &std::path::Path) -> Vec<Logg
     syncs
 }
 
-/// The daemon's `index`-th partial sync as it logs it, once it is there.
-fn partial_sync(log_path: &std::path::Path, index: usize) -> Option<LoggedSync> {
+/// The daemon's `index`-th partial sync as it logs it, once it is there; `written` is when the
+/// change reached the API server.
+fn partial_sync(
+    log_path: &std::path::Path,
+    index: usize,
+    written: SystemTime,
+) -> Option<LoggedSync> {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(300) {
         let text = std::fs::read_to_string(log_path).unwrap_or_default();
@@ -101,36 +178,42 @@ fn partial_sync(log_path: &std::path::Path, index: usize) -> Option<LoggedSync> 
             .nth(index)
         {
             let seconds = |key| field(line, key)?.parse().ok().map(Duration::from_secs_f64);
+            // The log line's own timestamp: written once the sync and its after-sync steps
+            // are done.
+            let logged: jiff::Timestamp = line.split_whitespace().next()?.parse().ok()?;
+            let logged = SystemTime::from(logged);
             return Some(LoggedSync {
+                end_to_end: logged.duration_since(written).ok()?,
                 sync: seconds("seconds")?,
                 after_sync: seconds("after_sync_seconds")?,
                 ops: field(line, "ops")?.parse().ok()?,
             });
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
     None
 }
 
 pub fn measure(services: usize, endpoints: usize) -> Result<DaemonRun, String> {
     let bin = binary()?;
-    let dir = std::env::temp_dir().join(format!(
-        "kubenft-bench-{}-{services}x{endpoints}",
+    let ns = Netns::create("bdmn").map_err(|e| e.to_string())?;
+    let api = ApiServer::start_in(&ns)?;
+    api.load(services, endpoints)?;
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "kubenft-bench-{}-{services}x{endpoints}.kubeconfig",
         std::process::id()
     ));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    for (name, text) in manifests(services, endpoints) {
-        std::fs::write(dir.join(name), text).map_err(|e| e.to_string())?;
-    }
-    let log_path = dir.with_extension("log");
+    api.server
+        .write_kubeconfig(&kubeconfig)
+        .map_err(|e| e.to_string())?;
+    let log_path = kubeconfig.with_extension("log");
     let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
-    let ns = Netns::create("bdmn").map_err(|e| e.to_string())?;
     let start = Instant::now();
     let mut child = Command::new("ip")
         .args(["netns", "exec", ns.name()])
         .arg(&bin)
-        .args(["run", "--manifests"])
-        .arg(&dir)
+        .args(["run", "--kubeconfig"])
+        .arg(&kubeconfig)
         .args(["--hostname-override", synthetic::NODE])
         .args(["--cluster-cidr", synthetic::CLUSTER_CIDR])
         .stdout(Stdio::null())
@@ -153,7 +236,7 @@ pub fn measure(services: usize, endpoints: usize) -> Result<DaemonRun, String> {
                 first_sync,
                 rss_mib,
                 peak_rss_mib,
-                endpoint_syncs: endpoint_syncs(&dir, &log_path),
+                endpoint_syncs: endpoint_syncs(&api, &log_path),
             });
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -166,7 +249,7 @@ pub fn measure(services: usize, endpoints: usize) -> Result<DaemonRun, String> {
     };
     let _ = child.kill();
     let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&kubeconfig);
     let _ = std::fs::remove_file(&log_path);
     result
 }

@@ -5,8 +5,9 @@
 //!   `nft -f` of the same ruleset (kube-proxy's nftables mode), `iptables-restore` of
 //!   kube-proxy's iptables-mode chains — then one endpoint and one service added as partial
 //!   syncs split into the daemon's phases, and a restart's read-back;
-//! - the real daemon (`daemon`): `kubenft run --manifests` on the same clusters, time to its
-//!   first sync and its resident memory;
+//! - the real daemon (`daemon`): `kubenft run --kubeconfig` against the test API server holding
+//!   the same clusters: time to its first sync, its resident memory, and one endpoint added
+//!   through the API until the daemon has synced it;
 //! - data plane (`dataplane`): new-connection latency through kubenft, through iptables and to
 //!   the pod directly, with 10 to 30,000 services in the table; numgen's endpoint spread.
 //!
@@ -237,7 +238,7 @@ const METHOD: &str = "\
 ## Method
 
 - **Clusters** are synthetic: ClusterIP services with one TCP port (80 → 8080) and N ready
-  endpoints each, generated in memory (and written as manifests for the daemon runs).
+  endpoints each, generated in memory (and served by the test API server for the daemon runs).
 - **Cold full sync**, each in a fresh network namespace, median of the repeats, all three in the
   same run: *kubenft netlink* is the daemon's first sync without the planner (read our tables
   back, diff, encode, one batch); *nft -f* applies the same ruleset rendered as text, which is
@@ -251,15 +252,19 @@ const METHOD: &str = "\
   same plan found by comparing every service's inputs with its last plan (the fallback when
   the changed services are not known; the daemon knows them). *restart* is a new engine's full sync on the unchanged kernel (what a restarted
   daemon does): read our table back over netlink, diff, send nothing.
-- **The daemon** is the real `kubenft run --manifests` in a fresh namespace on the same cluster:
-  wall time from process start to its first full sync (parsing the manifests included), its
-  resident memory (VmRSS) two seconds after it (the state it holds) and its high-water mark
-  (VmHWM, the peak of reading and the first sync); then one endpoint is added to one service
-  (a second EndpointSlice), five times for five services in turn, and the daemon's own logged
-  durations are shown, median and slowest: *its sync* (re-converting the changed service from
-  the store, planning it, commit) and the *after-sync steps* that follow the commit (stale UDP
-  conntrack entries, healthCheckNodePort servers and gauges, for the changed service). Each
-  change makes the daemon re-read the whole manifests directory first, outside the sync.
+- **The daemon** is the real `kubenft run --kubeconfig` in a fresh namespace, watching the
+  project's test API server there (the real kube-rs client over real HTTP, list then watch, as
+  against a real API server) which holds the same cluster: wall time from process start to its
+  first full sync (listing everything included), its resident memory (VmRSS) two seconds after
+  it (the state it holds) and its high-water mark (VmHWM, the peak of listing and the first
+  sync); then one endpoint is added to one service's EndpointSlice through the API server, five
+  times for five services in turn, 1.2 s apart (beyond the default 1 s minimum sync period, so
+  no change waits for it). Shown, median and slowest: *API write → synced*, from the server
+  storing the change to the timestamp of the daemon's log line of that sync (the watch event's
+  delivery, updating the store, the sync, and the after-sync steps), then the daemon's own
+  logged durations: *its sync* (re-converting the changed service from the store, planning
+  it, commit) and the *after-sync steps* (stale UDP conntrack entries, healthCheckNodePort
+  servers and gauges, for the changed service).
 - **Latency**: the standard test lab (client → node → pod namespaces, every packet through the
   node's hooks) with N one-endpoint services programmed on the node; the measured service is
   the last in iteration order, i.e. the last rule of iptables' KUBE-SERVICES (its worst case).

@@ -76,7 +76,7 @@ pub fn change_table(rows: &[ControlRow]) -> String {
 
 pub fn daemon_table(rows: &[(String, Result<DaemonRun, String>)]) -> String {
     let mut out = String::from(
-        "| services × endpoints | start → first sync | RSS after it | peak RSS | +1 endpoint: the daemon's sync, median | slowest | ops | then its after-sync steps, median |\n|---|---|---|---|---|---|---|---|\n",
+        "| services × endpoints | start → first sync | RSS after it | peak RSS | +1 endpoint, API write → synced: median | slowest | the daemon's sync in it, median | slowest | ops | after-sync steps, median |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (scale, run) in rows {
         let _ = match run {
@@ -89,10 +89,12 @@ pub fn daemon_table(rows: &[(String, Result<DaemonRun, String>)]) -> String {
                 let shown = |t: Option<Duration>| t.map_or("not seen".into(), secs);
                 writeln!(
                     out,
-                    "| {scale} | {} | {:.0} MiB | {:.0} MiB | {} | {} | {} | {} |",
+                    "| {scale} | {} | {:.0} MiB | {:.0} MiB | {} | {} | {} | {} | {} | {} |",
                     secs(d.first_sync),
                     d.rss_mib,
                     d.peak_rss_mib,
+                    shown(median(|s| s.end_to_end)),
+                    shown(d.endpoint_syncs.iter().map(|s| s.end_to_end).max()),
                     shown(median(|s| s.sync)),
                     shown(d.endpoint_syncs.iter().map(|s| s.sync).max()),
                     d.endpoint_syncs
@@ -107,7 +109,7 @@ pub fn daemon_table(rows: &[(String, Result<DaemonRun, String>)]) -> String {
             }
             Err(e) => writeln!(
                 out,
-                "| {scale} | not measured: {} | | | | | | |",
+                "| {scale} | not measured: {} | | | | | | | | |",
                 e.lines().next().unwrap_or("")
             ),
         };
