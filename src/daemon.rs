@@ -256,6 +256,16 @@ fn lock(store: &Mutex<ClusterStore>) -> std::sync::MutexGuard<'_, ClusterStore> 
     store.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Where a sync's time went, for its log line. `seconds` is the sync up to and including the
+/// commit: `model_seconds` of it brought the model up to date from the store, and the
+/// report's kernel time was the transaction's round trip; planning and encoding are the rest.
+/// The after-sync steps follow the commit.
+struct SyncTimings {
+    seconds: f64,
+    model_seconds: f64,
+    after_sync_seconds: f64,
+}
+
 struct SyncLoop {
     proxy: ProxyConfig,
     syncer: Syncer<Nftables>,
@@ -315,6 +325,7 @@ impl SyncLoop {
         // The duration covers the whole sync: bringing the model up to date too.
         let started = Instant::now();
         let (changed, triggers) = self.update_model();
+        let model_seconds = started.elapsed().as_secs_f64();
         self.after_sync.changed(&changed);
         let mut proxy = self.proxy.clone();
         if let Err(e) = add_local_addresses(&mut proxy) {
@@ -354,7 +365,12 @@ impl SyncLoop {
                 let after_started = Instant::now();
                 self.after_sync().await;
                 let after_sync_seconds = after_started.elapsed().as_secs_f64();
-                self.succeeded(report, seconds, after_sync_seconds, now, &triggers);
+                let timings = SyncTimings {
+                    seconds,
+                    model_seconds,
+                    after_sync_seconds,
+                };
+                self.succeeded(report, timings, now, &triggers);
             }
             Err(e) => {
                 self.metrics
@@ -393,19 +409,26 @@ impl SyncLoop {
     fn succeeded(
         &mut self,
         report: SyncReport,
-        seconds: f64,
-        after_sync_seconds: f64,
+        t: SyncTimings,
         now: SystemTime,
         triggers: &[SystemTime],
     ) {
         self.metrics
-            .record_sync(metric_kind(report.kind), SyncResult::Success, seconds);
+            .record_sync(metric_kind(report.kind), SyncResult::Success, t.seconds);
         if report.ops > 0 {
             self.metrics.observe_transaction(report.ops, report.bytes);
-            // `seconds` ends at the commit; the after-sync steps follow it.
-            tracing::info!(kind = ?report.kind, ops = report.ops, bytes = report.bytes, seconds, after_sync_seconds, "synced");
+            tracing::info!(
+                kind = ?report.kind,
+                ops = report.ops,
+                bytes = report.bytes,
+                seconds = t.seconds,
+                model_seconds = t.model_seconds,
+                kernel_seconds = report.kernel_time.as_secs_f64(),
+                after_sync_seconds = t.after_sync_seconds,
+                "synced"
+            );
         } else {
-            tracing::debug!(kind = ?report.kind, seconds, "synced; nothing to change");
+            tracing::debug!(kind = ?report.kind, seconds = t.seconds, "synced; nothing to change");
         }
         self.metrics.set_last_sync_timestamp(unix_seconds(now));
         self.health.synced(now);

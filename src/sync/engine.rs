@@ -11,6 +11,7 @@ use crate::nft::diff::TableChange;
 use crate::nft::model::{Family, Table};
 use crate::nft::netlink::{ApplyError, DumpError, Nftables, canonicalized};
 use crate::nft::transaction::{TableRef, Transaction};
+use std::time::{Duration, Instant};
 
 use super::{Observed, reconcile_transaction};
 
@@ -79,6 +80,8 @@ pub struct SyncReport {
     /// Operations in the transaction (0: the kernel already matched).
     pub ops: usize,
     pub bytes: usize,
+    /// Time spent sending the transaction and waiting for the kernel's answer.
+    pub kernel_time: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -107,6 +110,7 @@ pub enum SyncError {
 struct Committed {
     ops: usize,
     bytes: usize,
+    kernel_time: Duration,
     generation: Option<u32>,
 }
 
@@ -228,6 +232,7 @@ impl<K: Kernel> Syncer<K> {
                 kind: SyncKind::Partial,
                 ops: c.ops,
                 bytes: c.bytes,
+                kernel_time: c.kernel_time,
             }
         }))
     }
@@ -283,6 +288,7 @@ impl<K: Kernel> Syncer<K> {
 
     /// Applies `tx`; returns what was sent and the generation our commit left behind.
     fn commit(&mut self, tx: &Transaction) -> Result<Committed, SyncError> {
+        let started = Instant::now();
         let bytes = if tx.ops.is_empty() {
             0
         } else {
@@ -291,6 +297,7 @@ impl<K: Kernel> Syncer<K> {
                 source,
             })?
         };
+        let kernel_time = started.elapsed();
         // Read after our commit: a commit by someone else in this short window goes unnoticed
         // until the next full sync, which is periodic.
         let generation = if tx.ops.is_empty() {
@@ -301,6 +308,7 @@ impl<K: Kernel> Syncer<K> {
         Ok(Committed {
             ops: tx.ops.len(),
             bytes,
+            kernel_time,
             generation,
         })
     }
@@ -314,6 +322,7 @@ impl<K: Kernel> Syncer<K> {
             kind,
             ops: c.ops,
             bytes: c.bytes,
+            kernel_time: c.kernel_time,
         }
     }
 

@@ -17,6 +17,9 @@ pub struct DaemonRun {
     /// From process start to the log line of the first full sync (listing everything from the
     /// API server, planning, committing).
     pub first_sync: Duration,
+    /// Of `first_sync`: the sync itself as the daemon logs it (planning and committing
+    /// everything); the rest is starting, listing and decoding.
+    pub first_sync_itself: Option<Duration>,
     /// Resident memory two seconds after that sync (the state it holds), and the high-water
     /// mark until then (the sync's peak).
     pub rss_mib: f64,
@@ -32,6 +35,10 @@ pub struct LoggedSync {
     pub end_to_end: Duration,
     /// Bringing the model up to date, planning and the commit.
     pub sync: Duration,
+    /// Of `sync`: bringing the model up to date from the store.
+    pub model: Duration,
+    /// Of `sync`: the transaction's round trip to the kernel.
+    pub kernel: Duration,
     /// What follows the commit: conntrack cleanup, healthCheckNodePorts, gauges.
     pub after_sync: Duration,
     pub ops: usize,
@@ -108,8 +115,8 @@ impl ApiServer {
     fn load(&self, services: usize, endpoints: usize) -> Result<(), String> {
         for (name, text) in manifests(services, endpoints) {
             for document in serde_yaml::Deserializer::from_str(&text) {
-                let value = serde_json::Value::deserialize(document)
-                    .map_err(|e| format!("{name}: {e}"))?;
+                let value =
+                    serde_json::Value::deserialize(document).map_err(|e| format!("{name}: {e}"))?;
                 if value.is_null() {
                     continue;
                 }
@@ -139,9 +146,8 @@ impl ApiServer {
             Some(list) => list.push(endpoint),
             None => slice["endpoints"] = serde_json::json!([endpoint]),
         }
-        let written = SystemTime::now();
         self.server.apply(&slice).map_err(|e| e.to_string())?;
-        Ok(written)
+        Ok(SystemTime::now())
     }
 }
 
@@ -185,6 +191,8 @@ fn partial_sync(
             return Some(LoggedSync {
                 end_to_end: logged.duration_since(written).ok()?,
                 sync: seconds("seconds")?,
+                model: seconds("model_seconds")?,
+                kernel: seconds("kernel_seconds")?,
                 after_sync: seconds("after_sync_seconds")?,
                 ops: field(line, "ops")?.parse().ok()?,
             });
@@ -224,16 +232,20 @@ pub fn measure(services: usize, endpoints: usize) -> Result<DaemonRun, String> {
     let pid = child.id();
     let result = loop {
         let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-        if text
+        if let Some(line) = text
             .lines()
-            .any(|l| l.contains(" synced ") && l.contains("kind=Full"))
+            .find(|l| l.contains(" synced ") && l.contains("kind=Full"))
         {
             let first_sync = start.elapsed();
+            let first_sync_itself = field(line, "seconds")
+                .and_then(|v| v.parse().ok())
+                .map(Duration::from_secs_f64);
             // Holding the state, not finishing the sync: let the daemon settle first.
             std::thread::sleep(Duration::from_secs(2));
             let (rss_mib, peak_rss_mib) = (status_mib(pid, "VmRSS:"), status_mib(pid, "VmHWM:"));
             break Ok(DaemonRun {
                 first_sync,
+                first_sync_itself,
                 rss_mib,
                 peak_rss_mib,
                 endpoint_syncs: endpoint_syncs(&api, &log_path),

@@ -76,7 +76,7 @@ pub fn change_table(rows: &[ControlRow]) -> String {
 
 pub fn daemon_table(rows: &[(String, Result<DaemonRun, String>)]) -> String {
     let mut out = String::from(
-        "| services × endpoints | start → first sync | RSS after it | peak RSS | +1 endpoint, API write → synced: median | slowest | the daemon's sync in it, median | slowest | ops | after-sync steps, median |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "| services × endpoints | start → first sync | the sync in it | RSS after it | peak RSS | +1 endpoint, API write → synced: median | slowest | the daemon's sync in it | of which model update | kernel round trip | ops | after-sync steps |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (scale, run) in rows {
         let _ = match run {
@@ -89,14 +89,16 @@ pub fn daemon_table(rows: &[(String, Result<DaemonRun, String>)]) -> String {
                 let shown = |t: Option<Duration>| t.map_or("not seen".into(), secs);
                 writeln!(
                     out,
-                    "| {scale} | {} | {:.0} MiB | {:.0} MiB | {} | {} | {} | {} | {} | {} |",
+                    "| {scale} | {} | {} | {:.0} MiB | {:.0} MiB | {} | {} | {} | {} | {} | {} | {} |",
                     secs(d.first_sync),
+                    shown(d.first_sync_itself),
                     d.rss_mib,
                     d.peak_rss_mib,
                     shown(median(|s| s.end_to_end)),
                     shown(d.endpoint_syncs.iter().map(|s| s.end_to_end).max()),
                     shown(median(|s| s.sync)),
-                    shown(d.endpoint_syncs.iter().map(|s| s.sync).max()),
+                    shown(median(|s| s.model)),
+                    shown(median(|s| s.kernel)),
                     d.endpoint_syncs
                         .iter()
                         .map(|s| s.ops.to_string())
@@ -109,7 +111,7 @@ pub fn daemon_table(rows: &[(String, Result<DaemonRun, String>)]) -> String {
             }
             Err(e) => writeln!(
                 out,
-                "| {scale} | not measured: {} | | | | | | | | |",
+                "| {scale} | not measured: {} | | | | | | | | | | |",
                 e.lines().next().unwrap_or("")
             ),
         };
@@ -119,7 +121,7 @@ pub fn daemon_table(rows: &[(String, Result<DaemonRun, String>)]) -> String {
 
 pub fn latency_table(rows: &[LatencyRow]) -> String {
     let mut out = String::from(
-        "| services in the table | direct p50 | direct p99 | pod via kubenft node p50 | p99 | kubenft service p50 | p99 | iptables service p50 | p99 | service p50 ÷ direct | ÷ pod via node |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| services in the table | direct p50 | direct p99 | pod via kubenft node p50 | p99 | kubenft service p50 | p99 | iptables service p50 | p99 | service p50 ÷ direct | ÷ pod via node |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let pair = |l: Option<Latency>| {
         l.map_or(("—".into(), "—".into()), |l| {
