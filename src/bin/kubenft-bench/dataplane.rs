@@ -154,9 +154,15 @@ fn latency_cluster(services: usize) -> (ClusterState, SocketAddr) {
     (state, vip)
 }
 
-pub fn latency(services: usize, samples: usize, with_iptables: bool) -> LatencyRow {
+/// The labs measuring one table size: kubenft's and, if asked, iptables' node holding it.
+struct ScaleLabs {
+    services: usize,
+    kubenft: EchoLab,
+    iptables: Option<EchoLab>,
+}
+
+fn scale_labs(services: usize, with_iptables: bool) -> ScaleLabs {
     let (state, vip) = latency_cluster(services);
-    let direct = echo_lab("ldir", SocketAddr::from((POD, ECHO_PORT)));
     let kubenft = echo_lab("lnft", vip);
     let tables = build(&state, &config());
     kubenft
@@ -164,7 +170,7 @@ pub fn latency(services: usize, samples: usize, with_iptables: bool) -> LatencyR
         .node
         .run(move || {
             Syncer::new(Nftables::open().unwrap(), "kubenft")
-                .sync(tables.clone(), true)
+                .sync(tables, true)
                 .expect("programming kubenft")
         })
         .unwrap();
@@ -178,18 +184,35 @@ pub fn latency(services: usize, samples: usize, with_iptables: bool) -> LatencyR
         );
         lab
     });
+    ScaleLabs {
+        services,
+        kubenft,
+        iptables,
+    }
+}
 
-    // Interleaved batches, so every path sees the same machine noise. The pod is also reached
-    // directly through the kubenft node: its table turns conntrack on for every packet, so the
-    // difference between that path and the service is the service translation alone.
+/// One row per table size. Every lab is built first, then all paths of all sizes are
+/// measured in interleaved batches, so every figure, and above all the comparison between
+/// sizes, sees the same machine noise (tearing down a big namespace, say, keeps the kernel
+/// busy for seconds). The pod is also reached directly through each kubenft node: its table
+/// turns conntrack on for every packet, so the difference between that path and the service
+/// is the service translation alone.
+pub fn latency(scales: &[usize], samples: usize, with_iptables: bool) -> Vec<LatencyRow> {
+    let direct = echo_lab("ldir", SocketAddr::from((POD, ECHO_PORT)));
+    let labs: Vec<ScaleLabs> = scales
+        .iter()
+        .map(|&n| scale_labs(n, with_iptables))
+        .collect();
     let pod = SocketAddr::from((POD, ECHO_PORT));
-    let mut paths: Vec<(&Topology, SocketAddr, Vec<Duration>)> = vec![
-        (&direct.topo, direct.target, vec![]),
-        (&kubenft.topo, pod, vec![]),
-        (&kubenft.topo, kubenft.target, vec![]),
-    ];
-    if let Some(l) = &iptables {
-        paths.push((&l.topo, l.target, vec![]));
+    // (lab, target, samples): direct first, then per size kubenft's pod, service, iptables.
+    let mut paths: Vec<(&Topology, SocketAddr, Vec<Duration>)> =
+        vec![(&direct.topo, direct.target, vec![])];
+    for l in &labs {
+        paths.push((&l.kubenft.topo, pod, vec![]));
+        paths.push((&l.kubenft.topo, l.kubenft.target, vec![]));
+        if let Some(i) = &l.iptables {
+            paths.push((&i.topo, i.target, vec![]));
+        }
     }
     for &(topo, to, _) in &paths {
         topo.client.run(move || connect_and_echo(to, 50)).unwrap(); // warm-up
@@ -206,13 +229,16 @@ pub fn latency(services: usize, samples: usize, with_iptables: bool) -> LatencyR
         }
     }
     let mut results = paths.into_iter().map(|(_, _, t)| percentiles(t));
-    LatencyRow {
-        services,
-        direct: results.next().unwrap(),
-        pod_via_kubenft: results.next().unwrap(),
-        kubenft: results.next().unwrap(),
-        iptables: results.next(),
-    }
+    let direct = results.next().unwrap();
+    labs.iter()
+        .map(|l| LatencyRow {
+            services: l.services,
+            direct,
+            pod_via_kubenft: results.next().unwrap(),
+            kubenft: results.next().unwrap(),
+            iptables: l.iptables.as_ref().map(|_| results.next().unwrap()),
+        })
+        .collect()
 }
 
 pub struct Spread {

@@ -165,11 +165,13 @@ fn main() {
         }
     }
     let mut latency_rows = Vec::new();
-    for &services in &a.latency_scales {
-        eprintln!("data plane: latency with {services} services …");
-        let row = dataplane::latency(services, a.samples, a.iptables);
-        eprint!("{}", report::latency_table(std::slice::from_ref(&row)));
-        latency_rows.push(row);
+    if !a.latency_scales.is_empty() {
+        eprintln!(
+            "data plane: latency with {:?} services, interleaved …",
+            a.latency_scales
+        );
+        latency_rows = dataplane::latency(&a.latency_scales, a.samples, a.iptables);
+        eprint!("{}", report::latency_table(&latency_rows));
     }
     let spread = a.spread.map(|(endpoints, connections)| {
         eprintln!("data plane: {connections} connections over {endpoints} endpoints …");
@@ -271,8 +273,9 @@ const METHOD: &str = "\
   Each sample is a new TCP connection timed from `connect` to the echoed byte; *direct* goes to
   the pod's address on a node without any ruleset (so without conntrack); *pod via kubenft
   node* goes to the pod's address through the node holding kubenft's table (conntrack on, no
-  translation), so the service's cost over it is the translation alone. The paths run in
-  interleaved batches of 100 so they share the machine's noise.
+  translation), so the service's cost over it is the translation alone. All labs of all table
+  sizes are built first (one *direct* lab serves every row), then every path of every size
+  runs in interleaved batches of 100, so the paths and the sizes share the machine's noise.
 - **Spread**: one service whose endpoints are addresses of one pod; each connection is answered
   with the address it reached. χ² against the uniform distribution; a p-value far below 0.01
   would mean numgen is biased.

@@ -54,10 +54,24 @@ pub fn udata_comment(udata: &[u8], kind: u8) -> Option<String> {
     None
 }
 
+/// Whether libnftnl userdata holds a TLV of `kind` at its top level.
+pub fn udata_has(udata: &[u8], kind: u8) -> bool {
+    let mut i = 0;
+    while i + 2 <= udata.len() {
+        let (t, len) = (udata[i], udata[i + 1] as usize);
+        if t == kind {
+            return true;
+        }
+        i += 2 + len;
+    }
+    false
+}
+
 pub const UDATA_TABLE_COMMENT: u8 = 0;
 pub const UDATA_CHAIN_COMMENT: u8 = 0;
 pub const UDATA_RULE_COMMENT: u8 = 0;
 pub const UDATA_SET_COMMENT: u8 = 7;
+pub const UDATA_SET_KEY_TYPEOF: u8 = 3;
 pub const UDATA_SET_ELEM_COMMENT: u8 = 0;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,6 +200,9 @@ pub struct RawSet {
     /// Per-field key lengths from NFTA_SET_DESC_CONCAT (empty for a single-field key).
     pub field_lens: Vec<u32>,
     pub comment: Option<String>,
+    /// Whether the userdata describes the key with `typeof` expressions, which nft needs to
+    /// list a plain integer key as something it can read back.
+    pub key_typeof: bool,
 }
 
 impl RawSet {
@@ -206,6 +223,7 @@ pub fn set(attr_bytes: &[u8]) -> Result<RawSet, DecodeError> {
         timeout_ms: None,
         field_lens: Vec::new(),
         comment: None,
+        key_typeof: false,
     };
     let (mut have_table, mut have_name) = (false, false);
     for a in attrs(W, attr_bytes) {
@@ -224,7 +242,10 @@ pub fn set(attr_bytes: &[u8]) -> Result<RawSet, DecodeError> {
             NFTA_SET_KEY_LEN => s.key_len = at(W, a.be32())?,
             NFTA_SET_DATA_TYPE => s.data_type = Some(at(W, a.be32())?),
             NFTA_SET_TIMEOUT => s.timeout_ms = Some(at(W, a.be64())?),
-            NFTA_SET_USERDATA => s.comment = udata_comment(a.value, UDATA_SET_COMMENT),
+            NFTA_SET_USERDATA => {
+                s.comment = udata_comment(a.value, UDATA_SET_COMMENT);
+                s.key_typeof = udata_has(a.value, UDATA_SET_KEY_TYPEOF);
+            }
             NFTA_SET_DESC => {
                 for d in attrs(W, a.value) {
                     let d = d?;

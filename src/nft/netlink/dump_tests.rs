@@ -1052,6 +1052,7 @@ fn interval_elements_reassemble_into_cidrs_including_adjacent_and_top_ranges() {
         timeout_ms: None,
         field_lens: Vec::new(),
         comment: None,
+        key_typeof: false,
     };
     let e = |k: [u8; 4], end: bool| RawElem {
         key: k.to_vec(),
@@ -1099,6 +1100,7 @@ fn an_element_listed_twice_marks_the_set_dump_as_torn_so_it_is_read_again() {
         timeout_ms: None,
         field_lens: Vec::new(),
         comment: None,
+        key_typeof: false,
     };
     let e = |k: [u8; 4]| RawElem {
         key: k.to_vec(),
@@ -1113,6 +1115,33 @@ fn an_element_listed_twice_marks_the_set_dump_as_torn_so_it_is_read_again() {
     )
     .unwrap_err();
     assert!(matches!(err, super::dump::DumpError::Torn { .. }), "{err}");
+}
+
+/// A named integer-keyed map without nft's `typeof` description (as kubenft wrote them
+/// before) is unreadable, so the engine replaces the table with one nft can list and read back;
+/// with the description, or as an anonymous map (which nft lists inline), it reads.
+#[test]
+fn an_integer_keyed_map_without_its_typeof_description_reads_as_unreadable() {
+    use super::decode::RawSet;
+    use super::sys::{NFT_SET_ANONYMOUS, NFT_SET_CONSTANT, NFT_SET_MAP};
+    let raw = |flags, key_typeof| RawSet {
+        table: "t".into(),
+        name: "pick".into(),
+        flags: NFT_SET_MAP | flags,
+        key_type: 4,
+        key_len: 4,
+        data_type: Some(super::sys::NFT_DATA_VERDICT),
+        timeout_ms: None,
+        field_lens: Vec::new(),
+        comment: None,
+        key_typeof,
+    };
+    let err = super::dump::build_set(&raw(0, false), Vec::new()).unwrap_err();
+    assert!(matches!(err, super::dump::DumpError::Set { .. }), "{err}");
+    assert!(err.to_string().contains("typeof"), "{err}");
+    assert!(super::dump::build_set(&raw(0, true), Vec::new()).is_ok());
+    let anonymous = NFT_SET_ANONYMOUS | NFT_SET_CONSTANT;
+    assert!(super::dump::build_set(&raw(anonymous, false), Vec::new()).is_ok());
 }
 
 #[test]
