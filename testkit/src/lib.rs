@@ -54,6 +54,8 @@ pub enum TestkitError {
     ApplyDecode(#[source] serde_json::Error),
     #[error("deleting the object")]
     DeleteStore(#[source] StoreError),
+    #[error("building a runtime for the test API server")]
+    StartRuntime(#[source] std::io::Error),
     #[error("writing the kubeconfig to {path}")]
     KubeconfigWrite {
         path: String,
@@ -158,6 +160,22 @@ impl Builder {
     pub fn bookmark_interval(mut self, interval: Duration) -> Self {
         self.bookmark_interval = interval;
         self
+    }
+
+    /// Starts serving on a runtime of its own, built here: its worker thread and listening
+    /// socket belong to the calling thread's network namespace, so a caller that joined a
+    /// namespace serves only that namespace. Keep the runtime while the server is used, and
+    /// drop the server first.
+    pub fn start_with_runtime(
+        self,
+    ) -> Result<(tokio::runtime::Runtime, TestApiServer), TestkitError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map_err(TestkitError::StartRuntime)?;
+        let server = runtime.block_on(self.start())?;
+        Ok((runtime, server))
     }
 
     /// Binds 127.0.0.1 and starts serving on the current tokio runtime.

@@ -28,18 +28,9 @@ pub struct ApiServer {
 impl ApiServer {
     pub fn start_in(ns: &Netns) -> ApiServer {
         let (runtime, server) = ns
-            .run(|| {
-                let runtime = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(1)
-                    .enable_all()
-                    .build()
-                    .expect("runtime");
-                let server = runtime
-                    .block_on(TestApiServer::builder().start())
-                    .expect("test API server starts");
-                (runtime, server)
-            })
-            .expect("thread joins the namespace");
+            .run(|| TestApiServer::builder().start_with_runtime())
+            .expect("thread joins the namespace")
+            .expect("test API server starts");
         let kubeconfig = tempfile::NamedTempFile::new().expect("temp file");
         server
             .write_kubeconfig(kubeconfig.path())

@@ -90,21 +90,16 @@ struct ApiServer {
 
 impl ApiServer {
     fn start_in(ns: &Netns) -> Result<ApiServer, String> {
+        // Only the bench's own writes are replayed to watchers; the loaded cluster is listed,
+        // as a real server's compacted history would have it.
         let (runtime, server) = ns
             .run(|| {
-                let runtime = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(1)
-                    .enable_all()
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                // Only the bench's own writes are replayed to watchers; the loaded cluster is
-                // listed, as a real server's compacted history would have it.
-                let server = runtime
-                    .block_on(TestApiServer::builder().history_limit(64).start())
-                    .map_err(|e| e.to_string())?;
-                Ok::<_, String>((runtime, server))
+                TestApiServer::builder()
+                    .history_limit(64)
+                    .start_with_runtime()
             })
-            .map_err(|e| e.to_string())??;
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
         Ok(ApiServer {
             server,
             _runtime: runtime,
