@@ -492,7 +492,7 @@ impl SyncLoop {
             })
             .collect();
         for (kind, namespace, name, reason) in now.difference(&self.rejected_before) {
-            tracing::warn!(%kind, %namespace, %name, %reason, "object skipped; other objects are unaffected");
+            tracing::warn!(%kind, %namespace, %name, %reason, "skipped: the object, or the part of it the reason names; everything else is unaffected");
             self.metrics.inc_objects_rejected(kind);
         }
         self.rejected_before = now;

@@ -232,7 +232,7 @@ impl ClusterState {
             });
         }
         for slice in slices {
-            if let Err(reason) = add_slice(self, slice) {
+            for reason in add_slice(self, slice) {
                 rejected.push(Rejected {
                     kind: "EndpointSlice",
                     namespace: slice.metadata.namespace.clone().unwrap_or_default(),
@@ -456,19 +456,54 @@ fn service_ports(svc: &Service) -> Result<Vec<ServicePort>, String> {
     Ok(out)
 }
 
-fn add_slice(state: &mut ClusterState, slice: &EndpointSlice) -> Result<(), String> {
+/// Adds a slice's endpoints to `state`; returns what of it was skipped and why. A bad endpoint
+/// or port is skipped on its own, as kube-proxy does: the slice's other endpoints still serve.
+fn add_slice(state: &mut ClusterState, slice: &EndpointSlice) -> Vec<String> {
     let (namespace, service) = slice_service_ref(slice);
     if service.is_empty() {
-        return Err(format!("no {SERVICE_NAME_LABEL} label"));
+        return vec![format!(
+            "no {SERVICE_NAME_LABEL} label; the slice is skipped"
+        )];
     }
     let v6 = match slice.address_type.as_str() {
         "IPv4" => false,
         "IPv6" => true,
-        _ => return Ok(()), // FQDN slices are not proxied
+        _ => return Vec::new(), // FQDN slices are not proxied
     };
+    let mut skipped = Vec::new();
+    // kube-proxy uses the first address of an endpoint.
+    let endpoints: Vec<(IpAddr, &k8s_openapi::api::discovery::v1::Endpoint)> = slice
+        .endpoints
+        .iter()
+        .filter_map(|ep| {
+            let first = ep.addresses.first();
+            match first.and_then(|a| parse_ip(a)) {
+                Some(ip) if ip.is_ipv6() == v6 => Some((ip, ep)),
+                Some(ip) => {
+                    skipped.push(format!(
+                        "endpoint {ip} skipped: it does not match addressType {}",
+                        slice.address_type
+                    ));
+                    None
+                }
+                None => {
+                    skipped.push(match first {
+                        Some(a) => format!("endpoint skipped: invalid address {a:?}"),
+                        None => "endpoint skipped: it has no address".to_string(),
+                    });
+                    None
+                }
+            }
+        })
+        .collect();
     for port in slice.ports.iter().flatten() {
         let Some(protocol) = Protocol::parse(port.protocol.as_deref()) else {
-            return Err(format!("unknown protocol {:?}", port.protocol));
+            skipped.push(format!(
+                "port {:?} skipped: unknown protocol {:?}",
+                port.name.as_deref().unwrap_or_default(),
+                port.protocol
+            ));
+            continue;
         };
         let Some(number) = port
             .port
@@ -484,25 +519,12 @@ fn add_slice(state: &mut ClusterState, slice: &EndpointSlice) -> Result<(), Stri
             protocol,
         };
         let list = state.endpoints.entry(key).or_default();
-        for ep in &slice.endpoints {
+        for &(ip, ep) in &endpoints {
             let c = ep.conditions.as_ref();
             let ready = c.and_then(|c| c.ready).unwrap_or(true);
             let serving = c.and_then(|c| c.serving).unwrap_or(ready);
             let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
             let hints = ep.hints.as_ref();
-            // kube-proxy uses the first address of an endpoint.
-            let Some(ip) = ep.addresses.first().and_then(|a| parse_ip(a)) else {
-                return Err(format!(
-                    "invalid endpoint address {:?}",
-                    ep.addresses.first()
-                ));
-            };
-            if ip.is_ipv6() != v6 {
-                return Err(format!(
-                    "address {ip} does not match addressType {}",
-                    slice.address_type
-                ));
-            }
             list.push(Endpoint {
                 ip,
                 port: number,
@@ -526,7 +548,7 @@ fn add_slice(state: &mut ClusterState, slice: &EndpointSlice) -> Result<(), Stri
             });
         }
     }
-    Ok(())
+    skipped
 }
 
 impl NodeInfo {
@@ -561,5 +583,63 @@ impl NodeInfo {
                 .and_then(|l| l.get("topology.kubernetes.io/zone"))
                 .cloned(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bad endpoint or port costs only itself: the slice's good endpoints are still used, and
+    /// each skipped part is reported with its reason.
+    #[test]
+    fn a_slice_with_a_bad_endpoint_and_a_bad_port_keeps_its_good_endpoints() {
+        let service: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "demo"},
+            "spec": {"clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"],
+                     "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]},
+        }))
+        .unwrap();
+        let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-1", "namespace": "demo",
+                         "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"},
+                      {"name": "ping", "port": 7, "protocol": "ICMP"}],
+            "endpoints": [
+                {"addresses": ["10.244.0.1"]},
+                {"addresses": ["not-an-address"]},
+                {"addresses": ["fd00::1"]},
+                {"addresses": []},
+                {"addresses": ["10.244.0.2"]},
+            ],
+        }))
+        .unwrap();
+        let (state, rejected) = ClusterState::from_objects(&[service], &[slice], None);
+        let http = ServicePortName {
+            namespace: "demo".into(),
+            name: "web".into(),
+            port: "http".into(),
+            protocol: Protocol::Tcp,
+        };
+        let ips: Vec<String> = state.endpoints[&http]
+            .iter()
+            .map(|e| e.ip.to_string())
+            .collect();
+        assert_eq!(ips, ["10.244.0.1", "10.244.0.2"]);
+        let reasons: Vec<&str> = rejected.iter().map(|r| r.reason.as_str()).collect();
+        assert_eq!(reasons.len(), 4, "{reasons:?}");
+        assert!(
+            reasons.iter().any(|r| r.contains("not-an-address")),
+            "{reasons:?}"
+        );
+        assert!(reasons.iter().any(|r| r.contains("fd00::1")), "{reasons:?}");
+        assert!(reasons.iter().any(|r| r.contains("ICMP")), "{reasons:?}");
+        assert!(reasons.iter().any(|r| r.contains("no address")), "{reasons:?}");
+        assert!(
+            rejected
+                .iter()
+                .all(|r| r.kind == "EndpointSlice" && r.name == "web-1")
+        );
     }
 }
