@@ -635,7 +635,10 @@ mod tests {
         );
         assert!(reasons.iter().any(|r| r.contains("fd00::1")), "{reasons:?}");
         assert!(reasons.iter().any(|r| r.contains("ICMP")), "{reasons:?}");
-        assert!(reasons.iter().any(|r| r.contains("no address")), "{reasons:?}");
+        assert!(
+            reasons.iter().any(|r| r.contains("no address")),
+            "{reasons:?}"
+        );
         assert!(
             rejected
                 .iter()

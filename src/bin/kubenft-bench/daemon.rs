@@ -27,6 +27,9 @@ pub struct DaemonRun {
     /// One endpoint added to one service's EndpointSlice, `ENDPOINT_CHANGES` times in turn, as
     /// the daemon logs each sync.
     pub endpoint_syncs: Vec<LoggedSync>,
+    /// Then a new service with `endpoints` endpoints: its EndpointSlice is written first, then
+    /// the Service, timed from the Service's write.
+    pub service_sync: Option<LoggedSync>,
 }
 
 pub struct LoggedSync {
@@ -146,16 +149,78 @@ impl ApiServer {
     }
 }
 
+impl ApiServer {
+    /// Writes the EndpointSlice of a new service `index` (beyond the loaded ones) with
+    /// `endpoints` ready endpoints.
+    fn add_slice_of_new_service(&self, index: usize, endpoints: usize) -> Result<(), String> {
+        let n = synthetic::service_name(index);
+        let slice = serde_json::json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": format!("{}-x", n.name), "namespace": n.namespace,
+                         "labels": {"kubernetes.io/service-name": n.name}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            "endpoints": (0..endpoints).map(|e| serde_json::json!({
+                "addresses": [format!("10.254.{}.{}", e / 250, e % 250 + 1)],
+                "nodeName": "node-1", "conditions": {"ready": true},
+            })).collect::<Vec<_>>(),
+        });
+        self.server
+            .apply(&slice)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Writes the Service `index`; returns when it was stored.
+    fn add_service(&self, index: usize) -> Result<SystemTime, String> {
+        let n = synthetic::service_name(index);
+        let ip = synthetic::service_ip(index).to_string();
+        let service = serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": n.name, "namespace": n.namespace},
+            "spec": {"clusterIP": ip, "clusterIPs": [ip],
+                     "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}]},
+        });
+        self.server.apply(&service).map_err(|e| e.to_string())?;
+        Ok(SystemTime::now())
+    }
+}
+
+/// Adds one service to the loaded `services`: its slice first (a service without a Service
+/// object is not programmed), then the Service, and waits for the daemon's sync of it.
+fn service_sync(
+    api: &ApiServer,
+    log_path: &std::path::Path,
+    services: usize,
+    endpoints: usize,
+) -> Option<LoggedSync> {
+    std::thread::sleep(BETWEEN_CHANGES);
+    api.add_slice_of_new_service(services, endpoints).ok()?;
+    std::thread::sleep(BETWEEN_CHANGES);
+    let seen = partial_syncs_logged(log_path);
+    let written = api.add_service(services).ok()?;
+    partial_sync(log_path, seen, written)
+}
+
+fn partial_syncs_logged(log_path: &std::path::Path) -> usize {
+    std::fs::read_to_string(log_path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(" synced ") && l.contains("kind=Partial"))
+        .count()
+}
+
 /// Adds one endpoint to each of the first services in turn and waits for the daemon's partial
 /// sync of each; returns the syncs in order.
 fn endpoint_syncs(api: &ApiServer, log_path: &std::path::Path) -> Vec<LoggedSync> {
     let mut syncs = Vec::new();
     for i in 0..ENDPOINT_CHANGES {
         std::thread::sleep(BETWEEN_CHANGES);
+        let seen = partial_syncs_logged(log_path);
         let Ok(written) = api.add_endpoint(i) else {
             break;
         };
-        match partial_sync(log_path, i, written) {
+        match partial_sync(log_path, seen, written) {
             Some(sync) => syncs.push(sync),
             None => break,
         }
@@ -163,8 +228,8 @@ fn endpoint_syncs(api: &ApiServer, log_path: &std::path::Path) -> Vec<LoggedSync
     syncs
 }
 
-/// The daemon's `index`-th partial sync as it logs it, once it is there; `written` is when the
-/// change reached the API server.
+/// The daemon's partial sync after the first `index` ones, as it logs it, once it is there;
+/// `written` is when the change reached the API server.
 fn partial_sync(
     log_path: &std::path::Path,
     index: usize,
@@ -244,6 +309,7 @@ pub fn measure(services: usize, endpoints: usize) -> Result<DaemonRun, String> {
                 rss_mib,
                 peak_rss_mib,
                 endpoint_syncs: endpoint_syncs(&api, &log_path),
+                service_sync: service_sync(&api, &log_path, services, endpoints),
             });
         }
         if let Ok(Some(status)) = child.try_wait() {

@@ -266,7 +266,9 @@ const METHOD: &str = "\
   delivery, updating the store, the sync, and the after-sync steps), then the daemon's own
   logged durations: *its sync* (re-converting the changed service from the store, planning
   it, commit) and the *after-sync steps* (stale UDP conntrack entries, healthCheckNodePort
-  servers and gauges, for the changed service).
+  servers and gauges, for the changed service). Last, one service is added through the API
+  with as many endpoints as the others: its EndpointSlice, then 1.2 s later its Service, timed
+  from the Service's write to the daemon's log line of that sync, with its operations.
 - **Latency**: the standard test lab (client → node → pod namespaces, every packet through the
   node's hooks) with N one-endpoint services programmed on the node; the measured service is
   the last in iteration order, i.e. the last rule of iptables' KUBE-SERVICES (its worst case).

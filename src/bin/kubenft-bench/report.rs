@@ -76,7 +76,7 @@ pub fn change_table(rows: &[ControlRow]) -> String {
 
 pub fn daemon_table(rows: &[(String, Result<DaemonRun, String>)]) -> String {
     let mut out = String::from(
-        "| services × endpoints | start → first sync | the sync in it | RSS after it | peak RSS | +1 endpoint, API write → synced: median | slowest | the daemon's sync in it | of which model update | kernel round trip | ops | after-sync steps |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| services × endpoints | start → first sync | the sync in it | RSS after it | peak RSS | +1 endpoint, API write → synced: median | slowest | the daemon's sync in it | of which model update | kernel round trip | ops | after-sync steps | +1 service, API write → synced | ops |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (scale, run) in rows {
         let _ = match run {
@@ -89,7 +89,7 @@ pub fn daemon_table(rows: &[(String, Result<DaemonRun, String>)]) -> String {
                 let shown = |t: Option<Duration>| t.map_or("not seen".into(), secs);
                 writeln!(
                     out,
-                    "| {scale} | {} | {} | {:.0} MiB | {:.0} MiB | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {scale} | {} | {} | {:.0} MiB | {:.0} MiB | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     secs(d.first_sync),
                     shown(d.first_sync_itself),
                     d.rss_mib,
@@ -107,11 +107,15 @@ pub fn daemon_table(rows: &[(String, Result<DaemonRun, String>)]) -> String {
                         .collect::<Vec<_>>()
                         .join(", "),
                     shown(median(|s| s.after_sync)),
+                    shown(d.service_sync.as_ref().map(|s| s.end_to_end)),
+                    d.service_sync
+                        .as_ref()
+                        .map_or("—".to_string(), |s| s.ops.to_string()),
                 )
             }
             Err(e) => writeln!(
                 out,
-                "| {scale} | not measured: {} | | | | | | | | | | |",
+                "| {scale} | not measured: {} | | | | | | | | | | | | |",
                 e.lines().next().unwrap_or("")
             ),
         };
