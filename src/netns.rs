@@ -5,8 +5,9 @@
 //! closure on a thread that joined the namespace (`run`) or as a command (`exec`).
 
 use std::fs::File;
+use std::io::Write as _;
 use std::os::fd::AsRawFd;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +78,41 @@ impl Netns {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.name]).args(args);
         run_checked(&mut cmd)
+    }
+
+    /// Runs a command inside the namespace with `input` on its standard input (a script for
+    /// `nft -f -`, a ruleset for `iptables-restore`); a non-zero exit is an error.
+    pub fn exec_with_stdin(&self, args: &[&str], input: &str) -> Result<Output, NetnsError> {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.name])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let command = describe(&cmd);
+        let spawn_err = |source| NetnsError::Spawn {
+            command: command.clone(),
+            source,
+        };
+        let mut child = cmd.spawn().map_err(spawn_err)?;
+        // Write then drop stdin so the program sees EOF. A program that fails early closes its
+        // end; its exit status and stderr below say why, so a failed write is reported only
+        // when the program succeeded.
+        let written = child
+            .stdin
+            .take()
+            .expect("stdin was piped")
+            .write_all(input.as_bytes());
+        let out = child.wait_with_output().map_err(spawn_err)?;
+        if !out.status.success() {
+            return Err(NetnsError::Failed {
+                command,
+                status: out.status.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        written.map_err(spawn_err)?;
+        Ok(out)
     }
 
     /// Runs a command inside the namespace and returns its output whatever the exit status.

@@ -7,9 +7,6 @@
 //! elements of anonymous sets inside rules are sorted. Table and chain comments, which nft
 //! 1.0.6's JSON omits, are read from the text listing and added.
 
-use std::io::Write as _;
-use std::process::{Command, Stdio};
-
 use serde_json::{Map, Value};
 
 use super::model::Family;
@@ -32,14 +29,9 @@ pub enum InspectError {
     },
     #[error("`nft -j` output of table {table} has an unexpected shape: {detail}")]
     Shape { table: String, detail: String },
-    #[error("starting `nft -f -` in namespace {ns}")]
-    Spawn {
-        ns: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("nft -f rejected the script in namespace {ns}: {stderr}")]
-    Apply { ns: String, stderr: String },
+    /// nft could not be started, or rejected the script (its stderr is in `failure`).
+    #[error("nft -f in namespace {ns}: {failure}")]
+    Apply { ns: String, failure: NetnsError },
 }
 
 /// `nft -j list table <family> <name>` inside `ns`, normalised (see the module comment).
@@ -81,32 +73,12 @@ pub fn list_table_text(ns: &Netns, family: Family, name: &str) -> Result<String,
 
 /// Feeds `script` to `nft -f -` inside `ns`; nft applies it as one transaction.
 pub fn apply_script(ns: &Netns, script: &str) -> Result<(), InspectError> {
-    let spawn_err = |source| InspectError::Spawn {
-        ns: ns.name().to_string(),
-        source,
-    };
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns.name(), "nft", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(spawn_err)?;
-    // Write then drop stdin so nft sees EOF; nft reads all input before answering, so a big
-    // script cannot deadlock against its (small) output.
-    let write = child
-        .stdin
-        .take()
-        .expect("stdin was piped")
-        .write_all(script.as_bytes());
-    let out = child.wait_with_output().map_err(spawn_err)?;
-    if !out.status.success() {
-        return Err(InspectError::Apply {
+    ns.exec_with_stdin(&["nft", "-f", "-"], script)
+        .map(|_| ())
+        .map_err(|failure| InspectError::Apply {
             ns: ns.name().to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    write.map_err(spawn_err)
+            failure,
+        })
 }
 
 /// Normalises the parsed output of `nft -j list table` (see the module comment).

@@ -3,9 +3,7 @@
 //! loaded state split into the daemon's phases, and a restart's read-back.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use std::collections::BTreeSet;
@@ -79,25 +77,13 @@ fn in_fresh_ns(
 /// Runs `program args` inside `ns` with `input` on stdin; the wall time it took.
 pub fn run_with_stdin(ns: &Netns, program: &str, args: &[&str], input: &str) -> Duration {
     let start = Instant::now();
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns.name(), program])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {program}: {e}"));
-    // A program that fails early closes its stdin; its stderr below says why.
-    let written = child.stdin.take().unwrap().write_all(input.as_bytes());
-    let out = child.wait_with_output().unwrap();
-    let took = start.elapsed();
-    assert!(
-        out.status.success() && written.is_ok(),
-        "{program} failed ({:?}): {}",
-        written.err(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    took
+    let argv: Vec<&str> = std::iter::once(program)
+        .chain(args.iter().copied())
+        .collect();
+    if let Err(e) = ns.exec_with_stdin(&argv, input) {
+        panic!("{program}: {e}");
+    }
+    start.elapsed()
 }
 
 /// kube-proxy's iptables mode for the same services, in `state.services` order: KUBE-SERVICES
