@@ -176,6 +176,57 @@ fn endpoint_map(name: &str, addr: DataType, comment: &str, elements: Vec<Element
     s
 }
 
+/// A hash map from `daddr . l4proto . dport . slot` to `address . port` (the planner's shared
+/// slot map).
+fn slot_map(name: &str, daddr: DataType, elements: Vec<Element>) -> Set {
+    let mut s = set(
+        name,
+        vec![
+            daddr,
+            DataType::InetProto,
+            DataType::InetService,
+            DataType::Integer,
+        ],
+        None,
+        "service address . protocol . port . slot to endpoint address . port",
+    );
+    s.data = vec![daddr, DataType::InetService];
+    s.elements = elements;
+    s
+}
+
+/// Slot `slot` of the service at `service` (an address . protocol . port), owned by `to`.
+fn slot_of(service: (IpAddr, u8, u16), slot: u32, to: (IpAddr, u16), comment: &str) -> Element {
+    let ip = |a: IpAddr| match a {
+        IpAddr::V4(a) => Value::Ipv4(a),
+        IpAddr::V6(a) => Value::Ipv6(a),
+    };
+    Element {
+        key: vec![
+            ip(service.0),
+            Value::Proto(service.1),
+            Value::Port(service.2),
+            Value::Mark(slot),
+        ],
+        data: Some(MapData::Values(vec![ip(to.0), Value::Port(to.1)])),
+        comment: (!comment.is_empty()).then(|| comment.to_string()),
+    }
+}
+
+/// The rule drawing a slot of `modulus` in the slot map `map` of a table of `family`.
+fn draw_slot(family: Family, modulus: u32, map: &str) -> Stmt {
+    let daddr = if family == Family::Ip6 {
+        Selector::Ip6Daddr
+    } else {
+        Selector::IpDaddr
+    };
+    Stmt::DnatSlotMap {
+        key: vec![daddr, Selector::L4Proto, Selector::ThDport],
+        modulus,
+        map: map.into(),
+    }
+}
+
 /// Slots `first..=last` of an endpoint map, owned by `addr:port`.
 fn slot(first: u32, last: u32, addr: IpAddr, port: u16, comment: &str) -> Element {
     let addr = match addr {
@@ -1118,7 +1169,7 @@ fn inet_everything() -> Table {
 
 /// An ip table with a route chain and the remaining rarely used pieces.
 fn ip_route_and_misc() -> Table {
-    let chains = vec![
+    let mut chains = vec![
         chain(
             "output-route",
             base(ChainType::Route, Hook::Output, -150),
@@ -1201,6 +1252,50 @@ fn ip_route_and_misc() -> Table {
             )],
         ),
     ];
+    chains.push(chain(
+        "pick-4",
+        None,
+        "a slot of 4; an empty one draws again",
+        vec![
+            rule(vec![draw_slot(Family::Ip, 4, "slots")], ""),
+            rule(vec![draw_slot(Family::Ip, 4, "slots")], ""),
+            rule(
+                vec![draw_slot(Family::Ip, 2, "slots")],
+                "the first two slots are full",
+            ),
+        ],
+    ));
+    let v4_at = |a| IpAddr::V4(v4(a));
+    let slots = slot_map(
+        "slots",
+        DataType::Ipv4Addr,
+        vec![
+            slot_of(
+                (v4_at([10, 96, 0, 1]), 6, 80),
+                0,
+                (v4_at([10, 1, 0, 2]), 8080),
+                "ns/web:http",
+            ),
+            slot_of(
+                (v4_at([10, 96, 0, 1]), 6, 80),
+                1,
+                (v4_at([10, 1, 0, 3]), 8080),
+                "ns/web:http",
+            ),
+            slot_of(
+                (v4_at([10, 96, 0, 1]), 6, 80),
+                2,
+                (v4_at([10, 1, 0, 4]), 8080),
+                "ns/web:http",
+            ),
+            slot_of(
+                (v4_at([10, 96, 0, 2]), 17, 53),
+                0,
+                (v4_at([10, 1, 0, 5]), 53),
+                "",
+            ),
+        ],
+    );
     let v4_slot =
         |first, last, addr, port, comment| slot(first, last, IpAddr::V4(v4(addr)), port, comment);
     let endpoints = endpoint_map(
@@ -1263,7 +1358,7 @@ fn ip_route_and_misc() -> Table {
         "misc",
         "odds and ends",
         chains,
-        vec![pairs, endpoints, hairpins],
+        vec![pairs, endpoints, hairpins, slots],
     )
 }
 
@@ -1315,6 +1410,12 @@ fn ip6_misc() -> Table {
             )],
         ),
         chain(
+            "pick-2",
+            None,
+            "",
+            vec![rule(vec![draw_slot(Family::Ip6, 2, "slots6")], "")],
+        ),
+        chain(
             "in",
             base(ChainType::Filter, Hook::Input, 0),
             "",
@@ -1330,6 +1431,25 @@ fn ip6_misc() -> Table {
             )],
         ),
     ];
+    let service6 = (IpAddr::V6(v6("fd00:96::12")), 132, 3868);
+    let slots = slot_map(
+        "slots6",
+        DataType::Ipv6Addr,
+        vec![
+            slot_of(
+                service6,
+                0,
+                (IpAddr::V6(v6("fd00:100::9")), 3868),
+                "ns/diameter:sctp",
+            ),
+            slot_of(
+                service6,
+                1,
+                (IpAddr::V6(v6("fd00:100::a")), 3868),
+                "ns/diameter:sctp",
+            ),
+        ],
+    );
     let endpoints = endpoint_map(
         "endpoints6",
         DataType::Ipv6Addr,
@@ -1339,7 +1459,7 @@ fn ip6_misc() -> Table {
             slot(341, 1023, IpAddr::V6(v6("fd00:100::8")), 5353, "ns/dns:udp"),
         ],
     );
-    table(Family::Ip6, "misc6", "", chains, vec![endpoints])
+    table(Family::Ip6, "misc6", "", chains, vec![endpoints, slots])
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1629,6 +1749,10 @@ mod tests {
                 seen.insert(format!("dnat numgen map offset={} {fam}", *offset != 0));
                 "dnat numgen map"
             }
+            Stmt::DnatSlotMap { .. } => {
+                seen.insert(format!("dnat slot map {fam}"));
+                "dnat slot map"
+            }
             Stmt::Update { .. } => "update",
             Stmt::SetMark(op) => {
                 let op = match op {
@@ -1772,6 +1896,9 @@ mod tests {
             "stmt dnat numgen map",
             "dnat numgen map offset=true Ip",
             "dnat numgen map offset=false Ip6",
+            "stmt dnat slot map",
+            "dnat slot map Ip",
+            "dnat slot map Ip6",
             "value addrtype Unicast",
             "value addrtype Local",
             "value addrtype Broadcast",

@@ -268,6 +268,15 @@ pub enum Stmt {
         offset: u32,
         map: String,
     },
+    /// `dnat to key . key … . numgen random mod M map @map`: the packet's key and a random slot
+    /// below M are looked up in a hash map whose data is `address . port`. Rules sharing one
+    /// chain serve every key the map holds, so keys (services) come and go as elements. A slot
+    /// the map does not hold falls through to the next rule (no translation).
+    DnatSlotMap {
+        key: Vec<Selector>,
+        modulus: u32,
+        map: String,
+    },
     /// `update @set { key . key … }`: add or refresh the key in a dynamic timeout set.
     Update { set: String, key: Vec<Selector> },
     /// `meta mark set …`

@@ -225,12 +225,17 @@ fn concat<T: fmt::Display>(parts: &[T]) -> String {
 // Statements
 
 /// Keys of integer-typed maps (numgen results) are held as `Value::Mark` (a host-endian u32)
-/// but read better as plain numbers: `numgen random mod 2 vmap { 0 : …, 1 : … }`.
+/// but read better as plain numbers: `numgen random mod 2 vmap { 0 : …, 1 : … }`, and
+/// `10.96.0.10 . tcp . 80 . 3` in a map keyed by a numgen slot.
 fn integer_key(key: &[Value]) -> String {
-    match key {
-        [Value::Mark(n)] => n.to_string(),
-        other => concat(other),
-    }
+    let parts: Vec<String> = key
+        .iter()
+        .map(|v| match v {
+            Value::Mark(n) => n.to_string(),
+            other => other.to_string(),
+        })
+        .collect();
+    parts.join(" . ")
 }
 
 fn render_map_ref(map: &MapRef, integer_keys: bool) -> String {
@@ -345,6 +350,17 @@ pub fn render_stmt(stmt: &Stmt, family: Option<Family>) -> String {
             };
             format!("dnat {ip} to numgen random mod {modulus}{offset} map @{map}")
         }
+        Stmt::DnatSlotMap { key, modulus, map } => {
+            let ip = if family == Some(Family::Ip6) {
+                "ip6"
+            } else {
+                "ip"
+            };
+            format!(
+                "dnat {ip} to {} . numgen random mod {modulus} map @{map}",
+                concat(key)
+            )
+        }
         Stmt::Masquerade { fully_random } => {
             if *fully_random {
                 "masquerade fully-random".to_string()
@@ -432,19 +448,20 @@ fn duration(secs: u32) -> String {
     s
 }
 
-/// The `type …` line of a set or map. A plain `integer` key (numgen results) has no size in
-/// nft's type system, so it is declared with `typeof numgen random mod 1`: the same 32-bit
-/// host-endian key, and the modulus is not part of the set's type.
+/// The `type …` line of a set or map. A plain `integer` key part (numgen results) has no size
+/// in nft's type system, so such keys are declared with `typeof` (`numgen random mod 1` for the
+/// integer): the same 32-bit host-endian key, and the modulus is not part of the set's type.
 fn set_type_line(set: &Set) -> String {
-    if set.key == [DataType::Integer] {
+    if set.key.contains(&DataType::Integer) {
         // `typeof` needs the data as expressions too: `ip daddr . th dport`, or `verdict`.
+        let key: Vec<&str> = set.key.iter().map(|&t| typeof_expr(t)).collect();
         let data: Vec<&str> = set.data.iter().map(|&t| typeof_expr(t)).collect();
         let data = if data.is_empty() {
             String::new()
         } else {
             format!(" : {}", data.join(" . "))
         };
-        return format!("typeof numgen random mod 1{data}");
+        return format!("typeof {}{data}", key.join(" . "));
     }
     let data = if set.data.is_empty() {
         String::new()
@@ -568,7 +585,7 @@ fn render_set_block(set: &Set) -> String {
     }
     if !set.elements.is_empty() {
         // One element per line: big maps stay diffable and readable.
-        let integer_keys = set.key == [DataType::Integer];
+        let integer_keys = set.key.contains(&DataType::Integer);
         s.push_str("\t\telements = {\n");
         let n = set.elements.len();
         for (i, e) in set.elements.iter().enumerate() {

@@ -342,7 +342,7 @@ pub fn build_set(raw: &RawSet, elems: Vec<RawElem>) -> Result<Set, DumpError> {
         reason,
     };
     let key = decode::data_types(&raw.name, raw.key_type).map_err(dec("set key type"))?;
-    if key == [DataType::Integer] && !raw.is_anonymous() && !raw.key_typeof {
+    if key.contains(&DataType::Integer) && !raw.is_anonymous() && !raw.key_typeof {
         // Written by a kubenft before sets carried nft's `typeof` description: nft lists it as
         // `type 0`, which it cannot read back. Unreadable, so the table is replaced (in one
         // transaction) with sets that carry it.

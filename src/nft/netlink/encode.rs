@@ -61,12 +61,12 @@ const UDATA_SET_DATA_INTERVAL: u8 = 6;
 const UDATA_TYPEOF_EXPR: u8 = 0;
 const UDATA_TYPEOF_DATA: u8 = 1;
 
-/// The userdata of a set keyed by a plain integer, the way nft writes it for
-/// `typeof numgen random mod 1 : <data expressions>`. A bare `integer` key has no size in
+/// The userdata of a set whose key is or contains a plain integer, the way nft writes it for
+/// `typeof [ip daddr . …] numgen random mod 1 : <data expressions>`. A bare `integer` has no size in
 /// nft's type system, so without the `typeof` description `nft list` prints `type 0`, which
 /// nft cannot read back: an operator's `nft list ruleset > f; nft -f f` would fail.
 fn typeof_udata(set: &Set) -> Vec<u8> {
-    let mut udata = udata_u32(UDATA_SET_KEY_BYTEORDER, 1);
+    let mut udata = udata_u32(UDATA_SET_KEY_BYTEORDER, key_byteorder(&set.key));
     if !set.data.is_empty() {
         udata.extend(udata_u32(
             UDATA_SET_DATA_BYTEORDER,
@@ -466,7 +466,7 @@ fn set_attrs(table: &str, set: &Set, id: u32) -> AttrWriter {
             });
         });
     }
-    let mut udata = if set.key == [DataType::Integer] {
+    let mut udata = if set.key.contains(&DataType::Integer) {
         typeof_udata(set)
     } else {
         let mut udata = udata_u32(0, key_byteorder(&set.key));

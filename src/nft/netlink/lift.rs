@@ -77,6 +77,12 @@ enum Reg {
         offset: u32,
         map: String,
     },
+    /// The `address . port` data a hash map yielded for `key . numgen random mod M`.
+    SlotMapData {
+        key: Vec<Selector>,
+        modulus: u32,
+        map: String,
+    },
     Imm(Vec<u8>),
 }
 
@@ -398,6 +404,34 @@ impl Lifter<'_> {
                     )?;
                     return Ok(());
                 }
+                // `key . numgen random mod M` feeds a data map (shared slot maps).
+                if info.key.len() > 1
+                    && info.key.last() == Some(&DataType::Integer)
+                    && info.anonymous.is_none()
+                {
+                    let Some(dreg) = dreg.filter(|&d| d != NFT_REG_VERDICT && !*inverted) else {
+                        return Err(self.err(e, "a key with a numgen slot only feeds a data map"));
+                    };
+                    let start = self.off(e, *sreg)?;
+                    let key = self.key(e, *sreg, info.key.len() - 1)?;
+                    let slot_at = start + key.iter().map(|s| (full_len(*s) + 3) & !3).sum::<u32>();
+                    let modulus = match self.regs.remove(&slot_at) {
+                        Some(Reg::Numgen { modulus, offset: 0 }) => modulus,
+                        other => {
+                            return Err(self.err(e, format!("slot key part is {other:?}")));
+                        }
+                    };
+                    self.load(
+                        e,
+                        dreg,
+                        Reg::SlotMapData {
+                            key,
+                            modulus,
+                            map: set.clone(),
+                        },
+                    )?;
+                    return Ok(());
+                }
                 let key = self.key(e, *sreg, info.key.len())?;
                 match dreg {
                     Some(NFT_REG_VERDICT) if !inverted => {
@@ -475,6 +509,35 @@ impl Lifter<'_> {
                     offset,
                     map,
                 });
+                Ok(())
+            }
+            Expr::Nat {
+                kind: NFT_NAT_DNAT,
+                family,
+                addr_min: Some(amin),
+                addr_max,
+                proto_min: Some(pmin),
+                proto_max,
+                flags: 0x3,
+            } if addr_max.is_none_or(|m| m == *amin)
+                && proto_max.is_none_or(|m| m == *pmin)
+                && matches!(
+                    self.regs.get(&self.off(e, *amin)?),
+                    Some(Reg::SlotMapData { .. })
+                ) =>
+            {
+                let Reg::SlotMapData { key, modulus, map } = self.take(e, *amin)? else {
+                    unreachable!("matched above")
+                };
+                let addr_len = match (*family as u8, self.family) {
+                    (NFPROTO_IPV4, Family::Ip) => 4,
+                    (NFPROTO_IPV6, Family::Ip6) => 16,
+                    _ => return Err(self.err(e, "dnat map of another address family")),
+                };
+                if self.off(e, *pmin)? != self.off(e, *amin)? + addr_len {
+                    return Err(self.err(e, "dnat port is not the data after the address"));
+                }
+                self.stmts.push(Stmt::DnatSlotMap { key, modulus, map });
                 Ok(())
             }
             Expr::Nat {

@@ -287,6 +287,18 @@ impl Lowerer<'_> {
         }
     }
 
+    /// The address family of a `dnat … map` whose data the table's family implies.
+    fn dnat_family(&self, stmt: &Stmt) -> Result<u8, LowerError> {
+        match self.family {
+            Family::Ip => Ok(NFPROTO_IPV4),
+            Family::Ip6 => Ok(NFPROTO_IPV6),
+            Family::Inet => Err(Self::err(
+                stmt,
+                "an inet table cannot tell which address family the map holds",
+            )),
+        }
+    }
+
     fn stmt(&mut self, stmt: &Stmt) -> Result<(), LowerError> {
         let r1 = put_register(1);
         match stmt {
@@ -353,16 +365,7 @@ impl Lowerer<'_> {
                 offset,
                 map,
             } => {
-                let proto = match self.family {
-                    Family::Ip => NFPROTO_IPV4,
-                    Family::Ip6 => NFPROTO_IPV6,
-                    Family::Inet => {
-                        return Err(Self::err(
-                            stmt,
-                            "an inet table cannot tell which address family the map holds",
-                        ));
-                    }
-                };
+                let proto = self.dnat_family(stmt)?;
                 self.out.exprs.push(Expr::Numgen {
                     dreg: r1,
                     modulus: *modulus,
@@ -393,6 +396,34 @@ impl Lowerer<'_> {
                     addr_max: Some(r1),
                     proto_min: Some(port_reg),
                     proto_max: Some(port_reg),
+                    flags: NF_NAT_RANGE_MAP_IPS | NF_NAT_RANGE_PROTO_SPECIFIED,
+                });
+            }
+            Stmt::DnatSlotMap { key, modulus, map } => {
+                let proto = self.dnat_family(stmt)?;
+                self.load_key(key, Some(map));
+                let unit = 1 + key.iter().map(|s| units(selector_len(*s))).sum::<u32>();
+                self.out.exprs.push(Expr::Numgen {
+                    dreg: put_register(unit),
+                    modulus: *modulus,
+                    kind: NFT_NG_RANDOM,
+                    offset: 0,
+                });
+                self.out.exprs.push(Expr::Lookup {
+                    set: map.clone(),
+                    sreg: r1,
+                    dreg: Some(r1),
+                    inverted: false,
+                });
+                // The data is `address . port`; nft names only the low end of each range.
+                let addr_len = if proto == NFPROTO_IPV4 { 4 } else { 16 };
+                self.out.exprs.push(Expr::Nat {
+                    kind: NFT_NAT_DNAT,
+                    family: u32::from(proto),
+                    addr_min: Some(r1),
+                    addr_max: None,
+                    proto_min: Some(put_register(1 + units(addr_len))),
+                    proto_max: None,
                     flags: NF_NAT_RANGE_MAP_IPS | NF_NAT_RANGE_PROTO_SPECIFIED,
                 });
             }
