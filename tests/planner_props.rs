@@ -674,11 +674,13 @@ fn a_fair_share_of_generated_clusters_proxy_services_with_endpoints() {
     runner
         .run(&cluster(), |(services, slices)| {
             let tables = plan(&typed(&services), &typed(&slices));
-            // An endpoint chain (ClientIP affinity) or a slot in the endpoint map.
+            // An endpoint chain (ClientIP affinity) or a slot in an endpoint or slot map.
             let with_endpoints = tables.iter().any(|t| {
                 t.chains.keys().any(|c| c.starts_with("endpoint-"))
                     || t.sets.values().any(|s| {
-                        kubenft::proxier::names::is_endpoint_map(&s.name) && !s.elements.is_empty()
+                        (kubenft::proxier::names::is_endpoint_map(&s.name)
+                            || s.name == kubenft::proxier::names::SERVICE_SLOTS)
+                            && !s.elements.is_empty()
                     })
             });
             proxied.set(proxied.get() + with_endpoints as usize);

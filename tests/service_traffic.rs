@@ -286,3 +286,141 @@ fn service_behaviours_hold_for_real_traffic() {
     );
     drop(c);
 }
+
+/// How many connections to `service` (an address without port) the node's conntrack table
+/// shows going to each endpoint address (the reply's source).
+fn connections_by_endpoint(
+    node: &Netns,
+    family: &str,
+    service: &str,
+) -> std::collections::BTreeMap<String, usize> {
+    let out = node
+        .exec(&["conntrack", "-L", "-f", family, "-p", "tcp", "-d", service])
+        .unwrap();
+    let mut counts = std::collections::BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        // Original direction first, then the reply: its source is the endpoint.
+        let endpoint = line
+            .split_whitespace()
+            .filter_map(|w| w.strip_prefix("src="))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no reply source in {line}"));
+        *counts.entry(endpoint.to_string()).or_default() += 1;
+    }
+    counts
+}
+
+/// Pearson's chi-square of `counts` against an even spread.
+fn chi_square(counts: &[usize]) -> f64 {
+    let total: usize = counts.iter().sum();
+    let expected = total as f64 / counts.len() as f64;
+    counts
+        .iter()
+        .map(|&c| (c as f64 - expected).powi(2) / expected)
+        .sum()
+}
+
+/// ClusterIP-only services draw a slot of the next power of two at or above their endpoint
+/// count in a shared chain; empty slots draw again. Real connections must all be answered
+/// (a miss never leaks through untranslated) and spread evenly (the last, fallback draw is
+/// rare), for 5 endpoints over 8 slots and 3 over 4, IPv4 and IPv6.
+#[test]
+fn endpoints_in_part_of_a_shared_chains_slots_share_connections_evenly() {
+    if !can_create() {
+        eprintln!("skipped: network namespaces need root");
+        return;
+    }
+    let lab = Topology::build("sl").unwrap();
+    // More endpoint addresses on the two pods (their backends listen on every address).
+    for (pod, n) in [(&lab.pods[0], 1), (&lab.pods[1], 2)] {
+        for host in [3, 4] {
+            common::sh(pod, &format!("ip addr add 10.244.{n}.{host}/24 dev eth0"));
+            common::sh(
+                pod,
+                &format!("ip -6 addr add fd00:244:{n}::{host}/64 dev eth0 nodad"),
+            );
+        }
+    }
+    let v4 = [
+        "10.244.1.2",
+        "10.244.1.3",
+        "10.244.1.4",
+        "10.244.2.2",
+        "10.244.2.3",
+    ];
+    let v6 = ["fd00:244:1::3", "fd00:244:2::2", "fd00:244:2::4"];
+    let mut yaml = String::from(
+        r#"
+apiVersion: v1
+kind: Node
+metadata: {name: node-a}
+spec: {podCIDRs: [10.244.0.0/16, "fd00:244::/32"]}
+status: {addresses: [{type: InternalIP, address: 10.0.0.1}, {type: InternalIP, address: "fd00::1"}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: five, namespace: t}
+spec: {clusterIP: 10.96.0.50, clusterIPs: [10.96.0.50], ports: [{name: http, port: 80, protocol: TCP}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: three, namespace: t}
+spec: {clusterIP: "fd00:96::50", clusterIPs: ["fd00:96::50"], ipFamilies: [IPv6], ports: [{name: http, port: 80, protocol: TCP}]}
+"#,
+    );
+    let on_node = |ips: &[&'static str]| ips.iter().map(|ip| (*ip, "node-a")).collect::<Vec<_>>();
+    yaml += &slice("five", "IPv4", &on_node(&v4));
+    yaml += &slice("three", "IPv6", &on_node(&v6));
+    let (mut services, mut slices, mut nodes) = (
+        Vec::<Service>::new(),
+        Vec::<EndpointSlice>::new(),
+        Vec::<Node>::new(),
+    );
+    for doc in serde_yaml::Deserializer::from_str(&yaml) {
+        let v = serde_yaml::Value::deserialize(doc).unwrap();
+        match v["kind"].as_str() {
+            Some("Service") => services.push(serde_yaml::from_value(v).unwrap()),
+            Some("EndpointSlice") => slices.push(serde_yaml::from_value(v).unwrap()),
+            Some("Node") => nodes.push(serde_yaml::from_value(v).unwrap()),
+            _ => {}
+        }
+    }
+    let (state, rejected) = ClusterState::from_objects(&services, &slices, nodes.first());
+    assert!(rejected.is_empty(), "{rejected:?}");
+    let config = ProxyConfig {
+        hostname: "node-a".into(),
+        cluster_cidrs: vec![
+            "10.244.0.0/16".parse().unwrap(),
+            "fd00:244::/32".parse().unwrap(),
+        ],
+        ..ProxyConfig::default()
+    };
+    let tables = kubenft::proxier::build(&state, &config);
+    let tx = kubenft::sync::reconcile_transaction(&[], &tables, None);
+    lab.node
+        .run(move || Nftables::open().unwrap().apply(&tx).unwrap())
+        .unwrap();
+
+    for (family, service, to, endpoints, connections) in [
+        ("ipv4", "10.96.0.50", "10.96.0.50:80", &v4[..], 500),
+        ("ipv6", "fd00:96::50", "[fd00:96::50]:80", &v6[..], 300),
+    ] {
+        // Every connection is answered: a drawn empty slot never leaves a packet untranslated.
+        answers(&lab.client, to, connections);
+        let counts = connections_by_endpoint(&lab.node, family, service);
+        let mut seen: Vec<&str> = counts.keys().map(String::as_str).collect();
+        seen.sort();
+        let mut want = endpoints.to_vec();
+        want.sort();
+        assert_eq!(seen, want, "{service}: {counts:?}");
+        let n: Vec<usize> = counts.values().copied().collect();
+        assert_eq!(n.iter().sum::<usize>(), connections, "{counts:?}");
+        // 4 or 2 degrees of freedom: an even spread exceeds 25 with probability below 1e-4.
+        let chi2 = chi_square(&n);
+        assert!(
+            chi2 < 25.0,
+            "{service}: chi-square {chi2:.1} for {counts:?}"
+        );
+    }
+    drop(lab);
+}

@@ -22,6 +22,16 @@ pub const CASCADE_MAX_ENDPOINTS: usize = 128;
 /// 1/n within n/65536 (0.015% of the share at 10 endpoints, 1.5% at 1,000), and the rule never
 /// changes when endpoints come and go: only map elements do.
 pub const SLOTS_PER_BLOCK: u32 = 1 << 16;
+/// Services reached only at their ClusterIPs, without ClientIP affinity and with up to this
+/// many endpoints, pick one through a shared `pick-M` chain and the slot map (see
+/// `names::SERVICE_SLOTS`) instead of a chain of their own.
+pub const MAX_SHARED_PICK_ENDPOINTS: u32 = 4096;
+/// Draws a `pick-M` chain makes (M ≥ 4). With n endpoints in slots `0..n`, n > M/2, so each
+/// draw hits with probability n/M > ½ and a hit is uniform over the endpoints; a miss falls
+/// through to the next draw. The last draw is among the first M/2 slots, which are always
+/// full, so every connection gets an endpoint; it is reached with probability below 2^-11,
+/// which skews the shares by less than 0.05%.
+pub const SLOT_DRAWS: usize = 12;
 /// Blocks in the 32-bit slot space. Chains past this many (per family) fall back to a cascade of
 /// endpoint chains, as ClientIP-affinity services use.
 pub const MAX_BLOCKS: u32 = (1u64 << 32).div_ceil(SLOTS_PER_BLOCK as u64) as u32;
@@ -587,6 +597,8 @@ impl Builder<'_> {
         }
         self.chain(CLUSTER_IPS_CHECK, None, None, checks);
 
+        self.pick_chains();
+
         let set = map(CLUSTER_IPS, vec![f.addr_type()], false, "active ClusterIPs");
         self.out.declare(set);
         self.out.declare(map(
@@ -631,6 +643,109 @@ impl Builder<'_> {
             true,
             "destinations that are subject to LoadBalancerSourceRanges",
         ));
+    }
+
+    /// The shared `pick-M` chains (M = 1, 2, 4 … MAX_SHARED_PICK_ENDPOINTS) and their slot map.
+    fn pick_chains(&mut self) {
+        let f = self.fam;
+        let masquerade = if self.config.masquerade_all {
+            Some(None)
+        } else {
+            self.not_local().map(Some)
+        };
+        let draw = |slots: u32| {
+            rule(
+                vec![Stmt::DnatSlotMap {
+                    key: vec![f.daddr(), Selector::L4Proto, Selector::ThDport],
+                    modulus: slots,
+                    map: SERVICE_SLOTS.into(),
+                }],
+                None,
+            )
+        };
+        let mut slots = 1;
+        while slots <= MAX_SHARED_PICK_ENDPOINTS {
+            let mut rules = Vec::new();
+            if let Some(cond) = masquerade.clone() {
+                let mut s: Vec<Stmt> = cond.into_iter().collect();
+                s.push(jump(MARK_FOR_MASQUERADE));
+                rules.push(rule(s, None));
+            }
+            // nft keeps comments to 128 bytes.
+            let comment = match slots {
+                1 => "ClusterIP-only services with 1 endpoint, in slot 0".to_string(),
+                2 => "ClusterIP-only services with 2 endpoints, in slots 0 and 1".to_string(),
+                _ => format!(
+                    "ClusterIP-only services with {}-{slots} endpoints in slots 0..n-1: an empty \
+                     slot draws again; the last draw is among slots 0-{}",
+                    slots / 2 + 1,
+                    slots / 2 - 1
+                ),
+            };
+            if slots <= 2 {
+                rules.push(draw(slots));
+            } else {
+                rules.extend((1..SLOT_DRAWS).map(|_| draw(slots)));
+                rules.push(draw(slots / 2));
+            }
+            self.chain(&pick_chain(slots), None, Some(&comment), rules);
+            slots *= 2;
+        }
+        let mut slot_map = map(
+            SERVICE_SLOTS,
+            vec![
+                f.addr_type(),
+                DataType::InetProto,
+                DataType::InetService,
+                DataType::Integer,
+            ],
+            false,
+            "ClusterIP . protocol . port . slot to endpoint address . port",
+        );
+        slot_map.data = vec![f.addr_type(), DataType::InetService];
+        self.out.declare(slot_map);
+    }
+
+    /// The shared pick chain of a service port with `n` endpoints, if it may use one: reached
+    /// only at its ClusterIPs (external traffic enters its chain elsewhere, at other
+    /// destination addresses) and without ClientIP affinity (which remembers the endpoint
+    /// chain a client used).
+    fn shared_pick(&self, sp: &ServicePort, n: usize) -> Option<u32> {
+        let n = u32::try_from(n).ok()?;
+        (sp.affinity_timeout.is_none() && !sp.has_external() && n <= MAX_SHARED_PICK_ENDPOINTS)
+            .then(|| n.next_power_of_two())
+    }
+
+    /// Puts endpoint i of `eps` in slot i of each of `cluster_ips` (with the port's protocol
+    /// and port) in the slot map.
+    fn fill_slots(&mut self, sp: &ServicePort, cluster_ips: &[IpAddr], eps: &[Endpoint]) {
+        let label = sp.name.to_string();
+        let proto = Value::Proto(sp.name.protocol.number());
+        for ip in cluster_ips {
+            for (slot, ep) in eps.iter().enumerate() {
+                self.out.push_element(
+                    SERVICE_SLOTS,
+                    Element {
+                        key: vec![
+                            ip_value(*ip),
+                            proto.clone(),
+                            Value::Port(sp.port),
+                            Value::Mark(slot as u32),
+                        ],
+                        data: Some(MapData::Values(vec![ip_value(ep.ip), Value::Port(ep.port)])),
+                        comment: Some(label.clone()),
+                    },
+                );
+            }
+        }
+        for ep in eps {
+            self.element(
+                HAIRPIN_ENDPOINTS,
+                vec![ip_value(ep.ip), ip_value(ep.ip)],
+                None,
+                None,
+            );
+        }
     }
 
     fn node_ips(&self) -> Vec<IpAddr> {
@@ -930,8 +1045,19 @@ impl Builder<'_> {
         for ip in &cluster_ips {
             self.element(CLUSTER_IPS, vec![ip_value(*ip)], None, None);
         }
-        // The cluster chain: masquerade off-cluster sources, then pick an endpoint.
-        if !cluster.is_empty() {
+        if let (false, Some(slots)) = (cluster.is_empty(), self.shared_pick(sp, cluster.len())) {
+            // The shared pick chain masquerades off-cluster sources and draws a slot.
+            self.fill_slots(sp, &cluster_ips, &cluster);
+            for ip in &cluster_ips {
+                self.element(
+                    SERVICE_IPS,
+                    vec![ip_value(*ip), proto.clone(), port.clone()],
+                    Some(Verdict::Goto(pick_chain(slots))),
+                    Some(label.clone()),
+                );
+            }
+        } else if !cluster.is_empty() {
+            // The cluster chain: masquerade off-cluster sources, then pick an endpoint.
             let mut rules = Vec::new();
             for ip in &cluster_ips {
                 let masq = if self.config.masquerade_all {

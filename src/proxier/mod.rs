@@ -9,7 +9,8 @@ mod stored;
 
 pub use build::{
     BlockAllocator, CASCADE_MAX_ENDPOINTS, EndpointBlocks, Fragment, FragmentBuilder, IpFamily,
-    MAX_BLOCKS, SLOTS_PER_BLOCK, assemble, build_family, families, table_head,
+    MAX_BLOCKS, MAX_SHARED_PICK_ENDPOINTS, SLOT_DRAWS, SLOTS_PER_BLOCK, assemble, build_family,
+    families, table_head,
 };
 pub use config::{DetectLocal, NodePortAddresses, ProxyConfig};
 pub use endpoints::{cluster_endpoints, local_endpoints};

@@ -59,6 +59,18 @@ pub fn is_endpoint_map(set: &str) -> bool {
         .and_then(|rest| rest.strip_prefix('-'))
         .is_some_and(|n| n.len() == 3 && n.bytes().all(|b| b.is_ascii_digit()))
 }
+/// `address . protocol . port . slot` → endpoint `address . port` for services reached only at
+/// their ClusterIPs: endpoint i of n sits in slot i, and the shared chain `pick-M` (M the
+/// power of two at or above n) draws the slot. Endpoints coming and going are elements of this
+/// one hash map, and the table holds a handful of chains instead of one per service — the
+/// kernel's commit visits every chain, so that is what keeps a one-endpoint commit O(1).
+pub const SERVICE_SLOTS: &str = "service-slots";
+
+/// The shared chain that draws a slot of `slots` in [`SERVICE_SLOTS`].
+pub fn pick_chain(slots: u32) -> String {
+    format!("pick-{slots}")
+}
+
 /// `endpoint . endpoint` pairs: a DNATed packet from an endpoint to itself is masqueraded.
 pub const HAIRPIN_ENDPOINTS: &str = "hairpin-endpoints";
 

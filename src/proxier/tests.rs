@@ -80,9 +80,23 @@ fn slots(t: &Table) -> Vec<((u32, u32), String)> {
     out
 }
 
-/// The `ip:port` endpoints the endpoint map holds, in slot order.
+/// The `ip:port` endpoints the endpoint map holds, in slot order, then those of the shared
+/// slot map (ordered by service address, protocol, port and slot).
 fn slot_endpoints(t: &Table) -> Vec<String> {
-    slots(t).into_iter().map(|(_, e)| e).collect()
+    let mut shared: Vec<(Vec<Value>, String)> = t.sets[names::SERVICE_SLOTS]
+        .elements
+        .iter()
+        .map(|e| match &e.data {
+            Some(MapData::Values(v)) => (e.key.clone(), format!("{}:{}", v[0], v[1])),
+            other => panic!("slot map data {other:?}"),
+        })
+        .collect();
+    shared.sort();
+    slots(t)
+        .into_iter()
+        .map(|(_, e)| e)
+        .chain(shared.into_iter().map(|(_, e)| e))
+        .collect()
 }
 
 /// The (first, last) slot ranges of the endpoint map, in order.
@@ -95,6 +109,12 @@ metadata: {name: web, namespace: default}
 spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80, protocol: TCP}]}
 ";
 
+/// WEB reached from outside too: its endpoints are picked by a chain of its own.
+const WEB_NODEPORT: &str = "
+metadata: {name: web, namespace: default}
+spec: {type: NodePort, clusterIP: 10.96.0.10, ports: [{name: http, port: 80, protocol: TCP, nodePort: 30080}]}
+";
+
 const TWO_READY: &str = "[{addresses: [10.244.0.11], nodeName: node-a, conditions: {ready: true}}, {addresses: [10.244.1.12], nodeName: node-b, conditions: {ready: true}}]";
 
 fn ip(s: &str) -> Value {
@@ -102,9 +122,9 @@ fn ip(s: &str) -> Value {
 }
 
 #[test]
-fn a_cluster_ip_with_two_ready_endpoints_picks_one_by_a_random_slot_of_its_block() {
+fn a_node_port_service_with_two_ready_endpoints_picks_one_by_a_random_slot_of_its_block() {
     let t = plan(
-        &[service(WEB)],
+        &[service(WEB_NODEPORT)],
         &[slice("web", "IPv4", 8080, TWO_READY)],
         &config(),
     );
@@ -371,11 +391,15 @@ fn masquerade_all_marks_every_cluster_ip_connection() {
     let Some(Verdict::Goto(chain)) = verdict_for(&t.sets["service-ips"], &ip("10.96.0.10")) else {
         panic!()
     };
+    assert_eq!(
+        chain, "pick-2",
+        "a ClusterIP-only service uses the shared chain"
+    );
     let first = &t.chains[&chain].rules[0].stmts;
     assert_eq!(
-        first.len(),
-        2,
-        "only the destination match, no source condition: {first:?}"
+        first[..],
+        [Stmt::Verdict(Verdict::Jump("mark-for-masquerade".into()))],
+        "no source condition"
     );
 }
 
@@ -441,7 +465,12 @@ fn detect_local_modes_decide_which_sources_are_not_masqueraded() {
         else {
             panic!()
         };
-        t.chains[&chain].rules[0].stmts[1].clone()
+        t.chains[&chain].rules[0]
+            .stmts
+            .iter()
+            .find(|s| matches!(s, Stmt::Match { op: CmpOp::Ne, .. }))
+            .expect("a source condition")
+            .clone()
     };
     let cond = |left, right| Stmt::Match {
         left,
@@ -533,10 +562,10 @@ fn endpoints_share_their_block_evenly_and_blocks_do_not_overlap() {
             .join(", ")
     };
     let api = service(
-        "metadata: {name: api, namespace: default}\nspec: {clusterIP: 10.96.0.11, ports: [{name: http, port: 80, protocol: TCP}]}",
+        "metadata: {name: api, namespace: default}\nspec: {type: NodePort, clusterIP: 10.96.0.11, ports: [{name: http, port: 80, protocol: TCP, nodePort: 30081}]}",
     );
     let t = plan(
-        &[service(WEB), api],
+        &[service(WEB_NODEPORT), api],
         &[
             slice("web", "IPv4", 8080, &format!("[{}]", endpoints(7))),
             slice("api", "IPv4", 8080, &format!("[{}]", endpoints(3))),
@@ -563,13 +592,13 @@ fn endpoints_share_their_block_evenly_and_blocks_do_not_overlap() {
 fn a_service_keeps_its_block_when_endpoints_change_and_new_services_take_free_blocks() {
     let api = |ip: &str| {
         service(&format!(
-            "metadata: {{name: api, namespace: default}}\nspec: {{clusterIP: {ip}, ports: [{{name: http, port: 80, protocol: TCP}}]}}"
+            "metadata: {{name: api, namespace: default}}\nspec: {{type: NodePort, clusterIP: {ip}, ports: [{{name: http, port: 80, protocol: TCP, nodePort: 30081}}]}}"
         ))
     };
     let node: Node = serde_yaml::from_str(NODE).unwrap();
     let one = "[{addresses: [10.244.0.11], conditions: {ready: true}}]";
     let (before, _) = ClusterState::from_objects(
-        &[service(WEB), api("10.96.0.11")],
+        &[service(WEB_NODEPORT), api("10.96.0.11")],
         &[
             slice("web", "IPv4", 8080, one),
             slice("api", "IPv4", 8080, one),
@@ -588,10 +617,10 @@ fn a_service_keeps_its_block_when_endpoints_change_and_new_services_take_free_bl
 
     // web gains an endpoint and api goes away; a new service arrives.
     let late = service(
-        "metadata: {name: aaa, namespace: default}\nspec: {clusterIP: 10.96.0.12, ports: [{name: http, port: 80, protocol: TCP}]}",
+        "metadata: {name: aaa, namespace: default}\nspec: {type: NodePort, clusterIP: 10.96.0.12, ports: [{name: http, port: 80, protocol: TCP, nodePort: 30082}]}",
     );
     let (after, _) = ClusterState::from_objects(
-        &[service(WEB), late],
+        &[service(WEB_NODEPORT), late],
         &[
             slice("web", "IPv4", 8080, TWO_READY),
             slice("aaa", "IPv4", 8080, one),
@@ -690,45 +719,174 @@ fn the_incremental_planner_sends_a_new_endpoint_as_map_elements_of_its_service_o
         ];
         ClusterState::from_objects(&[service(WEB), api.clone()], &slices, Some(&node)).0
     };
-    let three = format!(
-        "{}, {{addresses: [10.244.2.13], nodeName: node-c, conditions: {{ready: true}}}}]",
-        TWO_READY.strip_suffix(']').unwrap()
-    );
-    let mut planner = Planner::new();
-    planner.plan(&state(TWO_READY), &config());
+    let more = |n: usize| {
+        let extra: String = (3..=n)
+            .map(|i| format!(", {{addresses: [10.244.2.{i}], conditions: {{ready: true}}}}"))
+            .collect();
+        format!("{}{extra}]", TWO_READY.strip_suffix(']').unwrap())
+    };
+    let ops = |before: &Table, after: &Table| -> Vec<String> {
+        crate::nft::diff::plan(Some(before), after)
+            .iter()
+            .map(|op| match op {
+                crate::nft::transaction::Op::AddElements { set, elements, .. } => {
+                    format!("add {set} x{}", elements.len())
+                }
+                crate::nft::transaction::Op::DeleteElements { set, elements, .. } => {
+                    format!("delete {set} x{}", elements.len())
+                }
+                other => format!("{other:?}"),
+            })
+            .collect()
+    };
     let web = BTreeSet::from([("default".to_string(), "web".to_string())]);
-    let changes = planner.changes(&state(&three), &config(), Some(&web));
+    let mut planner = Planner::new();
+    planner.plan(&state(&more(3)), &config());
 
+    // 3 -> 4 endpoints: the same four slots, one more filled.
+    let changes = planner.changes(&state(&more(4)), &config(), Some(&web));
     assert_eq!(changes.len(), 1, "one family");
     let (before, after) = (
         changes[0].before.as_ref().unwrap(),
         changes[0].after.as_ref().unwrap(),
     );
-    let chains: Vec<&String> = after.chains.keys().collect();
-    assert_eq!(chains.len(), 1);
-    assert!(chains[0].contains("default/web"), "{chains:?}");
-    let ops = crate::nft::diff::plan(Some(before), after);
-    let kinds: Vec<String> = ops
-        .iter()
-        .map(|op| match op {
-            crate::nft::transaction::Op::AddElements { set, elements, .. } => {
-                format!("add {set} x{}", elements.len())
-            }
-            crate::nft::transaction::Op::DeleteElements { set, elements, .. } => {
-                format!("delete {set} x{}", elements.len())
-            }
-            other => format!("{other:?}"),
-        })
-        .collect();
+    assert!(after.chains.is_empty(), "{:?}", after.chains.keys());
     assert_eq!(
-        kinds,
+        ops(before, after),
+        ["add hairpin-endpoints x1", "add service-slots x1"]
+    );
+    assert_eq!(planner.tables(), build(&state(&more(4)), &config()));
+
+    // 4 -> 5: past a power of two, the service moves to the next shared chain.
+    let changes = planner.changes(&state(&more(5)), &config(), Some(&web));
+    let (before, after) = (
+        changes[0].before.as_ref().unwrap(),
+        changes[0].after.as_ref().unwrap(),
+    );
+    assert_eq!(
+        ops(before, after),
         [
-            "delete service-endpoints-001 x2",
+            "delete service-ips x1",
             "add hairpin-endpoints x1",
-            "add service-endpoints-001 x3"
+            "add service-ips x1",
+            "add service-slots x1"
         ]
     );
-    assert_eq!(planner.tables(), build(&state(&three), &config()));
+    let Some(Verdict::Goto(chain)) = verdict_for(&after.sets["service-ips"], &ip("10.96.0.10"))
+    else {
+        panic!("no service-ips entry")
+    };
+    assert_eq!(chain, "pick-8");
+    assert_eq!(planner.tables(), build(&state(&more(5)), &config()));
     // Nothing changed: nothing to send, even when every service is compared.
-    assert!(planner.changes(&state(&three), &config(), None).is_empty());
+    assert!(
+        planner
+            .changes(&state(&more(5)), &config(), None)
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_cluster_ip_only_service_draws_a_slot_in_the_shared_chain_of_its_slot_count() {
+    let three = "[{addresses: [10.244.0.11], conditions: {ready: true}}, {addresses: [10.244.0.12], conditions: {ready: true}}, {addresses: [10.244.0.13], conditions: {ready: true}}]";
+    let t = plan(
+        &[service(WEB)],
+        &[slice("web", "IPv4", 8080, three)],
+        &config(),
+    );
+    let t = v4(&t);
+    assert_eq!(
+        verdict_for(&t.sets["service-ips"], &ip("10.96.0.10")),
+        Some(Verdict::Goto("pick-4".into()))
+    );
+    assert!(
+        !t.chains.keys().any(|c| c.contains("default/web")),
+        "no chain of its own: {:?}",
+        t.chains.keys()
+    );
+    // Endpoint i in slot i, keyed by ClusterIP, protocol and port.
+    let slots: Vec<(Vec<Value>, String)> = t.sets[names::SERVICE_SLOTS]
+        .elements
+        .iter()
+        .map(|e| match &e.data {
+            Some(MapData::Values(v)) => (e.key.clone(), format!("{}:{}", v[0], v[1])),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let key = |slot| {
+        vec![
+            ip("10.96.0.10"),
+            Value::Proto(6),
+            Value::Port(80),
+            Value::Mark(slot),
+        ]
+    };
+    assert_eq!(
+        slots,
+        [
+            (key(0), "10.244.0.11:8080".to_string()),
+            (key(1), "10.244.0.12:8080".to_string()),
+            (key(2), "10.244.0.13:8080".to_string()),
+        ]
+    );
+    assert_eq!(t.sets["hairpin-endpoints"].elements.len(), 3);
+    // pick-4: masquerade off-cluster sources, SLOT_DRAWS - 1 draws of 4 slots, then one of the
+    // first two, which are always full.
+    let draws: Vec<u32> = t.chains["pick-4"]
+        .rules
+        .iter()
+        .filter_map(|r| match &r.stmts[..] {
+            [Stmt::DnatSlotMap { key, modulus, map }] => {
+                assert_eq!(
+                    key[..],
+                    [Selector::IpDaddr, Selector::L4Proto, Selector::ThDport]
+                );
+                assert_eq!(map, names::SERVICE_SLOTS);
+                Some(*modulus)
+            }
+            _ => None,
+        })
+        .collect();
+    let mut expected = vec![4; SLOT_DRAWS - 1];
+    expected.push(2);
+    assert_eq!(draws, expected);
+    assert_eq!(
+        t.chains["pick-4"].rules.len(),
+        SLOT_DRAWS + 1,
+        "and the masquerade rule"
+    );
+    // The shared chains exist for every power of two up to the limit, whatever the cluster.
+    let empty = plan(&[], &[], &config());
+    let mut n = 1;
+    while n <= MAX_SHARED_PICK_ENDPOINTS {
+        assert!(
+            v4(&empty).chains.contains_key(&format!("pick-{n}")),
+            "pick-{n}"
+        );
+        n *= 2;
+    }
+}
+
+#[test]
+fn services_reached_from_outside_or_with_affinity_keep_chains_of_their_own() {
+    let external_ip = service(
+        "metadata: {name: web, namespace: default}\nspec: {clusterIP: 10.96.0.10, externalIPs: [192.0.2.10], ports: [{name: http, port: 80, protocol: TCP}]}",
+    );
+    let sticky = service(
+        "metadata: {name: web, namespace: default}\nspec: {clusterIP: 10.96.0.10, sessionAffinity: ClientIP, ports: [{name: http, port: 80, protocol: TCP}]}",
+    );
+    for svc in [service(WEB_NODEPORT), external_ip, sticky] {
+        let t = plan(
+            std::slice::from_ref(&svc),
+            &[slice("web", "IPv4", 8080, TWO_READY)],
+            &config(),
+        );
+        let t = v4(&t);
+        let Some(Verdict::Goto(chain)) = verdict_for(&t.sets["service-ips"], &ip("10.96.0.10"))
+        else {
+            panic!("no service-ips entry")
+        };
+        assert!(chain.starts_with("service-"), "{chain}");
+        assert!(t.sets[names::SERVICE_SLOTS].elements.is_empty());
+    }
 }
