@@ -32,6 +32,11 @@ pub const MAX_SHARED_PICK_ENDPOINTS: u32 = 4096;
 /// full, so every connection gets an endpoint; it is reached with probability below 2^-11,
 /// which skews the shares by less than 0.05%.
 pub const SLOT_DRAWS: usize = 12;
+/// Slot counts of the shared pick chains: 1, 2, 4 … MAX_SHARED_PICK_ENDPOINTS.
+fn pick_sizes() -> impl Iterator<Item = u32> {
+    std::iter::successors(Some(1u32), |m| Some(m * 2))
+        .take_while(|m| *m <= MAX_SHARED_PICK_ENDPOINTS)
+}
 /// Blocks in the 32-bit slot space. Chains past this many (per family) fall back to a cascade of
 /// endpoint chains, as ClientIP-affinity services use.
 pub const MAX_BLOCKS: u32 = (1u64 << 32).div_ceil(SLOTS_PER_BLOCK as u64) as u32;
@@ -542,15 +547,22 @@ impl Builder<'_> {
                 rule(vec![Stmt::Masquerade { fully_random: true }], None),
             ],
         );
-        self.chain(
-            SERVICES,
-            None,
-            None,
-            vec![
-                self.by_destination(SERVICE_IPS),
-                self.by_node_port(SERVICE_NODEPORTS),
-            ],
-        );
+        let mut dispatch = vec![self.by_destination(SERVICE_IPS)];
+        dispatch.extend(pick_sizes().map(|slots| {
+            rule(
+                vec![
+                    Stmt::Lookup {
+                        key: vec![f.daddr(), Selector::L4Proto, Selector::ThDport],
+                        set: pick_set(slots),
+                        negate: false,
+                    },
+                    goto(&pick_chain(slots)),
+                ],
+                None,
+            )
+        }));
+        dispatch.push(self.by_node_port(SERVICE_NODEPORTS));
+        self.chain(SERVICES, None, None, dispatch);
         self.chain(
             REJECT_CHAIN,
             None,
@@ -645,7 +657,8 @@ impl Builder<'_> {
         ));
     }
 
-    /// The shared `pick-M` chains (M = 1, 2, 4 … MAX_SHARED_PICK_ENDPOINTS) and their slot map.
+    /// The shared `pick-M` chains (M = 1, 2, 4 … MAX_SHARED_PICK_ENDPOINTS), the sets of the
+    /// services each serves, and their slot map.
     fn pick_chains(&mut self) {
         let f = self.fam;
         let masquerade = if self.config.masquerade_all {
@@ -663,8 +676,7 @@ impl Builder<'_> {
                 None,
             )
         };
-        let mut slots = 1;
-        while slots <= MAX_SHARED_PICK_ENDPOINTS {
+        for slots in pick_sizes() {
             let mut rules = Vec::new();
             if let Some(cond) = masquerade.clone() {
                 let mut s: Vec<Stmt> = cond.into_iter().collect();
@@ -689,7 +701,15 @@ impl Builder<'_> {
                 rules.push(draw(slots / 2));
             }
             self.chain(&pick_chain(slots), None, Some(&comment), rules);
-            slots *= 2;
+            self.out.declare(map(
+                &pick_set(slots),
+                vec![f.addr_type(), DataType::InetProto, DataType::InetService],
+                false,
+                &format!(
+                    "ClusterIP . protocol . port of the services {} serves",
+                    pick_chain(slots)
+                ),
+            ));
         }
         let mut slot_map = map(
             SERVICE_SLOTS,
@@ -1050,9 +1070,9 @@ impl Builder<'_> {
             self.fill_slots(sp, &cluster_ips, &cluster);
             for ip in &cluster_ips {
                 self.element(
-                    SERVICE_IPS,
+                    &pick_set(slots),
                     vec![ip_value(*ip), proto.clone(), port.clone()],
-                    Some(Verdict::Goto(pick_chain(slots))),
+                    None,
                     Some(label.clone()),
                 );
             }
