@@ -679,7 +679,7 @@ fn a_fair_share_of_generated_clusters_proxy_services_with_endpoints() {
                 t.chains.keys().any(|c| c.starts_with("endpoint-"))
                     || t.sets.values().any(|s| {
                         (kubenft::proxier::names::is_endpoint_map(&s.name)
-                            || s.name == kubenft::proxier::names::SERVICE_SLOTS)
+                            || kubenft::proxier::names::is_pick_slots(&s.name))
                             && !s.elements.is_empty()
                     })
             });

@@ -23,8 +23,8 @@ pub const CASCADE_MAX_ENDPOINTS: usize = 128;
 /// changes when endpoints come and go: only map elements do.
 pub const SLOTS_PER_BLOCK: u32 = 1 << 16;
 /// Services reached only at their ClusterIPs, without ClientIP affinity and with up to this
-/// many endpoints, pick one through a shared `pick-M` chain and the slot map (see
-/// `names::SERVICE_SLOTS`) instead of a chain of their own.
+/// many endpoints, pick one through a shared `pick-M` chain and its slot map (see
+/// `names::pick_chain`) instead of a chain of their own.
 pub const MAX_SHARED_PICK_ENDPOINTS: u32 = 4096;
 /// Draws a `pick-M` chain makes (M ≥ 4). With n endpoints in slots `0..n`, n > M/2, so each
 /// draw hits with probability n/M > ½ and a hit is uniform over the endpoints; a miss falls
@@ -666,12 +666,12 @@ impl Builder<'_> {
         } else {
             self.not_local().map(Some)
         };
-        let draw = |slots: u32| {
+        let draw = |modulus: u32, slots: u32| {
             rule(
                 vec![Stmt::DnatSlotMap {
                     key: vec![f.daddr(), Selector::L4Proto, Selector::ThDport],
-                    modulus: slots,
-                    map: SERVICE_SLOTS.into(),
+                    modulus,
+                    map: pick_slots(slots),
                 }],
                 None,
             )
@@ -695,10 +695,10 @@ impl Builder<'_> {
                 ),
             };
             if slots <= 2 {
-                rules.push(draw(slots));
+                rules.push(draw(slots, slots));
             } else {
-                rules.extend((1..SLOT_DRAWS).map(|_| draw(slots)));
-                rules.push(draw(slots / 2));
+                rules.extend((1..SLOT_DRAWS).map(|_| draw(slots, slots)));
+                rules.push(draw(slots / 2, slots));
             }
             self.chain(&pick_chain(slots), None, Some(&comment), rules);
             self.out.declare(map(
@@ -710,20 +710,20 @@ impl Builder<'_> {
                     pick_chain(slots)
                 ),
             ));
+            let mut slot_map = map(
+                &pick_slots(slots),
+                vec![
+                    f.addr_type(),
+                    DataType::InetProto,
+                    DataType::InetService,
+                    DataType::Integer,
+                ],
+                false,
+                "ClusterIP . protocol . port . slot to endpoint address . port",
+            );
+            slot_map.data = vec![f.addr_type(), DataType::InetService];
+            self.out.declare(slot_map);
         }
-        let mut slot_map = map(
-            SERVICE_SLOTS,
-            vec![
-                f.addr_type(),
-                DataType::InetProto,
-                DataType::InetService,
-                DataType::Integer,
-            ],
-            false,
-            "ClusterIP . protocol . port . slot to endpoint address . port",
-        );
-        slot_map.data = vec![f.addr_type(), DataType::InetService];
-        self.out.declare(slot_map);
     }
 
     /// The shared pick chain of a service port with `n` endpoints, if it may use one: reached
@@ -737,14 +737,21 @@ impl Builder<'_> {
     }
 
     /// Puts endpoint i of `eps` in slot i of each of `cluster_ips` (with the port's protocol
-    /// and port) in the slot map.
-    fn fill_slots(&mut self, sp: &ServicePort, cluster_ips: &[IpAddr], eps: &[Endpoint]) {
+    /// and port) in the slot map of `pick_chain(slots)`.
+    fn fill_slots(
+        &mut self,
+        sp: &ServicePort,
+        slots: u32,
+        cluster_ips: &[IpAddr],
+        eps: &[Endpoint],
+    ) {
+        let map = pick_slots(slots);
         let label = sp.name.to_string();
         let proto = Value::Proto(sp.name.protocol.number());
         for ip in cluster_ips {
             for (slot, ep) in eps.iter().enumerate() {
                 self.out.push_element(
-                    SERVICE_SLOTS,
+                    &map,
                     Element {
                         key: vec![
                             ip_value(*ip),
@@ -1067,7 +1074,7 @@ impl Builder<'_> {
         }
         if let (false, Some(slots)) = (cluster.is_empty(), self.shared_pick(sp, cluster.len())) {
             // The shared pick chain masquerades off-cluster sources and draws a slot.
-            self.fill_slots(sp, &cluster_ips, &cluster);
+            self.fill_slots(sp, slots, &cluster_ips, &cluster);
             for ip in &cluster_ips {
                 self.element(
                     &pick_set(slots),

@@ -59,16 +59,27 @@ pub fn is_endpoint_map(set: &str) -> bool {
         .and_then(|rest| rest.strip_prefix('-'))
         .is_some_and(|n| n.len() == 3 && n.bytes().all(|b| b.is_ascii_digit()))
 }
-/// `address . protocol . port . slot` → endpoint `address . port` for services reached only at
-/// their ClusterIPs: endpoint i of n sits in slot i, and the shared chain `pick-M` (M the
-/// power of two at or above n) draws the slot. Endpoints coming and going are elements of this
-/// one hash map, and the table holds a handful of chains instead of one per service — the
-/// kernel's commit visits every chain, so that is what keeps a one-endpoint commit O(1).
-pub const SERVICE_SLOTS: &str = "service-slots";
-
-/// The shared chain that draws a slot of `slots` in [`SERVICE_SLOTS`].
+/// The shared chain that draws a slot of `slots` in `pick_slots(slots)`. Services reached
+/// only at their ClusterIPs have no chain of their own: endpoint i of n sits in slot i of that
+/// map, `slots` being the power of two at or above n. Endpoints coming and going are elements,
+/// and the table holds a handful of chains instead of one per service — the kernel's commit
+/// visits every chain, so that is what keeps a one-endpoint commit O(1).
 pub fn pick_chain(slots: u32) -> String {
     format!("pick-{slots}")
+}
+
+/// `address . protocol . port . slot` → endpoint `address . port` for the services of
+/// `pick_chain(slots)`. One map per chain rather than one for all: the kernel checks every
+/// element added to a map against each rule using it, and the chains hold a dozen draws each.
+pub fn pick_slots(slots: u32) -> String {
+    format!("pick-{slots}-slots")
+}
+
+/// Whether `set` is one of the shared pick chains' slot maps.
+pub fn is_pick_slots(set: &str) -> bool {
+    set.strip_prefix("pick-")
+        .and_then(|rest| rest.strip_suffix("-slots"))
+        .is_some_and(|n| n.parse::<u32>().is_ok_and(u32::is_power_of_two))
 }
 
 /// The set of `address . protocol . port` the `services` chain sends to `pick_chain(slots)`.

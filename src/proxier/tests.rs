@@ -104,9 +104,11 @@ fn slots(t: &Table) -> Vec<((u32, u32), String)> {
 /// The `ip:port` endpoints the endpoint map holds, in slot order, then those of the shared
 /// slot map (ordered by service address, protocol, port and slot).
 fn slot_endpoints(t: &Table) -> Vec<String> {
-    let mut shared: Vec<(Vec<Value>, String)> = t.sets[names::SERVICE_SLOTS]
-        .elements
-        .iter()
+    let mut shared: Vec<(Vec<Value>, String)> = t
+        .sets
+        .values()
+        .filter(|s| names::is_pick_slots(&s.name))
+        .flat_map(|s| &s.elements)
         .map(|e| match &e.data {
             Some(MapData::Values(v)) => (e.key.clone(), format!("{}:{}", v[0], v[1])),
             other => panic!("slot map data {other:?}"),
@@ -769,7 +771,7 @@ fn the_incremental_planner_sends_a_new_endpoint_as_map_elements_of_its_service_o
     assert!(after.chains.is_empty(), "{:?}", after.chains.keys());
     assert_eq!(
         ops(before, after),
-        ["add hairpin-endpoints x1", "add service-slots x1"]
+        ["add hairpin-endpoints x1", "add pick-4-slots x1"]
     );
     assert_eq!(planner.tables(), build(&state(&more(4)), &config()));
 
@@ -784,9 +786,10 @@ fn the_incremental_planner_sends_a_new_endpoint_as_map_elements_of_its_service_o
         ops(before, after),
         [
             "delete pick-4-services x1",
+            "delete pick-4-slots x4",
             "add hairpin-endpoints x1",
             "add pick-8-services x1",
-            "add service-slots x1"
+            "add pick-8-slots x5"
         ]
     );
     assert_eq!(
@@ -819,7 +822,7 @@ fn a_cluster_ip_only_service_draws_a_slot_in_the_shared_chain_of_its_slot_count(
         t.chains.keys()
     );
     // Endpoint i in slot i, keyed by ClusterIP, protocol and port.
-    let slots: Vec<(Vec<Value>, String)> = t.sets[names::SERVICE_SLOTS]
+    let slots: Vec<(Vec<Value>, String)> = t.sets["pick-4-slots"]
         .elements
         .iter()
         .map(|e| match &e.data {
@@ -855,7 +858,7 @@ fn a_cluster_ip_only_service_draws_a_slot_in_the_shared_chain_of_its_slot_count(
                     key[..],
                     [Selector::IpDaddr, Selector::L4Proto, Selector::ThDport]
                 );
-                assert_eq!(map, names::SERVICE_SLOTS);
+                assert_eq!(map, "pick-4-slots");
                 Some(*modulus)
             }
             _ => None,
@@ -901,6 +904,11 @@ fn services_reached_from_outside_or_with_affinity_keep_chains_of_their_own() {
             panic!("no service-ips entry")
         };
         assert!(chain.starts_with("service-"), "{chain}");
-        assert!(t.sets[names::SERVICE_SLOTS].elements.is_empty());
+        assert!(
+            t.sets
+                .values()
+                .filter(|s| names::is_pick_slots(&s.name))
+                .all(|s| s.elements.is_empty())
+        );
     }
 }
