@@ -414,7 +414,13 @@ spec: {clusterIP: "fd00:96::50", clusterIPs: ["fd00:96::50"], ipFamilies: [IPv6]
         want.sort();
         assert_eq!(seen, want, "{service}: {counts:?}");
         let n: Vec<usize> = counts.values().copied().collect();
-        assert_eq!(n.iter().sum::<usize>(), connections, "{counts:?}");
+        // Conntrack forgets a few: a client port reused for a new connection replaces the old
+        // entry. Most must be there for the spread to mean anything.
+        let tracked: usize = n.iter().sum();
+        assert!(
+            tracked >= connections * 9 / 10 && tracked <= connections,
+            "{tracked} of {connections} connections tracked: {counts:?}"
+        );
         // 4 or 2 degrees of freedom: an even spread exceeds 25 with probability below 1e-4.
         let chi2 = chi_square(&n);
         assert!(
