@@ -127,12 +127,20 @@ fn cluster() -> Topology {
             &[("fd00:244:1::2", "node-a"), ("fd00:244:2::2", "node-b")],
         );
     }
+    let tables = program(&lab, &yaml);
+    assert_eq!(tables, 2, "dual-stack node: an ip and an ip6 table");
+    lab
+}
+
+/// Plans the Services, EndpointSlices and Node of `yaml` for node-a (dual-stack cluster and
+/// service CIDRs) and programs them into the lab's node; returns the number of tables.
+fn program(lab: &Topology, yaml: &str) -> usize {
     let (mut services, mut slices, mut nodes) = (
         Vec::<Service>::new(),
         Vec::<EndpointSlice>::new(),
         Vec::<Node>::new(),
     );
-    for doc in serde_yaml::Deserializer::from_str(&yaml) {
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
         let v = serde_yaml::Value::deserialize(doc).unwrap();
         match v["kind"].as_str() {
             Some("Service") => services.push(serde_yaml::from_value(v).unwrap()),
@@ -156,12 +164,12 @@ fn cluster() -> Topology {
         ..ProxyConfig::default()
     };
     let tables = kubenft::proxier::build(&state, &config);
-    assert_eq!(tables.len(), 2, "dual-stack node: an ip and an ip6 table");
+    let count = tables.len();
     let tx = kubenft::sync::reconcile_transaction(&[], &tables, None);
     lab.node
         .run(move || Nftables::open().unwrap().apply(&tx).unwrap())
         .unwrap();
-    lab
+    count
 }
 
 fn addr(s: &str) -> SocketAddr {
@@ -371,35 +379,7 @@ spec: {clusterIP: "fd00:96::50", clusterIPs: ["fd00:96::50"], ipFamilies: [IPv6]
     let on_node = |ips: &[&'static str]| ips.iter().map(|ip| (*ip, "node-a")).collect::<Vec<_>>();
     yaml += &slice("five", "IPv4", &on_node(&v4));
     yaml += &slice("three", "IPv6", &on_node(&v6));
-    let (mut services, mut slices, mut nodes) = (
-        Vec::<Service>::new(),
-        Vec::<EndpointSlice>::new(),
-        Vec::<Node>::new(),
-    );
-    for doc in serde_yaml::Deserializer::from_str(&yaml) {
-        let v = serde_yaml::Value::deserialize(doc).unwrap();
-        match v["kind"].as_str() {
-            Some("Service") => services.push(serde_yaml::from_value(v).unwrap()),
-            Some("EndpointSlice") => slices.push(serde_yaml::from_value(v).unwrap()),
-            Some("Node") => nodes.push(serde_yaml::from_value(v).unwrap()),
-            _ => {}
-        }
-    }
-    let (state, rejected) = ClusterState::from_objects(&services, &slices, nodes.first());
-    assert!(rejected.is_empty(), "{rejected:?}");
-    let config = ProxyConfig {
-        hostname: "node-a".into(),
-        cluster_cidrs: vec![
-            "10.244.0.0/16".parse().unwrap(),
-            "fd00:244::/32".parse().unwrap(),
-        ],
-        ..ProxyConfig::default()
-    };
-    let tables = kubenft::proxier::build(&state, &config);
-    let tx = kubenft::sync::reconcile_transaction(&[], &tables, None);
-    lab.node
-        .run(move || Nftables::open().unwrap().apply(&tx).unwrap())
-        .unwrap();
+    program(&lab, &yaml);
 
     for (family, service, to, endpoints, connections) in [
         ("ipv4", "10.96.0.50", "10.96.0.50:80", &v4[..], 500),

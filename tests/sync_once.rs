@@ -230,3 +230,58 @@ fn a_table_with_the_old_two_digit_shards_is_replaced_in_one_sync() {
     let (ok, log) = kubenft(&node, &args);
     assert!(ok && log.contains("ops=0"), "{log}");
 }
+
+/// A ClusterIP service with a chain of its own — as every service had before the shared pick
+/// chains, or as one that just stopped being a NodePort — moves into a shared chain in one
+/// sync: its chain, block and endpoint-map slots go, its pick set and slot elements come.
+#[test]
+fn a_service_with_its_own_chain_moves_to_a_shared_pick_chain_in_one_sync() {
+    if !can_create() {
+        eprintln!("skipped: network namespaces need root");
+        return;
+    }
+    let own_chain = MANIFESTS.replace(
+        "spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80, protocol: TCP}]}",
+        "spec: {type: NodePort, clusterIP: 10.96.0.10, ports: [{name: http, port: 80, nodePort: 30081, protocol: TCP}]}",
+    );
+    assert_ne!(own_chain, MANIFESTS);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cluster.yaml");
+    std::fs::write(&path, &own_chain).unwrap();
+    let manifests = dir.path().to_str().unwrap().to_string();
+    let args = [
+        "sync",
+        "--once",
+        "--manifests",
+        manifests.as_str(),
+        "--hostname-override",
+        "node-a",
+        "--cluster-cidr",
+        "10.244.0.0/16",
+    ];
+    let node = Netns::create("soMove").unwrap();
+    let listing = || {
+        let out = node
+            .exec(&["nft", "list", "table", "ip", "kubenft"])
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (ok, log) = kubenft(&node, &args);
+    assert!(ok, "{log}");
+    assert!(listing().contains("chain service-"), "{}", listing());
+    assert!(listing().contains("-demo/web/tcp/http {"), "{}", listing());
+
+    std::fs::write(&path, MANIFESTS).unwrap();
+    let (ok, log) = kubenft(&node, &args);
+    assert!(ok, "{log}");
+    let after = listing();
+    assert!(!after.contains("-demo/web/tcp/http {"), "{after}");
+    let pick_set = after
+        .split("set pick-2-services {")
+        .nth(1)
+        .expect("a pick-2 set");
+    let pick_set = &pick_set[..pick_set.find('}').unwrap()];
+    assert!(pick_set.contains("10.96.0.10 . tcp . 80"), "{after}");
+    let (ok, log) = kubenft(&node, &args);
+    assert!(ok && log.contains("ops=0"), "{log}");
+}

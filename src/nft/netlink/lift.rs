@@ -473,6 +473,7 @@ impl Lifter<'_> {
                     offset: *offset,
                 },
             ),
+            // `dnat to … map`: the map's data is `address . port`.
             Expr::Nat {
                 kind: NFT_NAT_DNAT,
                 family,
@@ -485,17 +486,9 @@ impl Lifter<'_> {
                 && proto_max.is_none_or(|m| m == *pmin)
                 && matches!(
                     self.regs.get(&self.off(e, *amin)?),
-                    Some(Reg::NumgenMapData { .. })
+                    Some(Reg::NumgenMapData { .. } | Reg::SlotMapData { .. })
                 ) =>
             {
-                let Reg::NumgenMapData {
-                    modulus,
-                    offset,
-                    map,
-                } = self.take(e, *amin)?
-                else {
-                    unreachable!("matched above")
-                };
                 let addr_len = match (*family as u8, self.family) {
                     (NFPROTO_IPV4, Family::Ip) => 4,
                     (NFPROTO_IPV6, Family::Ip6) => 16,
@@ -504,40 +497,22 @@ impl Lifter<'_> {
                 if self.off(e, *pmin)? != self.off(e, *amin)? + addr_len {
                     return Err(self.err(e, "dnat port is not the data after the address"));
                 }
-                self.stmts.push(Stmt::DnatNumgenMap {
-                    modulus,
-                    offset,
-                    map,
-                });
-                Ok(())
-            }
-            Expr::Nat {
-                kind: NFT_NAT_DNAT,
-                family,
-                addr_min: Some(amin),
-                addr_max,
-                proto_min: Some(pmin),
-                proto_max,
-                flags: 0x3,
-            } if addr_max.is_none_or(|m| m == *amin)
-                && proto_max.is_none_or(|m| m == *pmin)
-                && matches!(
-                    self.regs.get(&self.off(e, *amin)?),
-                    Some(Reg::SlotMapData { .. })
-                ) =>
-            {
-                let Reg::SlotMapData { key, modulus, map } = self.take(e, *amin)? else {
-                    unreachable!("matched above")
+                let stmt = match self.take(e, *amin)? {
+                    Reg::NumgenMapData {
+                        modulus,
+                        offset,
+                        map,
+                    } => Stmt::DnatNumgenMap {
+                        modulus,
+                        offset,
+                        map,
+                    },
+                    Reg::SlotMapData { key, modulus, map } => {
+                        Stmt::DnatSlotMap { key, modulus, map }
+                    }
+                    _ => unreachable!("matched above"),
                 };
-                let addr_len = match (*family as u8, self.family) {
-                    (NFPROTO_IPV4, Family::Ip) => 4,
-                    (NFPROTO_IPV6, Family::Ip6) => 16,
-                    _ => return Err(self.err(e, "dnat map of another address family")),
-                };
-                if self.off(e, *pmin)? != self.off(e, *amin)? + addr_len {
-                    return Err(self.err(e, "dnat port is not the data after the address"));
-                }
-                self.stmts.push(Stmt::DnatSlotMap { key, modulus, map });
+                self.stmts.push(stmt);
                 Ok(())
             }
             Expr::Nat {

@@ -39,6 +39,24 @@ pub struct LowerError {
     pub reason: String,
 }
 
+/// The `nat` expression translating to the `address . port` a map lookup left in reg 1 (the
+/// port follows the address's 32-bit units), with the range's upper end named when
+/// `with_max` (as nft writes it for numgen-keyed interval maps).
+fn dnat_to_map_data(proto: u8, with_max: bool) -> Expr {
+    let addr_len = if proto == NFPROTO_IPV4 { 4 } else { 16 };
+    let r1 = put_register(1);
+    let port_reg = put_register(1 + units(addr_len));
+    Expr::Nat {
+        kind: NFT_NAT_DNAT,
+        family: u32::from(proto),
+        addr_min: Some(r1),
+        addr_max: with_max.then_some(r1),
+        proto_min: Some(port_reg),
+        proto_max: with_max.then_some(port_reg),
+        flags: NF_NAT_RANGE_MAP_IPS | NF_NAT_RANGE_PROTO_SPECIFIED,
+    }
+}
+
 /// nft's register name for 32-bit unit `unit` (1-based).
 pub fn put_register(unit: u32) -> u32 {
     let r = unit - 1;
@@ -386,18 +404,7 @@ impl Lowerer<'_> {
                     dreg: Some(r1),
                     inverted: false,
                 });
-                // The data is `address . port`: the port follows the address's 32-bit units.
-                let addr_len = if proto == NFPROTO_IPV4 { 4 } else { 16 };
-                let port_reg = put_register(1 + units(addr_len));
-                self.out.exprs.push(Expr::Nat {
-                    kind: NFT_NAT_DNAT,
-                    family: u32::from(proto),
-                    addr_min: Some(r1),
-                    addr_max: Some(r1),
-                    proto_min: Some(port_reg),
-                    proto_max: Some(port_reg),
-                    flags: NF_NAT_RANGE_MAP_IPS | NF_NAT_RANGE_PROTO_SPECIFIED,
-                });
+                self.out.exprs.push(dnat_to_map_data(proto, true));
             }
             Stmt::DnatSlotMap { key, modulus, map } => {
                 let proto = self.dnat_family(stmt)?;
@@ -415,17 +422,8 @@ impl Lowerer<'_> {
                     dreg: Some(r1),
                     inverted: false,
                 });
-                // The data is `address . port`; nft names only the low end of each range.
-                let addr_len = if proto == NFPROTO_IPV4 { 4 } else { 16 };
-                self.out.exprs.push(Expr::Nat {
-                    kind: NFT_NAT_DNAT,
-                    family: u32::from(proto),
-                    addr_min: Some(r1),
-                    addr_max: None,
-                    proto_min: Some(put_register(1 + units(addr_len))),
-                    proto_max: None,
-                    flags: NF_NAT_RANGE_MAP_IPS | NF_NAT_RANGE_PROTO_SPECIFIED,
-                });
+                // nft names only the low end of the range here; the kernel fills in the rest.
+                self.out.exprs.push(dnat_to_map_data(proto, false));
             }
             Stmt::Update { set, key } => {
                 let sreg_key = self.load_key(key, Some(set));
