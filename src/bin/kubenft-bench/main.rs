@@ -14,8 +14,8 @@
 //! Medians of `--repeats` runs for the cold syncs. Prints the tables and writes BENCHMARKS.md
 //! and benchmarks.svg. Usage (after `cargo build --release`):
 //! `target/release/kubenft-bench [--scales 1000x10,10000x10] [--repeats 3] [--out BENCHMARKS.md]
-//! [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000] [--no-iptables]
-//! [--no-control] [--no-daemon] [--no-dataplane]`
+//! [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000]
+//! [--nodeport-percent 0] [--no-iptables] [--no-control] [--no-daemon] [--no-dataplane]`
 
 mod control;
 mod daemon;
@@ -42,6 +42,8 @@ struct Args {
     spread: Option<(usize, usize)>,
     /// Off with --no-control: only the daemon and data plane runs.
     control: bool,
+    /// Share of NodePort services in the control-plane and daemon clusters.
+    nodeport_percent: usize,
 }
 
 fn pair(s: &str) -> (usize, usize) {
@@ -56,7 +58,7 @@ fn pair(s: &str) -> (usize, usize) {
 
 const USAGE: &str = "usage: kubenft-bench [--scales 1000x10,10000x10] [--repeats 3] \
 [--out BENCHMARKS.md] [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000] \
-[--no-iptables] [--no-control] [--no-daemon] [--no-dataplane]";
+[--nodeport-percent 0] [--no-iptables] [--no-control] [--no-daemon] [--no-dataplane]";
 const VALUE_OPTIONS: &[&str] = &[
     "--scales",
     "--repeats",
@@ -64,6 +66,7 @@ const VALUE_OPTIONS: &[&str] = &[
     "--latency-scales",
     "--samples",
     "--spread",
+    "--nodeport-percent",
 ];
 const FLAGS: &[&str] = &[
     "--no-iptables",
@@ -127,6 +130,8 @@ fn args() -> Args {
         },
         samples: value("--samples").map_or(2000, |r| r.parse().expect("--samples N")),
         spread: dataplane.then(|| pair(&value("--spread").unwrap_or_else(|| "10x10000".into()))),
+        nodeport_percent: value("--nodeport-percent")
+            .map_or(0, |p| p.parse().expect("--nodeport-percent N")),
     }
 }
 
@@ -141,6 +146,18 @@ fn main() {
     {
         eprintln!("{e}; or pass --no-daemon");
         std::process::exit(1);
+    }
+
+    if a.nodeport_percent > 0 && (!a.latency_scales.is_empty() || a.spread.is_some()) {
+        eprintln!(
+            "--nodeport-percent shapes the control-plane and daemon clusters: pass --no-dataplane"
+        );
+        std::process::exit(2);
+    }
+    let largest = a.scales.iter().map(|&(s, _)| s).max().unwrap_or(0);
+    if let Err(e) = synthetic::set_nodeport_percent(a.nodeport_percent, largest) {
+        eprintln!("{e}");
+        std::process::exit(2);
     }
 
     let mut control_rows = Vec::new();
@@ -179,6 +196,15 @@ fn main() {
     });
 
     let mut results = String::new();
+    if a.nodeport_percent > 0 && !(control_rows.is_empty() && daemon_rows.is_empty()) {
+        let _ = writeln!(
+            results,
+            "In these clusters {}% of the services are NodePort services (port 30000 + i, evenly \
+             spread): each keeps a chain of its own, the rest share the pick chains (the \
+             iptables-mode ruleset leaves their NodePort rules out).\n",
+            a.nodeport_percent
+        );
+    }
     if !control_rows.is_empty() {
         let _ = write!(
             results,

@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::OnceLock;
 
 use kubenft::model::{
     ClusterState, Endpoint, NodeInfo, Protocol, ServicePort, ServicePortName, TrafficPolicy,
@@ -14,6 +15,41 @@ pub const NODE: &str = "node-0";
 /// Pod network of the synthetic clusters (endpoint addresses are drawn from it).
 pub const CLUSTER_CIDR: &str = "10.128.0.0/9";
 
+/// The share of services, in percent, that are NodePort services (`--nodeport-percent`). They
+/// keep a chain of their own where ClusterIP-only services share the pick chains, so they show
+/// what a mixed cluster costs. Set once, before any cluster is made; 0 when never set.
+static NODEPORT_PERCENT: OnceLock<usize> = OnceLock::new();
+
+/// NodePorts come from 30000-32767.
+const NODEPORT_BASE: usize = 30000;
+const NODEPORTS: usize = 2768;
+
+/// Makes `percent` % of the services of every cluster of this run NodePort services; refused
+/// if a cluster of `largest` services would need more NodePorts than the range has.
+pub fn set_nodeport_percent(percent: usize, largest: usize) -> Result<(), String> {
+    if percent > 100 || largest * percent / 100 > NODEPORTS {
+        return Err(format!(
+            "--nodeport-percent {percent}: {} NodePorts needed for {largest} services, {NODEPORTS} exist",
+            largest * percent / 100
+        ));
+    }
+    NODEPORT_PERCENT
+        .set(percent)
+        .map_err(|_| "the NodePort share is set once".to_string())
+}
+
+pub fn nodeport_percent() -> usize {
+    NODEPORT_PERCENT.get().copied().unwrap_or(0)
+}
+
+/// The NodePort of service `s`, if it is one of the NodePort services: spread evenly, the i-th
+/// of them on port 30000 + i.
+fn node_port(s: usize) -> Option<u16> {
+    let p = nodeport_percent();
+    let (before, after) = (s * p / 100, (s + 1) * p / 100);
+    (after > before).then(|| (NODEPORT_BASE + before) as u16)
+}
+
 pub fn service_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::from(0x0a60_0000u32 + 1 + i as u32) // 10.96.0.0/12
 }
@@ -23,7 +59,7 @@ fn endpoint_ip(i: usize) -> Ipv4Addr {
 }
 
 /// `services` ClusterIP services (one TCP port, 80 → 8080) with `endpoints` ready endpoints
-/// each, spread over 100 nodes.
+/// each, spread over 100 nodes; `nodeport_percent()` of them NodePort services.
 pub fn cluster(services: usize, endpoints: usize) -> ClusterState {
     let mut state = ClusterState {
         node: Some(NodeInfo {
@@ -36,6 +72,13 @@ pub fn cluster(services: usize, endpoints: usize) -> ClusterState {
     };
     for s in 0..services {
         add_service(&mut state, s, endpoints);
+        if let Some(port) = node_port(s) {
+            let sp = state
+                .services
+                .get_mut(&service_name(s))
+                .expect("just added");
+            sp.node_port = Some(port);
+        }
     }
     state
 }
@@ -104,11 +147,15 @@ pub fn manifests(services: usize, endpoints: usize) -> Vec<(&'static str, String
     let mut slices = String::new();
     for s in 0..services {
         let n = service_name(s);
+        let (kind, node_port) = match node_port(s) {
+            Some(p) => ("NodePort", format!(", nodePort: {p}")),
+            None => ("ClusterIP", String::new()),
+        };
         let _ = write!(
             svcs,
             "---\napiVersion: v1\nkind: Service\nmetadata: {{name: {}, namespace: {}}}\nspec:\n  \
-             clusterIP: {ip}\n  clusterIPs: [{ip}]\n  ports: [{{name: http, port: 80, protocol: TCP, \
-             targetPort: 8080}}]\n",
+             type: {kind}\n  clusterIP: {ip}\n  clusterIPs: [{ip}]\n  ports: [{{name: http, port: 80, \
+             protocol: TCP, targetPort: 8080{node_port}}}]\n",
             n.name,
             n.namespace,
             ip = service_ip(s)
