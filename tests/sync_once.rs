@@ -195,8 +195,14 @@ fn a_table_with_the_old_two_digit_shards_is_replaced_in_one_sync() {
         eprintln!("skipped: network namespaces need root");
         return;
     }
+    // An externalTrafficPolicy Local service keeps chains of its own, with endpoint-map blocks.
+    let local_api = MANIFESTS.replace(
+        "spec: {type: NodePort,",
+        "spec: {type: NodePort, externalTrafficPolicy: Local,",
+    );
+    assert_ne!(local_api, MANIFESTS);
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("cluster.yaml"), MANIFESTS).unwrap();
+    std::fs::write(dir.path().join("cluster.yaml"), local_api).unwrap();
     let manifests = dir.path().to_str().unwrap().to_string();
     let flags = [
         "--manifests",
@@ -232,8 +238,9 @@ fn a_table_with_the_old_two_digit_shards_is_replaced_in_one_sync() {
 }
 
 /// A ClusterIP service with a chain of its own — as every service had before the shared pick
-/// chains, or as one that just stopped being a NodePort — moves into a shared chain in one
-/// sync: its chain, block and endpoint-map slots go, its pick set and slot elements come.
+/// chains, or as one that just stopped being an externalTrafficPolicy Local NodePort — moves
+/// into a shared chain in one sync: its chains, block and endpoint-map slots go, its pick set
+/// and slot elements come.
 #[test]
 fn a_service_with_its_own_chain_moves_to_a_shared_pick_chain_in_one_sync() {
     if !can_create() {
@@ -242,7 +249,7 @@ fn a_service_with_its_own_chain_moves_to_a_shared_pick_chain_in_one_sync() {
     }
     let own_chain = MANIFESTS.replace(
         "spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80, protocol: TCP}]}",
-        "spec: {type: NodePort, clusterIP: 10.96.0.10, ports: [{name: http, port: 80, nodePort: 30081, protocol: TCP}]}",
+        "spec: {type: NodePort, externalTrafficPolicy: Local, clusterIP: 10.96.0.10, ports: [{name: http, port: 80, nodePort: 30081, protocol: TCP}]}",
     );
     assert_ne!(own_chain, MANIFESTS);
     let dir = tempfile::tempdir().unwrap();

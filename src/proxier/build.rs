@@ -22,9 +22,10 @@ pub const CASCADE_MAX_ENDPOINTS: usize = 128;
 /// 1/n within n/65536 (0.015% of the share at 10 endpoints, 1.5% at 1,000), and the rule never
 /// changes when endpoints come and go: only map elements do.
 pub const SLOTS_PER_BLOCK: u32 = 1 << 16;
-/// Services reached only at their ClusterIPs, without ClientIP affinity and with up to this
-/// many endpoints, pick one through a shared `pick-M` chain and its slot map (see
-/// `names::pick_chain`) instead of a chain of their own.
+/// Services without ClientIP affinity, with externalTrafficPolicy Cluster if reached from
+/// outside, and with up to this many endpoints, pick one through the shared `pick-M` and
+/// `external-pick-M` chains and their slot map (see `names::pick_chain`) instead of chains of
+/// their own.
 pub const MAX_SHARED_PICK_ENDPOINTS: u32 = 4096;
 /// Draws a `pick-M` chain makes (M ≥ 4). With n endpoints in slots `0..n`, n > M/2, so each
 /// draw hits with probability n/M > ½ and a hit is uniform over the endpoints; a miss falls
@@ -548,19 +549,22 @@ impl Builder<'_> {
             ],
         );
         let mut dispatch = vec![self.by_destination(SERVICE_IPS)];
-        dispatch.extend(pick_sizes().map(|slots| {
-            rule(
+        for (set, chain) in pick_sizes()
+            .map(|m| (pick_set(m), pick_chain(m)))
+            .chain(pick_sizes().map(|m| (external_pick_set(m), external_pick_chain(m))))
+        {
+            dispatch.push(rule(
                 vec![
                     Stmt::Lookup {
                         key: vec![f.daddr(), Selector::L4Proto, Selector::ThDport],
-                        set: pick_set(slots),
+                        set,
                         negate: false,
                     },
-                    goto(&pick_chain(slots)),
+                    goto(&chain),
                 ],
                 None,
-            )
-        }));
+            ));
+        }
         dispatch.push(self.by_node_port(SERVICE_NODEPORTS));
         self.chain(SERVICES, None, None, dispatch);
         self.chain(
@@ -683,24 +687,49 @@ impl Builder<'_> {
                 s.push(jump(MARK_FOR_MASQUERADE));
                 rules.push(rule(s, None));
             }
+            let mut draws = Vec::new();
+            if slots <= 2 {
+                draws.push(draw(slots, slots));
+            } else {
+                draws.extend((1..SLOT_DRAWS).map(|_| draw(slots, slots)));
+                draws.push(draw(slots / 2, slots));
+            }
+            rules.extend(draws.iter().cloned());
             // nft keeps comments to 128 bytes.
             let comment = match slots {
-                1 => "ClusterIP-only services with 1 endpoint, in slot 0".to_string(),
-                2 => "ClusterIP-only services with 2 endpoints, in slots 0 and 1".to_string(),
+                1 => "ClusterIPs of services with 1 endpoint, in slot 0".to_string(),
+                2 => "ClusterIPs of services with 2 endpoints, in slots 0 and 1".to_string(),
                 _ => format!(
-                    "ClusterIP-only services with {}-{slots} endpoints in slots 0..n-1: an empty \
+                    "ClusterIPs of services with {}-{slots} endpoints in slots 0..n-1: an empty \
                      slot draws again; the last draw is among slots 0-{}",
                     slots / 2 + 1,
                     slots / 2 - 1
                 ),
             };
-            if slots <= 2 {
-                rules.push(draw(slots, slots));
-            } else {
-                rules.extend((1..SLOT_DRAWS).map(|_| draw(slots, slots)));
-                rules.push(draw(slots / 2, slots));
-            }
             self.chain(&pick_chain(slots), None, Some(&comment), rules);
+            let mut external = vec![rule(
+                vec![jump(MARK_FOR_MASQUERADE)],
+                Some("masquerade traffic from outside the cluster".into()),
+            )];
+            external.extend(draws);
+            self.chain(
+                &external_pick_chain(slots),
+                None,
+                Some(&format!(
+                    "external traffic of services with externalTrafficPolicy Cluster, drawn as in {}",
+                    pick_chain(slots)
+                )),
+                external,
+            );
+            self.out.declare(map(
+                &external_pick_set(slots),
+                vec![f.addr_type(), DataType::InetProto, DataType::InetService],
+                false,
+                &format!(
+                    "external IP, LB IP or node IP . protocol . port of the services {} serves",
+                    external_pick_chain(slots)
+                ),
+            ));
             self.out.declare(map(
                 &pick_set(slots),
                 vec![f.addr_type(), DataType::InetProto, DataType::InetService],
@@ -726,37 +755,38 @@ impl Builder<'_> {
         }
     }
 
-    /// The shared pick chain of a service port with `n` endpoints, if it may use one: reached
-    /// only at its ClusterIPs (external traffic enters its chain elsewhere, at other
-    /// destination addresses) and without ClientIP affinity (which remembers the endpoint
-    /// chain a client used).
+    /// The shared pick chains' slot count for a service port with `n` endpoints, if it may use
+    /// them: without ClientIP affinity (which remembers the endpoint chain a client used) and,
+    /// if reached from outside, with externalTrafficPolicy Cluster (Local picks among other
+    /// endpoints and short-circuits pod and host traffic, in chains of the service's own).
     fn shared_pick(&self, sp: &ServicePort, n: usize) -> Option<u32> {
         let n = u32::try_from(n).ok()?;
-        (sp.affinity_timeout.is_none() && !sp.has_external() && n <= MAX_SHARED_PICK_ENDPOINTS)
+        let external_ok = !sp.has_external() || sp.external_policy == TrafficPolicy::Cluster;
+        (sp.affinity_timeout.is_none() && external_ok && n <= MAX_SHARED_PICK_ENDPOINTS)
             .then(|| n.next_power_of_two())
     }
 
-    /// Puts endpoint i of `eps` in slot i of each of `cluster_ips` (with the port's protocol
-    /// and port) in the slot map of `pick_chain(slots)`.
+    /// Puts endpoint i of `eps` in slot i of each of `frontends` (address and port, with the
+    /// service port's protocol) in the slot map of `pick_chain(slots)`.
     fn fill_slots(
         &mut self,
         sp: &ServicePort,
         slots: u32,
-        cluster_ips: &[IpAddr],
+        frontends: &[(IpAddr, u16)],
         eps: &[Endpoint],
     ) {
         let map = pick_slots(slots);
         let label = sp.name.to_string();
         let proto = Value::Proto(sp.name.protocol.number());
-        for ip in cluster_ips {
+        for &(ip, port) in frontends {
             for (slot, ep) in eps.iter().enumerate() {
                 self.out.push_element(
                     &map,
                     Element {
                         key: vec![
-                            ip_value(*ip),
+                            ip_value(ip),
                             proto.clone(),
-                            Value::Port(sp.port),
+                            Value::Port(port),
                             Value::Mark(slot as u32),
                         ],
                         data: Some(MapData::Values(vec![ip_value(ep.ip), Value::Port(ep.port)])),
@@ -1072,9 +1102,12 @@ impl Builder<'_> {
         for ip in &cluster_ips {
             self.element(CLUSTER_IPS, vec![ip_value(*ip)], None, None);
         }
-        if let (false, Some(slots)) = (cluster.is_empty(), self.shared_pick(sp, cluster.len())) {
+        let shared = self.shared_pick(sp, cluster.len());
+        if let (false, Some(slots)) = (cluster.is_empty(), shared) {
             // The shared pick chain masquerades off-cluster sources and draws a slot.
-            self.fill_slots(sp, slots, &cluster_ips, &cluster);
+            let frontends: Vec<(IpAddr, u16)> =
+                cluster_ips.iter().map(|ip| (*ip, sp.port)).collect();
+            self.fill_slots(sp, slots, &frontends, &cluster);
             for ip in &cluster_ips {
                 self.element(
                     &pick_set(slots),
@@ -1166,6 +1199,29 @@ impl Builder<'_> {
                     vec![proto.clone(), Value::Port(np)],
                     Some(verdict),
                     Some(format!("{label} {why}")),
+                );
+            }
+        } else if let Some(slots) = shared {
+            // externalTrafficPolicy Cluster: the shared external pick chain masquerades and
+            // draws among the same endpoints, keyed by the address the traffic arrived at.
+            let mut frontends: Vec<(IpAddr, u16)> =
+                external_ips.iter().map(|ip| (*ip, sp.port)).collect();
+            let external = frontends.len();
+            if let Some(np) = node_port_here {
+                frontends.extend(self.nodeport_ips().into_iter().map(|ip| (ip, np)));
+            }
+            self.fill_slots(sp, slots, &frontends, &cluster);
+            for (i, (ip, port)) in frontends.into_iter().enumerate() {
+                let comment = if i < external {
+                    format!("{label} external IP")
+                } else {
+                    format!("{label} NodePort")
+                };
+                self.element(
+                    &external_pick_set(slots),
+                    vec![ip_value(ip), proto.clone(), Value::Port(port)],
+                    None,
+                    Some(comment),
                 );
             }
         } else {

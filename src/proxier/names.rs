@@ -75,6 +75,19 @@ pub fn pick_slots(slots: u32) -> String {
     format!("pick-{slots}-slots")
 }
 
+/// The shared chain for traffic from outside (NodePorts, external and load-balancer IPs of
+/// services with externalTrafficPolicy Cluster): it masquerades, then draws like
+/// `pick_chain(slots)` in the same slot map.
+pub fn external_pick_chain(slots: u32) -> String {
+    format!("external-pick-{slots}")
+}
+
+/// The set of `address . protocol . port` (external IP, load-balancer IP, or node IP and
+/// NodePort) the `services` chain sends to `external_pick_chain(slots)`.
+pub fn external_pick_set(slots: u32) -> String {
+    format!("external-pick-{slots}-services")
+}
+
 /// Whether `set` is one of the shared pick chains' slot maps.
 pub fn is_pick_slots(set: &str) -> bool {
     set.strip_prefix("pick-")

@@ -132,11 +132,16 @@ metadata: {name: web, namespace: default}
 spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80, protocol: TCP}]}
 ";
 
-/// WEB reached from outside too: its endpoints are picked by a chain of its own.
+/// WEB reached from outside with externalTrafficPolicy Local: its endpoints are picked by
+/// chains of its own.
 const WEB_NODEPORT: &str = "
 metadata: {name: web, namespace: default}
-spec: {type: NodePort, clusterIP: 10.96.0.10, ports: [{name: http, port: 80, protocol: TCP, nodePort: 30080}]}
+spec: {type: NodePort, externalTrafficPolicy: Local, clusterIP: 10.96.0.10, ports: [{name: http, port: 80, protocol: TCP, nodePort: 30080}]}
 ";
+
+/// Two ready endpoints, neither on this node (so an externalTrafficPolicy Local service has
+/// no local chain).
+const TWO_ELSEWHERE: &str = "[{addresses: [10.244.0.11], nodeName: node-c, conditions: {ready: true}}, {addresses: [10.244.1.12], nodeName: node-b, conditions: {ready: true}}]";
 
 const TWO_READY: &str = "[{addresses: [10.244.0.11], nodeName: node-a, conditions: {ready: true}}, {addresses: [10.244.1.12], nodeName: node-b, conditions: {ready: true}}]";
 
@@ -148,7 +153,7 @@ fn ip(s: &str) -> Value {
 fn a_node_port_service_with_two_ready_endpoints_picks_one_by_a_random_slot_of_its_block() {
     let t = plan(
         &[service(WEB_NODEPORT)],
-        &[slice("web", "IPv4", 8080, TWO_READY)],
+        &[slice("web", "IPv4", 8080, TWO_ELSEWHERE)],
         &config(),
     );
     let t = v4(&t);
@@ -580,7 +585,7 @@ fn endpoints_share_their_block_evenly_and_blocks_do_not_overlap() {
             .join(", ")
     };
     let api = service(
-        "metadata: {name: api, namespace: default}\nspec: {type: NodePort, clusterIP: 10.96.0.11, ports: [{name: http, port: 80, protocol: TCP, nodePort: 30081}]}",
+        "metadata: {name: api, namespace: default}\nspec: {type: NodePort, externalTrafficPolicy: Local, clusterIP: 10.96.0.11, ports: [{name: http, port: 80, protocol: TCP, nodePort: 30081}]}",
     );
     let t = plan(
         &[service(WEB_NODEPORT), api],
@@ -610,7 +615,7 @@ fn endpoints_share_their_block_evenly_and_blocks_do_not_overlap() {
 fn a_service_keeps_its_block_when_endpoints_change_and_new_services_take_free_blocks() {
     let api = |ip: &str| {
         service(&format!(
-            "metadata: {{name: api, namespace: default}}\nspec: {{type: NodePort, clusterIP: {ip}, ports: [{{name: http, port: 80, protocol: TCP, nodePort: 30081}}]}}"
+            "metadata: {{name: api, namespace: default}}\nspec: {{type: NodePort, externalTrafficPolicy: Local, clusterIP: {ip}, ports: [{{name: http, port: 80, protocol: TCP, nodePort: 30081}}]}}"
         ))
     };
     let node: Node = serde_yaml::from_str(NODE).unwrap();
@@ -635,12 +640,12 @@ fn a_service_keeps_its_block_when_endpoints_change_and_new_services_take_free_bl
 
     // web gains an endpoint and api goes away; a new service arrives.
     let late = service(
-        "metadata: {name: aaa, namespace: default}\nspec: {type: NodePort, clusterIP: 10.96.0.12, ports: [{name: http, port: 80, protocol: TCP, nodePort: 30082}]}",
+        "metadata: {name: aaa, namespace: default}\nspec: {type: NodePort, externalTrafficPolicy: Local, clusterIP: 10.96.0.12, ports: [{name: http, port: 80, protocol: TCP, nodePort: 30082}]}",
     );
     let (after, _) = ClusterState::from_objects(
         &[service(WEB_NODEPORT), late],
         &[
-            slice("web", "IPv4", 8080, TWO_READY),
+            slice("web", "IPv4", 8080, TWO_ELSEWHERE),
             slice("aaa", "IPv4", 8080, one),
         ],
         Some(&node),
@@ -885,14 +890,11 @@ fn a_cluster_ip_only_service_draws_a_slot_in_the_shared_chain_of_its_slot_count(
 }
 
 #[test]
-fn services_reached_from_outside_or_with_affinity_keep_chains_of_their_own() {
-    let external_ip = service(
-        "metadata: {name: web, namespace: default}\nspec: {clusterIP: 10.96.0.10, externalIPs: [192.0.2.10], ports: [{name: http, port: 80, protocol: TCP}]}",
-    );
+fn services_with_external_traffic_policy_local_or_affinity_keep_chains_of_their_own() {
     let sticky = service(
         "metadata: {name: web, namespace: default}\nspec: {clusterIP: 10.96.0.10, sessionAffinity: ClientIP, ports: [{name: http, port: 80, protocol: TCP}]}",
     );
-    for svc in [service(WEB_NODEPORT), external_ip, sticky] {
+    for svc in [service(WEB_NODEPORT), sticky] {
         let t = plan(
             std::slice::from_ref(&svc),
             &[slice("web", "IPv4", 8080, TWO_READY)],
@@ -911,4 +913,43 @@ fn services_reached_from_outside_or_with_affinity_keep_chains_of_their_own() {
                 .all(|s| s.elements.is_empty())
         );
     }
+}
+
+#[test]
+fn external_traffic_of_policy_cluster_services_is_drawn_by_the_shared_external_chains() {
+    let svc = service(
+        "metadata: {name: web, namespace: default}\nspec: {type: LoadBalancer, clusterIP: 10.96.0.10, externalIPs: [192.0.2.10], ports: [{name: http, port: 80, protocol: TCP, nodePort: 30080}]}\nstatus: {loadBalancer: {ingress: [{ip: 198.51.100.10}]}}",
+    );
+    let t = plan(&[svc], &[slice("web", "IPv4", 8080, TWO_READY)], &config());
+    let t = v4(&t);
+    assert!(
+        !t.chains.keys().any(|c| c.contains("default/web")),
+        "no chain of its own: {:?}",
+        t.chains.keys()
+    );
+    assert!(t.sets["service-ips"].elements.is_empty());
+    assert!(t.sets["service-nodeports"].elements.is_empty());
+    let mut frontends: Vec<Vec<Value>> = t.sets["external-pick-2-services"]
+        .elements
+        .iter()
+        .map(|e| e.key.clone())
+        .collect();
+    frontends.sort();
+    let key = |a: &str, port| vec![ip(a), Value::Proto(6), Value::Port(port)];
+    assert_eq!(
+        frontends,
+        [
+            key("10.0.0.10", 30080),
+            key("192.0.2.10", 80),
+            key("198.51.100.10", 80)
+        ],
+        "the node IP with the NodePort, the external and the load-balancer IP"
+    );
+    // Each frontend and the ClusterIP hold both endpoints in slots 0 and 1.
+    assert_eq!(t.sets["pick-2-slots"].elements.len(), 4 * 2);
+    assert_eq!(
+        t.chains["external-pick-2"].rules[0].stmts,
+        [Stmt::Verdict(Verdict::Jump("mark-for-masquerade".into()))],
+        "external traffic is always masqueraded under policy Cluster"
+    );
 }

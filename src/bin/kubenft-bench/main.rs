@@ -42,7 +42,8 @@ struct Args {
     spread: Option<(usize, usize)>,
     /// Off with --no-control: only the daemon and data plane runs.
     control: bool,
-    /// Share of NodePort services in the control-plane and daemon clusters.
+    /// Share of NodePort services (externalTrafficPolicy Local) in the control-plane and
+    /// daemon clusters.
     nodeport_percent: usize,
 }
 
@@ -199,9 +200,10 @@ fn main() {
     if a.nodeport_percent > 0 && !(control_rows.is_empty() && daemon_rows.is_empty()) {
         let _ = writeln!(
             results,
-            "In these clusters {}% of the services are NodePort services (port 30000 + i, evenly \
-             spread): each keeps a chain of its own, the rest share the pick chains (the \
-             iptables-mode ruleset leaves their NodePort rules out).\n",
+            "In these clusters {}% of the services are NodePort services with \
+             externalTrafficPolicy Local (port 30000 + i, evenly spread): each keeps chains of \
+             its own, the rest share the pick chains (the iptables-mode ruleset leaves their \
+             NodePort rules out).\n",
             a.nodeport_percent
         );
     }

@@ -15,9 +15,10 @@ pub const NODE: &str = "node-0";
 /// Pod network of the synthetic clusters (endpoint addresses are drawn from it).
 pub const CLUSTER_CIDR: &str = "10.128.0.0/9";
 
-/// The share of services, in percent, that are NodePort services (`--nodeport-percent`). They
-/// keep a chain of their own where ClusterIP-only services share the pick chains, so they show
-/// what a mixed cluster costs. Set once, before any cluster is made; 0 when never set.
+/// The share of services, in percent, that are NodePort services with externalTrafficPolicy
+/// Local (`--nodeport-percent`). They keep chains of their own where the others share the
+/// pick chains, so they show what a cluster with such services costs. Set once, before any
+/// cluster is made; 0 when never set.
 static NODEPORT_PERCENT: OnceLock<usize> = OnceLock::new();
 
 /// NodePorts come from 30000-32767.
@@ -59,7 +60,8 @@ fn endpoint_ip(i: usize) -> Ipv4Addr {
 }
 
 /// `services` ClusterIP services (one TCP port, 80 → 8080) with `endpoints` ready endpoints
-/// each, spread over 100 nodes; `nodeport_percent()` of them NodePort services.
+/// each, spread over 100 nodes; `nodeport_percent()` of them NodePort services with
+/// externalTrafficPolicy Local.
 pub fn cluster(services: usize, endpoints: usize) -> ClusterState {
     let mut state = ClusterState {
         node: Some(NodeInfo {
@@ -78,6 +80,7 @@ pub fn cluster(services: usize, endpoints: usize) -> ClusterState {
                 .get_mut(&service_name(s))
                 .expect("just added");
             sp.node_port = Some(port);
+            sp.external_policy = TrafficPolicy::Local;
         }
     }
     state
@@ -148,7 +151,10 @@ pub fn manifests(services: usize, endpoints: usize) -> Vec<(&'static str, String
     for s in 0..services {
         let n = service_name(s);
         let (kind, node_port) = match node_port(s) {
-            Some(p) => ("NodePort", format!(", nodePort: {p}")),
+            Some(p) => (
+                "NodePort\n  externalTrafficPolicy: Local",
+                format!(", nodePort: {p}"),
+            ),
             None => ("ClusterIP", String::new()),
         };
         let _ = write!(
