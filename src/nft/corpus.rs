@@ -195,20 +195,24 @@ fn slot_map(name: &str, daddr: DataType, elements: Vec<Element>) -> Set {
     s
 }
 
-/// Slot `slot` of the service at `service` (an address . protocol . port), owned by `to`.
-fn slot_of(service: (IpAddr, u8, u16), slot: u32, to: (IpAddr, u16), comment: &str) -> Element {
-    let ip = |a: IpAddr| match a {
+/// An address as a set key part or map data.
+fn addr_value(addr: IpAddr) -> Value {
+    match addr {
         IpAddr::V4(a) => Value::Ipv4(a),
         IpAddr::V6(a) => Value::Ipv6(a),
-    };
+    }
+}
+
+/// Slot `slot` of the service at `service` (an address . protocol . port), owned by `to`.
+fn slot_of(service: (IpAddr, u8, u16), slot: u32, to: (IpAddr, u16), comment: &str) -> Element {
     Element {
         key: vec![
-            ip(service.0),
+            addr_value(service.0),
             Value::Proto(service.1),
             Value::Port(service.2),
             Value::Mark(slot),
         ],
-        data: Some(MapData::Values(vec![ip(to.0), Value::Port(to.1)])),
+        data: Some(MapData::Values(vec![addr_value(to.0), Value::Port(to.1)])),
         comment: (!comment.is_empty()).then(|| comment.to_string()),
     }
 }
@@ -229,13 +233,9 @@ fn draw_slot(family: Family, modulus: u32, map: &str) -> Stmt {
 
 /// Slots `first..=last` of an endpoint map, owned by `addr:port`.
 fn slot(first: u32, last: u32, addr: IpAddr, port: u16, comment: &str) -> Element {
-    let addr = match addr {
-        IpAddr::V4(a) => Value::Ipv4(a),
-        IpAddr::V6(a) => Value::Ipv6(a),
-    };
     Element {
         key: vec![Value::IntRange { first, last }],
-        data: Some(MapData::Values(vec![addr, Value::Port(port)])),
+        data: Some(MapData::Values(vec![addr_value(addr), Value::Port(port)])),
         comment: (!comment.is_empty()).then(|| comment.to_string()),
     }
 }

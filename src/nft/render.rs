@@ -258,6 +258,16 @@ fn render_map_ref(map: &MapRef, integer_keys: bool) -> String {
     }
 }
 
+/// The family keyword of a `dnat … to … map`: the map's data says nothing of it, the table's
+/// family does.
+fn dnat_map_family(family: Option<Family>) -> &'static str {
+    if family == Some(Family::Ip6) {
+        "ip6"
+    } else {
+        "ip"
+    }
+}
+
 fn render_dnat(family: Option<Family>, addr: IpAddr, port: Option<u16>) -> String {
     // In an inet table nft must be told which address family the target belongs to; in ip and
     // ip6 tables (and without a family, for Display) the address says it.
@@ -338,11 +348,7 @@ pub fn render_stmt(stmt: &Stmt, family: Option<Family>) -> String {
         } => {
             // The map's data (`address . port`) tells nft to translate both; nft lists
             // `offset 0` as nothing.
-            let ip = if family == Some(Family::Ip6) {
-                "ip6"
-            } else {
-                "ip"
-            };
+            let ip = dnat_map_family(family);
             let offset = if *offset == 0 {
                 String::new()
             } else {
@@ -350,17 +356,11 @@ pub fn render_stmt(stmt: &Stmt, family: Option<Family>) -> String {
             };
             format!("dnat {ip} to numgen random mod {modulus}{offset} map @{map}")
         }
-        Stmt::DnatSlotMap { key, modulus, map } => {
-            let ip = if family == Some(Family::Ip6) {
-                "ip6"
-            } else {
-                "ip"
-            };
-            format!(
-                "dnat {ip} to {} . numgen random mod {modulus} map @{map}",
-                concat(key)
-            )
-        }
+        Stmt::DnatSlotMap { key, modulus, map } => format!(
+            "dnat {} to {} . numgen random mod {modulus} map @{map}",
+            dnat_map_family(family),
+            concat(key)
+        ),
         Stmt::Masquerade { fully_random } => {
             if *fully_random {
                 "masquerade fully-random".to_string()

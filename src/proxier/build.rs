@@ -665,11 +665,8 @@ impl Builder<'_> {
     /// services each serves, and their slot map.
     fn pick_chains(&mut self) {
         let f = self.fam;
-        let masquerade = if self.config.masquerade_all {
-            Some(None)
-        } else {
-            self.not_local().map(Some)
-        };
+        let masquerade = self.cluster_masquerade();
+        let frontend_key = vec![f.addr_type(), DataType::InetProto, DataType::InetService];
         let draw = |modulus: u32, slots: u32| {
             rule(
                 vec![Stmt::DnatSlotMap {
@@ -723,7 +720,7 @@ impl Builder<'_> {
             );
             self.out.declare(map(
                 &external_pick_set(slots),
-                vec![f.addr_type(), DataType::InetProto, DataType::InetService],
+                frontend_key.clone(),
                 false,
                 &format!(
                     "external IP, LB IP or node IP . protocol . port of the services {} serves",
@@ -732,26 +729,34 @@ impl Builder<'_> {
             ));
             self.out.declare(map(
                 &pick_set(slots),
-                vec![f.addr_type(), DataType::InetProto, DataType::InetService],
+                frontend_key.clone(),
                 false,
                 &format!(
                     "ClusterIP . protocol . port of the services {} serves",
                     pick_chain(slots)
                 ),
             ));
+            let mut slot_key = frontend_key.clone();
+            slot_key.push(DataType::Integer);
             let mut slot_map = map(
                 &pick_slots(slots),
-                vec![
-                    f.addr_type(),
-                    DataType::InetProto,
-                    DataType::InetService,
-                    DataType::Integer,
-                ],
+                slot_key,
                 false,
                 "ClusterIP . protocol . port . slot to endpoint address . port",
             );
             slot_map.data = vec![f.addr_type(), DataType::InetService];
             self.out.declare(slot_map);
+        }
+    }
+
+    /// Whether ClusterIP traffic is marked for masquerading, and on which condition besides its
+    /// destination: every connection with `--masquerade-all` (`Some(None)`), else those not from
+    /// a local pod (`None` when local traffic cannot be told apart).
+    fn cluster_masquerade(&self) -> Option<Option<Stmt>> {
+        if self.config.masquerade_all {
+            Some(None)
+        } else {
+            self.not_local().map(Some)
         }
     }
 
@@ -767,7 +772,8 @@ impl Builder<'_> {
     }
 
     /// Puts endpoint i of `eps` in slot i of each of `frontends` (address and port, with the
-    /// service port's protocol) in the slot map of `pick_chain(slots)`.
+    /// service port's protocol) in the slot map of `pick_chain(slots)`. The external
+    /// frontends of a service share the endpoints (and hairpin pairs) of its ClusterIPs.
     fn fill_slots(
         &mut self,
         sp: &ServicePort,
@@ -795,6 +801,10 @@ impl Builder<'_> {
                 );
             }
         }
+    }
+
+    /// Each of `eps` reaching itself through a service is masqueraded (`hairpin-endpoints`).
+    fn hairpin(&mut self, eps: &[Endpoint]) {
         for ep in eps {
             self.element(
                 HAIRPIN_ENDPOINTS,
@@ -929,13 +939,8 @@ impl Builder<'_> {
                     comment: Some(label.clone()),
                 },
             );
-            self.element(
-                HAIRPIN_ENDPOINTS,
-                vec![ip_value(ep.ip), ip_value(ep.ip)],
-                None,
-                None,
-            );
         }
+        self.hairpin(eps);
         vec![rule(
             vec![
                 m(
@@ -1108,6 +1113,7 @@ impl Builder<'_> {
             let frontends: Vec<(IpAddr, u16)> =
                 cluster_ips.iter().map(|ip| (*ip, sp.port)).collect();
             self.fill_slots(sp, slots, &frontends, &cluster);
+            self.hairpin(&cluster);
             for ip in &cluster_ips {
                 self.element(
                     &pick_set(slots),
@@ -1120,12 +1126,7 @@ impl Builder<'_> {
             // The cluster chain: masquerade off-cluster sources, then pick an endpoint.
             let mut rules = Vec::new();
             for ip in &cluster_ips {
-                let masq = if self.config.masquerade_all {
-                    Some(None)
-                } else {
-                    self.not_local().map(Some)
-                };
-                if let Some(cond) = masq {
+                if let Some(cond) = self.cluster_masquerade() {
                     let mut s = vec![m(f.daddr(), CmpOp::Eq, ip_value(*ip))];
                     s.extend(cond);
                     s.push(jump(MARK_FOR_MASQUERADE));

@@ -59,9 +59,10 @@ pub fn is_endpoint_map(set: &str) -> bool {
         .and_then(|rest| rest.strip_prefix('-'))
         .is_some_and(|n| n.len() == 3 && n.bytes().all(|b| b.is_ascii_digit()))
 }
-/// The shared chain that draws a slot of `slots` in `pick_slots(slots)`. Services reached
-/// only at their ClusterIPs have no chain of their own: endpoint i of n sits in slot i of that
-/// map, `slots` being the power of two at or above n. Endpoints coming and going are elements,
+/// The shared chain that draws a slot of `slots` in `pick_slots(slots)` for ClusterIP traffic.
+/// Services without ClientIP affinity or externalTrafficPolicy Local have no chain of their
+/// own: endpoint i of n sits in slot i of that map, `slots` being the power of two at or
+/// above n. Endpoints coming and going are elements,
 /// and the table holds a handful of chains instead of one per service — the kernel's commit
 /// visits every chain, so that is what keeps a one-endpoint commit O(1).
 pub fn pick_chain(slots: u32) -> String {
