@@ -195,6 +195,49 @@ fn slot_map(name: &str, daddr: DataType, elements: Vec<Element>) -> Set {
     s
 }
 
+/// A hash map from `daddr . l4proto . dport` to `address . port` (the planner's
+/// `pick-fallback`).
+fn frontend_map(name: &str, daddr: DataType, elements: Vec<Element>) -> Set {
+    let mut s = set(
+        name,
+        vec![daddr, DataType::InetProto, DataType::InetService],
+        None,
+        "service address . protocol . port to its first endpoint",
+    );
+    s.data = vec![daddr, DataType::InetService];
+    s.elements = elements;
+    s
+}
+
+/// `frontend`'s element of a `frontend_map`, pointing at `to`.
+fn frontend_of(frontend: (IpAddr, u8, u16), to: (IpAddr, u16), comment: &str) -> Element {
+    Element {
+        key: vec![
+            addr_value(frontend.0),
+            Value::Proto(frontend.1),
+            Value::Port(frontend.2),
+        ],
+        data: Some(MapData::Values(vec![addr_value(to.0), Value::Port(to.1)])),
+        comment: (!comment.is_empty()).then(|| comment.to_string()),
+    }
+}
+
+/// `dnat to daddr . l4proto . dport map @map` in a table of `family`.
+fn dnat_by_frontend(family: Family, map: &str) -> Stmt {
+    Stmt::DnatMap {
+        key: vec![daddr_of(family), Selector::L4Proto, Selector::ThDport],
+        map: map.into(),
+    }
+}
+
+fn daddr_of(family: Family) -> Selector {
+    if family == Family::Ip6 {
+        Selector::Ip6Daddr
+    } else {
+        Selector::IpDaddr
+    }
+}
+
 /// An address as a set key part or map data.
 fn addr_value(addr: IpAddr) -> Value {
     match addr {
@@ -219,13 +262,8 @@ fn slot_of(service: (IpAddr, u8, u16), slot: u32, to: (IpAddr, u16), comment: &s
 
 /// The rule drawing a slot of `modulus` in the slot map `map` of a table of `family`.
 fn draw_slot(family: Family, modulus: u32, map: &str) -> Stmt {
-    let daddr = if family == Family::Ip6 {
-        Selector::Ip6Daddr
-    } else {
-        Selector::IpDaddr
-    };
     Stmt::DnatSlotMap {
-        key: vec![daddr, Selector::L4Proto, Selector::ThDport],
+        key: vec![daddr_of(family), Selector::L4Proto, Selector::ThDport],
         modulus,
         map: map.into(),
     }
@@ -1263,7 +1301,24 @@ fn ip_route_and_misc() -> Table {
                 vec![draw_slot(Family::Ip, 2, "slots")],
                 "the first two slots are full",
             ),
+            rule(vec![dnat_by_frontend(Family::Ip, "first")], ""),
         ],
+    ));
+    chains.push(chain(
+        "retry",
+        None,
+        "",
+        vec![rule(
+            vec![
+                Stmt::Lookup {
+                    key: vec![Selector::IpDaddr, Selector::L4Proto, Selector::ThDport],
+                    set: "first".into(),
+                    negate: false,
+                },
+                v(goto("pick-4")),
+            ],
+            "a map's keys as a set",
+        )],
     ));
     let v4_at = |a| IpAddr::V4(v4(a));
     let slots = slot_map(
@@ -1295,6 +1350,15 @@ fn ip_route_and_misc() -> Table {
                 "",
             ),
         ],
+    );
+    let first = frontend_map(
+        "first",
+        DataType::Ipv4Addr,
+        vec![frontend_of(
+            (v4_at([10, 96, 0, 1]), 6, 80),
+            (v4_at([10, 1, 0, 2]), 8080),
+            "ns/web:http",
+        )],
     );
     let v4_slot =
         |first, last, addr, port, comment| slot(first, last, IpAddr::V4(v4(addr)), port, comment);
@@ -1358,7 +1422,7 @@ fn ip_route_and_misc() -> Table {
         "misc",
         "odds and ends",
         chains,
-        vec![pairs, endpoints, hairpins, slots],
+        vec![pairs, endpoints, hairpins, slots, first],
     )
 }
 
@@ -1413,7 +1477,10 @@ fn ip6_misc() -> Table {
             "pick-2",
             None,
             "",
-            vec![rule(vec![draw_slot(Family::Ip6, 2, "slots6")], "")],
+            vec![
+                rule(vec![draw_slot(Family::Ip6, 2, "slots6")], ""),
+                rule(vec![dnat_by_frontend(Family::Ip6, "first6")], ""),
+            ],
         ),
         chain(
             "in",
@@ -1459,7 +1526,22 @@ fn ip6_misc() -> Table {
             slot(341, 1023, IpAddr::V6(v6("fd00:100::8")), 5353, "ns/dns:udp"),
         ],
     );
-    table(Family::Ip6, "misc6", "", chains, vec![endpoints, slots])
+    let first = frontend_map(
+        "first6",
+        DataType::Ipv6Addr,
+        vec![frontend_of(
+            service6,
+            (IpAddr::V6(v6("fd00:100::9")), 3868),
+            "",
+        )],
+    );
+    table(
+        Family::Ip6,
+        "misc6",
+        "",
+        chains,
+        vec![endpoints, slots, first],
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1753,6 +1835,10 @@ mod tests {
                 seen.insert(format!("dnat slot map {fam}"));
                 "dnat slot map"
             }
+            Stmt::DnatMap { .. } => {
+                seen.insert(format!("dnat map {fam}"));
+                "dnat map"
+            }
             Stmt::Update { .. } => "update",
             Stmt::SetMark(op) => {
                 let op = match op {
@@ -1899,6 +1985,9 @@ mod tests {
             "stmt dnat slot map",
             "dnat slot map Ip",
             "dnat slot map Ip6",
+            "stmt dnat map",
+            "dnat map Ip",
+            "dnat map Ip6",
             "value addrtype Unicast",
             "value addrtype Local",
             "value addrtype Broadcast",

@@ -277,6 +277,10 @@ pub enum Stmt {
         modulus: u32,
         map: String,
     },
+    /// `dnat to key . key … map @map`: the packet's key is looked up in a hash map whose data
+    /// is `address . port`. A key the map does not hold falls through to the next rule (no
+    /// translation).
+    DnatMap { key: Vec<Selector>, map: String },
     /// `update @set { key . key … }`: add or refresh the key in a dynamic timeout set.
     Update { set: String, key: Vec<Selector> },
     /// `meta mark set …`

@@ -361,6 +361,11 @@ pub fn render_stmt(stmt: &Stmt, family: Option<Family>) -> String {
             dnat_map_family(family),
             concat(key)
         ),
+        Stmt::DnatMap { key, map } => format!(
+            "dnat {} to {} map @{map}",
+            dnat_map_family(family),
+            concat(key)
+        ),
         Stmt::Masquerade { fully_random } => {
             if *fully_random {
                 "masquerade fully-random".to_string()

@@ -83,6 +83,11 @@ enum Reg {
         modulus: u32,
         map: String,
     },
+    /// The `address . port` data a hash map yielded for `key`.
+    MapData {
+        key: Vec<Selector>,
+        map: String,
+    },
     Imm(Vec<u8>),
 }
 
@@ -443,6 +448,17 @@ impl Lifter<'_> {
                         set: set.clone(),
                         negate: *inverted,
                     }),
+                    // A named data map's `address . port` (`dnat to key map @m`).
+                    Some(dreg) if !inverted && info.anonymous.is_none() => {
+                        self.load(
+                            e,
+                            *dreg,
+                            Reg::MapData {
+                                key,
+                                map: set.clone(),
+                            },
+                        )?;
+                    }
                     _ => return Err(self.err(e, "lookup shape has no model equivalent")),
                 }
                 Ok(())
@@ -486,7 +502,7 @@ impl Lifter<'_> {
                 && proto_max.is_none_or(|m| m == *pmin)
                 && matches!(
                     self.regs.get(&self.off(e, *amin)?),
-                    Some(Reg::NumgenMapData { .. } | Reg::SlotMapData { .. })
+                    Some(Reg::NumgenMapData { .. } | Reg::SlotMapData { .. } | Reg::MapData { .. })
                 ) =>
             {
                 let addr_len = match (*family as u8, self.family) {
@@ -510,6 +526,7 @@ impl Lifter<'_> {
                     Reg::SlotMapData { key, modulus, map } => {
                         Stmt::DnatSlotMap { key, modulus, map }
                     }
+                    Reg::MapData { key, map } => Stmt::DnatMap { key, map },
                     _ => unreachable!("matched above"),
                 };
                 self.stmts.push(stmt);

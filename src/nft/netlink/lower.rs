@@ -425,6 +425,17 @@ impl Lowerer<'_> {
                 // nft names only the low end of the range here; the kernel fills in the rest.
                 self.out.exprs.push(dnat_to_map_data(proto, false));
             }
+            Stmt::DnatMap { key, map } => {
+                let proto = self.dnat_family(stmt)?;
+                self.load_key(key, Some(map));
+                self.out.exprs.push(Expr::Lookup {
+                    set: map.clone(),
+                    sreg: r1,
+                    dreg: Some(r1),
+                    inverted: false,
+                });
+                self.out.exprs.push(dnat_to_map_data(proto, false));
+            }
             Stmt::Update { set, key } => {
                 let sreg_key = self.load_key(key, Some(set));
                 self.out.exprs.push(Expr::Dynset {
