@@ -11,8 +11,10 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kubenft::model::ClusterState;
 use kubenft::netns::{Netns, can_create};
+use kubenft::nft::model::Table;
 use kubenft::nft::netlink::Nftables;
 use kubenft::proxier::ProxyConfig;
+use kubenft::sync::{Observed, reconcile_transaction};
 use serde::Deserialize;
 
 const CLUSTER: &str = r#"
@@ -135,6 +137,17 @@ fn cluster() -> Topology {
 /// Plans the Services, EndpointSlices and Node of `yaml` for node-a (dual-stack cluster and
 /// service CIDRs) and programs them into the lab's node; returns the number of tables.
 fn program(lab: &Topology, yaml: &str) -> usize {
+    let tables = plan(yaml);
+    let count = tables.len();
+    let tx = kubenft::sync::reconcile_transaction(&[], &tables, None);
+    lab.node
+        .run(move || Nftables::open().unwrap().apply(&tx).unwrap())
+        .unwrap();
+    count
+}
+
+/// The tables of the Services, EndpointSlices and Node of `yaml` for node-a.
+fn plan(yaml: &str) -> Vec<Table> {
     let (mut services, mut slices, mut nodes) = (
         Vec::<Service>::new(),
         Vec::<EndpointSlice>::new(),
@@ -163,13 +176,7 @@ fn program(lab: &Topology, yaml: &str) -> usize {
         ],
         ..ProxyConfig::default()
     };
-    let tables = kubenft::proxier::build(&state, &config);
-    let count = tables.len();
-    let tx = kubenft::sync::reconcile_transaction(&[], &tables, None);
-    lab.node
-        .run(move || Nftables::open().unwrap().apply(&tx).unwrap())
-        .unwrap();
-    count
+    kubenft::proxier::build(&state, &config)
 }
 
 fn addr(s: &str) -> SocketAddr {
@@ -408,5 +415,113 @@ spec: {clusterIP: "fd00:96::50", clusterIPs: ["fd00:96::50"], ipFamilies: [IPv6]
             "{service}: chi-square {chi2:.1} for {counts:?}"
         );
     }
+    drop(lab);
+}
+
+/// A service whose endpoint count crosses powers of two moves between shared pick chains: its
+/// key leaves one `pick-M-services` set and slot map and enters another. The kernel reads its
+/// generation anew at each set lookup, so a packet can see the move half done (the old set,
+/// the new slots, or neither set). Thousands of such moves, each one transaction, must not
+/// fail a single connection, for ClusterIP and NodePort traffic alike.
+#[test]
+fn connections_never_fail_while_a_service_moves_between_pick_chains() {
+    if !can_create() {
+        eprintln!("skipped: network namespaces need root");
+        return;
+    }
+    let lab = Topology::build("pm").unwrap();
+    common::sh(&lab.pods[0], "ip addr add 10.244.1.3/24 dev eth0");
+    let service = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: node-a}
+spec: {podCIDRs: [10.244.0.0/16]}
+status: {addresses: [{type: InternalIP, address: 10.0.0.1}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: moving, namespace: t}
+spec: {type: NodePort, clusterIP: 10.96.0.60, clusterIPs: [10.96.0.60], ports: [{name: http, port: 80, nodePort: 30060, protocol: TCP}]}
+"#;
+    let endpoints = ["10.244.1.2", "10.244.2.2", "10.244.1.3"];
+    // 1, 2 and 3 endpoints: pick-1, pick-2 and pick-4.
+    let states: Vec<Vec<Table>> = (1..=endpoints.len())
+        .map(|n| {
+            let on_node: Vec<_> = endpoints[..n].iter().map(|ip| (*ip, "node-a")).collect();
+            plan(&format!("{service}{}", slice("moving", "IPv4", &on_node)))
+        })
+        .collect();
+    // 1 → 2 → 3 → 2 → 1 …: moves to larger and to smaller chains.
+    let walk = [0, 1, 2, 1];
+    let moves: Vec<_> = (0..walk.len())
+        .map(|i| {
+            let from: Vec<_> = states[walk[i]]
+                .iter()
+                .map(|t| (t.table_ref(), Observed::Read(t.clone())))
+                .collect();
+            reconcile_transaction(&from, &states[walk[(i + 1) % walk.len()]], None)
+        })
+        .collect();
+    let first = reconcile_transaction(&[], &states[0], None);
+    lab.node
+        .run(move || Nftables::open().unwrap().apply(&first).unwrap())
+        .unwrap();
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mover = {
+        let stop = stop.clone();
+        lab.node
+            .spawn(move || {
+                let mut nft = Nftables::open().unwrap();
+                let mut applied = 0usize;
+                for tx in moves.iter().cycle() {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    nft.apply(tx).unwrap();
+                    applied += 1;
+                }
+                applied
+            })
+            .unwrap()
+    };
+    let clients: Vec<_> = ["10.96.0.60:80", "10.0.0.1:30060"]
+        .into_iter()
+        .flat_map(|to| [to, to])
+        .map(|to| {
+            let stop = stop.clone();
+            lab.client
+                .spawn(move || {
+                    let (mut ok, mut failed) = (0usize, Vec::new());
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        match kubenft::lab::connect_once(addr(to)) {
+                            Ok(_) => ok += 1,
+                            Err(e) => failed.push(format!("{to}: {e}")),
+                        }
+                    }
+                    (ok, failed)
+                })
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_secs(10));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let applied = mover.join().unwrap().unwrap();
+    let (mut ok, mut failed) = (0, Vec::new());
+    for c in clients {
+        let (o, f) = c.join().unwrap().unwrap();
+        ok += o;
+        failed.extend(f);
+    }
+    eprintln!("{applied} moves, {ok} connections");
+    assert!(
+        failed.is_empty(),
+        "{} of {} connections failed: {:?}",
+        failed.len(),
+        ok + failed.len(),
+        &failed[..failed.len().min(10)]
+    );
+    assert!(applied > 1000, "the service moved often: {applied}");
+    assert!(ok > 1000, "traffic flowed: {ok}");
     drop(lab);
 }

@@ -549,24 +549,28 @@ impl Builder<'_> {
             ],
         );
         let mut dispatch = vec![self.by_destination(SERVICE_IPS)];
-        for (set, chain) in pick_sizes()
-            .map(|m| (pick_set(m), pick_chain(m)))
-            .chain(pick_sizes().map(|m| (external_pick_set(m), external_pick_chain(m))))
-        {
-            dispatch.push(rule(
-                vec![
-                    Stmt::Lookup {
-                        key: vec![f.daddr(), Selector::L4Proto, Selector::ThDport],
-                        set,
-                        negate: false,
-                    },
-                    goto(&chain),
-                ],
-                None,
-            ));
-        }
+        dispatch.extend(self.pick_dispatch());
         dispatch.push(self.by_node_port(SERVICE_NODEPORTS));
+        dispatch.push(rule(
+            vec![
+                Stmt::Lookup {
+                    key: self.frontend(),
+                    set: PICK_FALLBACK.into(),
+                    negate: false,
+                },
+                goto(PICK_RETRY),
+            ],
+            Some("a pick set changed while this packet was looked up".into()),
+        ));
         self.chain(SERVICES, None, None, dispatch);
+        let mut retry = self.pick_dispatch();
+        retry.push(self.pick_fallback());
+        self.chain(
+            PICK_RETRY,
+            None,
+            Some("the pick sets again, once their commit is complete"),
+            retry,
+        );
         self.chain(
             REJECT_CHAIN,
             None,
@@ -661,16 +665,55 @@ impl Builder<'_> {
         ));
     }
 
+    /// The packet's `daddr . l4proto . dport`, as the pick sets and slot maps key it.
+    fn frontend(&self) -> Vec<Selector> {
+        vec![self.fam.daddr(), Selector::L4Proto, Selector::ThDport]
+    }
+
+    /// A rule per pick set (ClusterIPs, then external addresses) sending its keys to its chain.
+    fn pick_dispatch(&self) -> Vec<Rule> {
+        pick_sizes()
+            .map(|m| (pick_set(m), pick_chain(m)))
+            .chain(pick_sizes().map(|m| (external_pick_set(m), external_pick_chain(m))))
+            .map(|(set, chain)| {
+                rule(
+                    vec![
+                        Stmt::Lookup {
+                            key: self.frontend(),
+                            set,
+                            negate: false,
+                        },
+                        goto(&chain),
+                    ],
+                    None,
+                )
+            })
+            .collect()
+    }
+
+    /// The last rule of the pick chains: the service's first endpoint, for a packet whose
+    /// draws all missed because its service moved to another pick chain meanwhile.
+    fn pick_fallback(&self) -> Rule {
+        rule(
+            vec![Stmt::DnatMap {
+                key: self.frontend(),
+                map: PICK_FALLBACK.into(),
+            }],
+            Some("the service moved to another pick chain during the draws".into()),
+        )
+    }
+
     /// The shared `pick-M` chains (M = 1, 2, 4 … MAX_SHARED_PICK_ENDPOINTS), the sets of the
     /// services each serves, and their slot map.
     fn pick_chains(&mut self) {
         let f = self.fam;
         let masquerade = self.cluster_masquerade();
         let frontend_key = vec![f.addr_type(), DataType::InetProto, DataType::InetService];
+        let key = self.frontend();
         let draw = |modulus: u32, slots: u32| {
             rule(
                 vec![Stmt::DnatSlotMap {
-                    key: vec![f.daddr(), Selector::L4Proto, Selector::ThDport],
+                    key: key.clone(),
                     modulus,
                     map: pick_slots(slots),
                 }],
@@ -691,6 +734,7 @@ impl Builder<'_> {
                 draws.extend((1..SLOT_DRAWS).map(|_| draw(slots, slots)));
                 draws.push(draw(slots / 2, slots));
             }
+            draws.push(self.pick_fallback());
             rules.extend(draws.iter().cloned());
             // nft keeps comments to 128 bytes.
             let comment = match slots {
@@ -747,6 +791,14 @@ impl Builder<'_> {
             slot_map.data = vec![f.addr_type(), DataType::InetService];
             self.out.declare(slot_map);
         }
+        let mut fallback = map(
+            PICK_FALLBACK,
+            frontend_key,
+            false,
+            "address . protocol . port of the pick sets to the first endpoint",
+        );
+        fallback.data = vec![f.addr_type(), DataType::InetService];
+        self.out.declare(fallback);
     }
 
     /// Whether ClusterIP traffic is marked for masquerading, and on which condition besides its
@@ -784,7 +836,21 @@ impl Builder<'_> {
         let map = pick_slots(slots);
         let label = sp.name.to_string();
         let proto = Value::Proto(sp.name.protocol.number());
+        let Some(first) = eps.first() else {
+            return;
+        };
         for &(ip, port) in frontends {
+            self.out.push_element(
+                PICK_FALLBACK,
+                Element {
+                    key: vec![ip_value(ip), proto.clone(), Value::Port(port)],
+                    data: Some(MapData::Values(vec![
+                        ip_value(first.ip),
+                        Value::Port(first.port),
+                    ])),
+                    comment: Some(label.clone()),
+                },
+            );
             for (slot, ep) in eps.iter().enumerate() {
                 self.out.push_element(
                     &map,

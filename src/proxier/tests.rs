@@ -2,10 +2,10 @@
 
 use super::*;
 use crate::model::ClusterState;
-use crate::nft::model::{CmpOp, Family, MapData, Selector, Set, Stmt, Table, Value, Verdict};
+use crate::nft::model::{CmpOp, Family, MapData, Rule, Selector, Set, Stmt, Table, Value, Verdict};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 const NODE: &str = "
 metadata: {name: node-a, labels: {topology.kubernetes.io/zone: zone-a}}
@@ -872,10 +872,18 @@ fn a_cluster_ip_only_service_draws_a_slot_in_the_shared_chain_of_its_slot_count(
     let mut expected = vec![4; SLOT_DRAWS - 1];
     expected.push(2);
     assert_eq!(draws, expected);
+    let rules = &t.chains["pick-4"].rules;
     assert_eq!(
-        t.chains["pick-4"].rules.len(),
-        SLOT_DRAWS + 1,
-        "and the masquerade rule"
+        rules.len(),
+        SLOT_DRAWS + 2,
+        "and the masquerade rule, and the fallback"
+    );
+    assert_eq!(
+        rules.last().unwrap().stmts,
+        [Stmt::DnatMap {
+            key: vec![Selector::IpDaddr, Selector::L4Proto, Selector::ThDport],
+            map: "pick-fallback".into(),
+        }]
     );
     // The shared chains exist for every power of two up to the limit, whatever the cluster.
     let empty = plan(&[], &[], &config());
@@ -951,5 +959,106 @@ fn external_traffic_of_policy_cluster_services_is_drawn_by_the_shared_external_c
         t.chains["external-pick-2"].rules[0].stmts,
         [Stmt::Verdict(Verdict::Jump("mark-for-masquerade".into()))],
         "external traffic is always masqueraded under policy Cluster"
+    );
+}
+
+/// What a packet racing a commit needs: every key of a pick set (ClusterIP or external) is in
+/// `pick-fallback` with the endpoint of its slot 0, every pick chain ends with that fallback, and
+/// a key that matched no pick set is dispatched once more by `pick-retry`.
+#[test]
+fn every_pick_key_has_a_fallback_endpoint_and_a_second_dispatch() {
+    let svc = service(
+        "metadata: {name: web, namespace: default}\nspec: {type: LoadBalancer, clusterIP: 10.96.0.10, externalIPs: [192.0.2.10], ports: [{name: http, port: 80, protocol: TCP, nodePort: 30080}]}\nstatus: {loadBalancer: {ingress: [{ip: 198.51.100.10}]}}",
+    );
+    let api = service(
+        "metadata: {name: api, namespace: default}\nspec: {clusterIP: 10.96.0.20, ports: [{name: http, port: 443, protocol: TCP}]}",
+    );
+    let three =
+        "[{addresses: [10.244.0.21]}, {addresses: [10.244.0.22]}, {addresses: [10.244.0.23]}]";
+    let t = plan(
+        &[svc, api],
+        &[
+            slice("web", "IPv4", 8080, TWO_READY),
+            slice("api", "IPv4", 8443, three),
+        ],
+        &config(),
+    );
+    let t = v4(&t);
+    let slot0: BTreeMap<Vec<Value>, Option<MapData>> = t
+        .sets
+        .values()
+        .filter(|s| names::is_pick_slots(&s.name))
+        .flat_map(|s| &s.elements)
+        .filter(|e| e.key[3] == Value::Mark(0))
+        .map(|e| (e.key[..3].to_vec(), e.data.clone()))
+        .collect();
+    let fallback: BTreeMap<Vec<Value>, Option<MapData>> = t.sets["pick-fallback"]
+        .elements
+        .iter()
+        .map(|e| (e.key.clone(), e.data.clone()))
+        .collect();
+    let picked: BTreeSet<Vec<Value>> = t
+        .sets
+        .values()
+        .filter(|s| s.name.ends_with("-services") && s.name.contains("pick-"))
+        .flat_map(|s| s.elements.iter().map(|e| e.key.clone()))
+        .collect();
+    assert_eq!(
+        picked.len(),
+        5,
+        "web: ClusterIP, external, LB and node IP; api"
+    );
+    assert_eq!(fallback, slot0);
+    assert_eq!(fallback.keys().cloned().collect::<BTreeSet<_>>(), picked);
+
+    let fallback_rule = Stmt::DnatMap {
+        key: vec![Selector::IpDaddr, Selector::L4Proto, Selector::ThDport],
+        map: "pick-fallback".into(),
+    };
+    let pick_chains: Vec<&String> = t
+        .chains
+        .keys()
+        .filter(|c| c.starts_with("pick-") || c.starts_with("external-pick-"))
+        .collect();
+    assert_eq!(pick_chains.len(), 2 * 13 + 1, "{pick_chains:?}");
+    for c in pick_chains {
+        assert_eq!(
+            t.chains[c].rules.last().unwrap().stmts,
+            std::slice::from_ref(&fallback_rule),
+            "{c}"
+        );
+    }
+    // pick-retry repeats the pick rules of `services`, in the same order.
+    let goes_to_pick = |r: &&Rule| {
+        r.stmts.iter().any(|s| {
+            matches!(s, Stmt::Verdict(Verdict::Goto(c)) if c.starts_with("pick-") || c.starts_with("external-pick-"))
+        })
+    };
+    let services = &t.chains["services"].rules;
+    let first_pass: Vec<&Rule> = services
+        .iter()
+        .filter(goes_to_pick)
+        .filter(|r| {
+            !r.stmts
+                .contains(&Stmt::Verdict(Verdict::Goto("pick-retry".into())))
+        })
+        .collect();
+    let retry = &t.chains["pick-retry"].rules;
+    assert_eq!(first_pass.len(), 26);
+    assert_eq!(
+        retry.iter().filter(goes_to_pick).collect::<Vec<_>>(),
+        first_pass
+    );
+    assert_eq!(retry.last().unwrap().stmts, [fallback_rule]);
+    assert_eq!(
+        services.last().unwrap().stmts,
+        [
+            Stmt::Lookup {
+                key: vec![Selector::IpDaddr, Selector::L4Proto, Selector::ThDport],
+                set: "pick-fallback".into(),
+                negate: false,
+            },
+            Stmt::Verdict(Verdict::Goto("pick-retry".into())),
+        ]
     );
 }
