@@ -419,10 +419,12 @@ spec: {clusterIP: "fd00:96::50", clusterIPs: ["fd00:96::50"], ipFamilies: [IPv6]
 }
 
 /// A service whose endpoint count crosses powers of two moves between shared pick chains: its
-/// key leaves one `pick-M-services` set and slot map and enters another. The kernel reads its
-/// generation anew at each set lookup, so a packet can see the move half done (the old set,
-/// the new slots, or neither set). Thousands of such moves, each one transaction, must not
-/// fail a single connection, for ClusterIP and NodePort traffic alike.
+/// key leaves one `pick-M-services` set and slot map and enters another; changing its
+/// externalTrafficPolicy moves it between a pick chain and chains of its own. The kernel reads
+/// its generation anew at each set lookup, so a packet can see a move half done (the old set
+/// and the new slots, neither set, a new chain still empty to it). Thousands of such moves,
+/// each one transaction, must not fail a single connection, for ClusterIP and NodePort
+/// traffic alike.
 #[test]
 fn connections_never_fail_while_a_service_moves_between_pick_chains() {
     if !can_create() {
@@ -431,28 +433,41 @@ fn connections_never_fail_while_a_service_moves_between_pick_chains() {
     }
     let lab = Topology::build("pm").unwrap();
     common::sh(&lab.pods[0], "ip addr add 10.244.1.3/24 dev eth0");
-    let service = r#"
+    let service = |policy: &str| {
+        format!(
+            r#"
 apiVersion: v1
 kind: Node
-metadata: {name: node-a}
-spec: {podCIDRs: [10.244.0.0/16]}
-status: {addresses: [{type: InternalIP, address: 10.0.0.1}]}
+metadata: {{name: node-a}}
+spec: {{podCIDRs: [10.244.0.0/16]}}
+status: {{addresses: [{{type: InternalIP, address: 10.0.0.1}}]}}
 ---
 apiVersion: v1
 kind: Service
-metadata: {name: moving, namespace: t}
-spec: {type: NodePort, clusterIP: 10.96.0.60, clusterIPs: [10.96.0.60], ports: [{name: http, port: 80, nodePort: 30060, protocol: TCP}]}
-"#;
+metadata: {{name: moving, namespace: t}}
+spec: {{type: NodePort, externalTrafficPolicy: {policy}, clusterIP: 10.96.0.60, clusterIPs: [10.96.0.60], ports: [{{name: http, port: 80, nodePort: 30060, protocol: TCP}}]}}
+"#
+        )
+    };
     let endpoints = ["10.244.1.2", "10.244.2.2", "10.244.1.3"];
-    // 1, 2 and 3 endpoints: pick-1, pick-2 and pick-4.
-    let states: Vec<Vec<Table>> = (1..=endpoints.len())
-        .map(|n| {
-            let on_node: Vec<_> = endpoints[..n].iter().map(|ip| (*ip, "node-a")).collect();
-            plan(&format!("{service}{}", slice("moving", "IPv4", &on_node)))
-        })
-        .collect();
-    // 1 → 2 → 3 → 2 → 1 …: moves to larger and to smaller chains.
-    let walk = [0, 1, 2, 1];
+    // 1, 2 and 3 endpoints: pick-1, pick-2 and pick-4; with policy Local, chains of its own.
+    let state = |policy: &str, n: usize| {
+        let on_node: Vec<_> = endpoints[..n].iter().map(|ip| (*ip, "node-a")).collect();
+        plan(&format!(
+            "{}{}",
+            service(policy),
+            slice("moving", "IPv4", &on_node)
+        ))
+    };
+    let states: Vec<Vec<Table>> = vec![
+        state("Cluster", 1),
+        state("Cluster", 2),
+        state("Cluster", 3),
+        state("Local", 3),
+    ];
+    // Moves to larger and to smaller pick chains, and between a pick chain and chains of its
+    // own.
+    let walk = [0, 1, 2, 3, 2, 1];
     let moves: Vec<_> = (0..walk.len())
         .map(|i| {
             let from: Vec<_> = states[walk[i]]

@@ -548,6 +548,9 @@ impl Builder<'_> {
                 rule(vec![Stmt::Masquerade { fully_random: true }], None),
             ],
         );
+        // `service-ips` and `service-nodeports` jump rather than goto: a chain the same commit
+        // created is empty to a packet that entered the table before it, and that packet must
+        // go on to the retry below instead of leaving untranslated.
         let mut dispatch = vec![self.by_destination(SERVICE_IPS)];
         dispatch.extend(self.pick_dispatch());
         dispatch.push(self.by_node_port(SERVICE_NODEPORTS));
@@ -560,15 +563,23 @@ impl Builder<'_> {
                 },
                 goto(PICK_RETRY),
             ],
-            Some("a pick set changed while this packet was looked up".into()),
+            Some("the dispatch changed while this packet was looked up".into()),
         ));
         self.chain(SERVICES, None, None, dispatch);
+        // Not `service-ips`: a chain created by the commit is empty to a packet that entered
+        // the table before it, so a service that moved to a chain of its own gets the fallback.
         let mut retry = self.pick_dispatch();
+        // Its own chain's masquerade rule is out of reach: masquerade, as external traffic
+        // needs, at the cost of a pod's source address for this one connection.
+        retry.push(rule(
+            vec![jump(MARK_FOR_MASQUERADE)],
+            Some("the service moved to a chain of its own".into()),
+        ));
         retry.push(self.pick_fallback());
         self.chain(
             PICK_RETRY,
             None,
-            Some("the pick sets again, once their commit is complete"),
+            Some("the dispatch again, once its commit is complete"),
             retry,
         );
         self.chain(
@@ -691,15 +702,16 @@ impl Builder<'_> {
             .collect()
     }
 
-    /// The last rule of the pick chains: the service's first endpoint, for a packet whose
-    /// draws all missed because its service moved to another pick chain meanwhile.
+    /// The last rule of the chains that draw endpoints from maps: the first endpoint for the
+    /// packet's destination, for a packet whose draws all missed because its service moved to
+    /// another chain meanwhile.
     fn pick_fallback(&self) -> Rule {
         rule(
             vec![Stmt::DnatMap {
                 key: self.frontend(),
                 map: PICK_FALLBACK.into(),
             }],
-            Some("the service moved to another pick chain during the draws".into()),
+            Some("the service moved to another chain during the draws".into()),
         )
     }
 
@@ -836,21 +848,8 @@ impl Builder<'_> {
         let map = pick_slots(slots);
         let label = sp.name.to_string();
         let proto = Value::Proto(sp.name.protocol.number());
-        let Some(first) = eps.first() else {
-            return;
-        };
+        self.fallback(sp, frontends, eps);
         for &(ip, port) in frontends {
-            self.out.push_element(
-                PICK_FALLBACK,
-                Element {
-                    key: vec![ip_value(ip), proto.clone(), Value::Port(port)],
-                    data: Some(MapData::Values(vec![
-                        ip_value(first.ip),
-                        Value::Port(first.port),
-                    ])),
-                    comment: Some(label.clone()),
-                },
-            );
             for (slot, ep) in eps.iter().enumerate() {
                 self.out.push_element(
                     &map,
@@ -866,6 +865,29 @@ impl Builder<'_> {
                     },
                 );
             }
+        }
+    }
+
+    /// Puts each of `frontends` in `PICK_FALLBACK` with the first of `eps`, the endpoints
+    /// traffic arriving there may use.
+    fn fallback(&mut self, sp: &ServicePort, frontends: &[(IpAddr, u16)], eps: &[Endpoint]) {
+        let Some(first) = eps.first() else {
+            return;
+        };
+        let label = sp.name.to_string();
+        let proto = Value::Proto(sp.name.protocol.number());
+        for &(ip, port) in frontends {
+            self.out.push_element(
+                PICK_FALLBACK,
+                Element {
+                    key: vec![ip_value(ip), proto.clone(), Value::Port(port)],
+                    data: Some(MapData::Values(vec![
+                        ip_value(first.ip),
+                        Value::Port(first.port),
+                    ])),
+                    comment: Some(label.clone()),
+                },
+            );
         }
     }
 
@@ -1007,21 +1029,26 @@ impl Builder<'_> {
             );
         }
         self.hairpin(eps);
-        vec![rule(
-            vec![
-                m(
-                    Selector::L4Proto,
-                    CmpOp::Eq,
-                    Value::Proto(sp.name.protocol.number()),
-                ),
-                Stmt::DnatNumgenMap {
-                    modulus: SLOTS_PER_BLOCK,
-                    offset: base,
-                    map: shard,
-                },
-            ],
-            None,
-        )]
+        vec![
+            rule(
+                vec![
+                    m(
+                        Selector::L4Proto,
+                        CmpOp::Eq,
+                        Value::Proto(sp.name.protocol.number()),
+                    ),
+                    Stmt::DnatNumgenMap {
+                        modulus: SLOTS_PER_BLOCK,
+                        offset: base,
+                        map: shard,
+                    },
+                ],
+                None,
+            ),
+            // The block is gone if the service moved to a pick chain while this packet was on
+            // its way here.
+            self.pick_fallback(),
+        ]
     }
 
     /// Endpoint chains (and affinity sets) for `eps`, then the dispatch statements.
@@ -1201,11 +1228,14 @@ impl Builder<'_> {
             }
             rules.extend(self.dispatch(sp, &svc_chain, &cluster));
             self.chain(&svc_chain, None, Some(&label), rules);
+            let frontends: Vec<(IpAddr, u16)> =
+                cluster_ips.iter().map(|ip| (*ip, sp.port)).collect();
+            self.fallback(sp, &frontends, &cluster);
             for ip in &cluster_ips {
                 self.element(
                     SERVICE_IPS,
                     vec![ip_value(*ip), proto.clone(), port.clone()],
-                    Some(Verdict::Goto(svc_chain.clone())),
+                    Some(Verdict::Jump(svc_chain.clone())),
                     Some(label.clone()),
                 );
             }
@@ -1329,11 +1359,17 @@ impl Builder<'_> {
                 rules.push(rule(vec![goto(&local_chain)], None));
             }
             self.chain(&ext_chain, None, Some(&label), rules);
+            let mut frontends: Vec<(IpAddr, u16)> =
+                external_ips.iter().map(|ip| (*ip, sp.port)).collect();
+            if let Some(np) = node_port_here {
+                frontends.extend(self.nodeport_ips().into_iter().map(|ip| (ip, np)));
+            }
+            self.fallback(sp, &frontends, external_eps);
             for ip in &external_ips {
                 self.element(
                     SERVICE_IPS,
                     vec![ip_value(*ip), proto.clone(), port.clone()],
-                    Some(Verdict::Goto(ext_chain.clone())),
+                    Some(Verdict::Jump(ext_chain.clone())),
                     Some(format!("{label} external IP")),
                 );
             }
@@ -1341,7 +1377,7 @@ impl Builder<'_> {
                 self.element(
                     SERVICE_NODEPORTS,
                     vec![proto.clone(), Value::Port(np)],
-                    Some(Verdict::Goto(ext_chain.clone())),
+                    Some(Verdict::Jump(ext_chain.clone())),
                     Some(label.clone()),
                 );
             }

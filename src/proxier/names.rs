@@ -104,13 +104,15 @@ pub fn pick_set(slots: u32) -> String {
     format!("pick-{slots}-services")
 }
 
-/// `address . protocol . port` → first endpoint `address . port`, for every key of the pick
-/// sets. The kernel reads its generation anew at each set lookup, so a packet racing a commit
-/// that moves a service between pick chains can find its key in the old set and miss the
-/// slots already moved, or miss both sets: it then lands here (see `PICK_RETRY`).
+/// `address . protocol . port` → first endpoint `address . port`, for every address a service
+/// is reached at (ClusterIPs, external and load-balancer IPs, node IP . NodePort). The kernel
+/// reads its generation anew at each set lookup, so a packet racing a commit that moves a
+/// service to another chain can be sent to the old chain and miss the endpoints already
+/// moved, or miss both the old and the new dispatch entry: it then lands here (see
+/// `PICK_RETRY`).
 pub const PICK_FALLBACK: &str = "pick-fallback";
-/// Where `services` sends a packet whose key is in `PICK_FALLBACK` but matched no pick set:
-/// the same pick dispatch again, which sees the commit finished.
+/// Where `services` sends a packet whose key is in `PICK_FALLBACK` but matched no dispatch
+/// entry: `service-ips` and the pick sets again, which see the commit finished.
 pub const PICK_RETRY: &str = "pick-retry";
 
 /// `endpoint . endpoint` pairs: a DNATed packet from an endpoint to itself is masqueraded.

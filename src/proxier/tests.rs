@@ -60,7 +60,7 @@ fn verdict_for(set: &Set, key_prefix: &Value) -> Option<Verdict> {
 /// The chain traffic to `cluster_ip` goes to: its `service-ips` element's, or the shared pick
 /// chain whose set holds it.
 fn chain_for(t: &Table, cluster_ip: &Value) -> Option<String> {
-    if let Some(Verdict::Goto(chain)) = verdict_for(&t.sets["service-ips"], cluster_ip) {
+    if let Some(Verdict::Jump(chain)) = verdict_for(&t.sets["service-ips"], cluster_ip) {
         return Some(chain);
     }
     let mut slots = 1;
@@ -157,12 +157,12 @@ fn a_node_port_service_with_two_ready_endpoints_picks_one_by_a_random_slot_of_it
         &config(),
     );
     let t = v4(&t);
-    let Some(Verdict::Goto(chain)) = verdict_for(&t.sets["service-ips"], &ip("10.96.0.10")) else {
+    let Some(Verdict::Jump(chain)) = verdict_for(&t.sets["service-ips"], &ip("10.96.0.10")) else {
         panic!("no service-ips entry")
     };
-    let last = &t.chains[&chain].rules.last().unwrap().stmts;
+    let rules = &t.chains[&chain].rules;
     assert_eq!(
-        last[..],
+        rules[rules.len() - 2].stmts[..],
         [
             Stmt::Match {
                 left: Selector::L4Proto,
@@ -176,6 +176,14 @@ fn a_node_port_service_with_two_ready_endpoints_picks_one_by_a_random_slot_of_it
                 map: "service-endpoints-000".into()
             }
         ]
+    );
+    // A block dropped while a packet was on its way here: the first endpoint.
+    assert_eq!(
+        rules.last().unwrap().stmts,
+        [Stmt::DnatMap {
+            key: vec![Selector::IpDaddr, Selector::L4Proto, Selector::ThDport],
+            map: "pick-fallback".into()
+        }]
     );
     // Half the block each; no endpoint chains.
     assert_eq!(slot_ranges(t), [(0, 32767), (32768, 65535)]);
@@ -694,7 +702,7 @@ fn affinity_services_pick_endpoint_chains_by_a_cascade_or_one_numgen_map() {
             &config(),
         );
         let t = v4(&t);
-        let Some(Verdict::Goto(chain)) = verdict_for(&t.sets["service-ips"], &ip("10.96.0.10"))
+        let Some(Verdict::Jump(chain)) = verdict_for(&t.sets["service-ips"], &ip("10.96.0.10"))
         else {
             panic!("no service-ips entry")
         };
@@ -909,7 +917,7 @@ fn services_with_external_traffic_policy_local_or_affinity_keep_chains_of_their_
             &config(),
         );
         let t = v4(&t);
-        let Some(Verdict::Goto(chain)) = verdict_for(&t.sets["service-ips"], &ip("10.96.0.10"))
+        let Some(Verdict::Jump(chain)) = verdict_for(&t.sets["service-ips"], &ip("10.96.0.10"))
         else {
             panic!("no service-ips entry")
         };
@@ -1060,5 +1068,62 @@ fn every_pick_key_has_a_fallback_endpoint_and_a_second_dispatch() {
             },
             Stmt::Verdict(Verdict::Goto("pick-retry".into())),
         ]
+    );
+}
+
+/// A service with chains of its own has fallback entries too, for a packet sent to a pick
+/// chain or the retry just before it moved there: its ClusterIP with the first of its
+/// endpoints, its node IP . NodePort with the first local one (policy Local).
+#[test]
+fn services_with_chains_of_their_own_have_fallback_endpoints_of_their_policies() {
+    let local_second = "[{addresses: [10.244.0.11], nodeName: node-b, conditions: {ready: true}}, {addresses: [10.244.1.12], nodeName: node-a, conditions: {ready: true}}]";
+    let t = plan(
+        &[service(WEB_NODEPORT)],
+        &[slice("web", "IPv4", 8080, local_second)],
+        &config(),
+    );
+    let t = v4(&t);
+    let fallback: Vec<(Vec<Value>, Option<MapData>)> = t.sets["pick-fallback"]
+        .elements
+        .iter()
+        .map(|e| (e.key.clone(), e.data.clone()))
+        .collect();
+    let to = |a: &str| Some(MapData::Values(vec![ip(a), Value::Port(8080)]));
+    assert_eq!(
+        fallback,
+        [
+            (
+                vec![ip("10.0.0.10"), Value::Proto(6), Value::Port(30080)],
+                to("10.244.1.12")
+            ),
+            (
+                vec![ip("10.96.0.10"), Value::Proto(6), Value::Port(80)],
+                to("10.244.0.11")
+            ),
+        ]
+    );
+    // Both of its drawing chains end with the fallback.
+    let mut drawing = 0;
+    for c in t.chains.keys().filter(|c| c.contains("default/web")) {
+        let rules = &t.chains[c].rules;
+        let draws = rules.iter().any(|r| {
+            r.stmts
+                .iter()
+                .any(|s| matches!(s, Stmt::DnatNumgenMap { .. }))
+        });
+        if draws {
+            drawing += 1;
+            assert!(
+                matches!(&rules.last().unwrap().stmts[..], [Stmt::DnatMap { map, .. }] if map == "pick-fallback"),
+                "{c}"
+            );
+        }
+    }
+    assert_eq!(drawing, 2, "service- and local- chains");
+    assert_eq!(
+        verdict_for(&t.sets["service-ips"], &ip("10.96.0.10"))
+            .map(|v| matches!(v, Verdict::Jump(_))),
+        Some(true),
+        "dispatch jumps, so a chain still empty to the packet returns to the retry"
     );
 }
