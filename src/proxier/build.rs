@@ -287,10 +287,18 @@ impl Fragment {
                 self.elements.len() - 1
             }
         };
-        let elements = &mut self.elements[i].1;
-        // Two ports or addresses of one service can yield the same key; the first stays.
-        if !elements.iter().any(|e| e.key == element.key) {
-            elements.push(element);
+        self.elements[i].1.push(element);
+    }
+
+    /// Two ports or addresses of one service can yield the same key: the first stays. Done
+    /// once the fragment is built rather than per element, which would be quadratic in a
+    /// service's elements (endpoints × addresses it is reached at).
+    fn dedup_keys(&mut self) {
+        for (_, elements) in &mut self.elements {
+            if elements.len() > 1 {
+                let mut seen = std::collections::HashSet::with_capacity(elements.len());
+                elements.retain(|e| seen.insert(e.key.clone()));
+            }
         }
     }
 
@@ -807,7 +815,7 @@ impl Builder<'_> {
             PICK_FALLBACK,
             frontend_key,
             false,
-            "address . protocol . port of the pick sets to the first endpoint",
+            "service address . protocol . port to its first endpoint, for connections racing a commit",
         );
         fallback.data = vec![f.addr_type(), DataType::InetService];
         self.out.declare(fallback);
@@ -1201,11 +1209,11 @@ impl Builder<'_> {
             self.element(CLUSTER_IPS, vec![ip_value(*ip)], None, None);
         }
         let shared = self.shared_pick(sp, cluster.len());
+        let cluster_frontends: Vec<(IpAddr, u16)> =
+            cluster_ips.iter().map(|ip| (*ip, sp.port)).collect();
         if let (false, Some(slots)) = (cluster.is_empty(), shared) {
             // The shared pick chain masquerades off-cluster sources and draws a slot.
-            let frontends: Vec<(IpAddr, u16)> =
-                cluster_ips.iter().map(|ip| (*ip, sp.port)).collect();
-            self.fill_slots(sp, slots, &frontends, &cluster);
+            self.fill_slots(sp, slots, &cluster_frontends, &cluster);
             self.hairpin(&cluster);
             for ip in &cluster_ips {
                 self.element(
@@ -1228,9 +1236,7 @@ impl Builder<'_> {
             }
             rules.extend(self.dispatch(sp, &svc_chain, &cluster));
             self.chain(&svc_chain, None, Some(&label), rules);
-            let frontends: Vec<(IpAddr, u16)> =
-                cluster_ips.iter().map(|ip| (*ip, sp.port)).collect();
-            self.fallback(sp, &frontends, &cluster);
+            self.fallback(sp, &cluster_frontends, &cluster);
             for ip in &cluster_ips {
                 self.element(
                     SERVICE_IPS,
@@ -1275,6 +1281,13 @@ impl Builder<'_> {
             .filter(|ip| f.has(ip))
             .collect();
         let node_port_here = sp.node_port.filter(|_| !self.nodeport_ips().is_empty());
+        // Where external traffic arrives: each external or LB IP with the service port, then
+        // each NodePort address with the NodePort.
+        let mut frontends: Vec<(IpAddr, u16)> =
+            external_ips.iter().map(|ip| (*ip, sp.port)).collect();
+        if let Some(np) = node_port_here {
+            frontends.extend(self.nodeport_ips().into_iter().map(|ip| (ip, np)));
+        }
         if external_eps.is_empty() {
             let (verdict, why) =
                 if sp.external_policy == TrafficPolicy::Local && !cluster.is_empty() {
@@ -1301,15 +1314,9 @@ impl Builder<'_> {
         } else if let Some(slots) = shared {
             // externalTrafficPolicy Cluster: the shared external pick chain masquerades and
             // draws among the same endpoints, keyed by the address the traffic arrived at.
-            let mut frontends: Vec<(IpAddr, u16)> =
-                external_ips.iter().map(|ip| (*ip, sp.port)).collect();
-            let external = frontends.len();
-            if let Some(np) = node_port_here {
-                frontends.extend(self.nodeport_ips().into_iter().map(|ip| (ip, np)));
-            }
             self.fill_slots(sp, slots, &frontends, &cluster);
             for (i, (ip, port)) in frontends.into_iter().enumerate() {
-                let comment = if i < external {
+                let comment = if i < external_ips.len() {
                     format!("{label} external IP")
                 } else {
                     format!("{label} NodePort")
@@ -1359,11 +1366,6 @@ impl Builder<'_> {
                 rules.push(rule(vec![goto(&local_chain)], None));
             }
             self.chain(&ext_chain, None, Some(&label), rules);
-            let mut frontends: Vec<(IpAddr, u16)> =
-                external_ips.iter().map(|ip| (*ip, sp.port)).collect();
-            if let Some(np) = node_port_here {
-                frontends.extend(self.nodeport_ips().into_iter().map(|ip| (ip, np)));
-            }
             self.fallback(sp, &frontends, external_eps);
             for ip in &external_ips {
                 self.element(
@@ -1485,6 +1487,7 @@ impl<'a> FragmentBuilder<'a> {
         for ip in b.nodeport_ips() {
             b.element(NODEPORT_IPS, vec![ip_value(ip)], None, None);
         }
+        b.out.dedup_keys();
         b.out
     }
 
@@ -1492,6 +1495,7 @@ impl<'a> FragmentBuilder<'a> {
     pub fn service(&self, sp: &ServicePort, blocks: &mut BlockAllocator) -> Fragment {
         let mut b = self.builder(blocks);
         b.service(sp);
+        b.out.dedup_keys();
         b.out
     }
 }

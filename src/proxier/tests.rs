@@ -1127,3 +1127,29 @@ fn services_with_chains_of_their_own_have_fallback_endpoints_of_their_policies()
         "dispatch jumps, so a chain still empty to the packet returns to the retry"
     );
 }
+
+/// An address that is both an external IP and the load balancer's yields each key once in
+/// the service's fragment (the planner relies on keys being unique within a fragment).
+#[test]
+fn an_address_a_service_is_reached_at_twice_yields_its_elements_once() {
+    let svc = service(
+        "metadata: {name: web, namespace: default}\nspec: {type: LoadBalancer, clusterIP: 10.96.0.10, externalIPs: [192.0.2.10], ports: [{name: http, port: 80, protocol: TCP, nodePort: 30080}]}\nstatus: {loadBalancer: {ingress: [{ip: 192.0.2.10}]}}",
+    );
+    let node: Node = serde_yaml::from_str(NODE).unwrap();
+    let (state, _) = ClusterState::from_objects(
+        &[svc],
+        &[slice("web", "IPv4", 8080, TWO_READY)],
+        Some(&node),
+    );
+    let config = config();
+    let sp = state.services.values().next().unwrap();
+    let fragment = build::FragmentBuilder::new(&config, &state, build::IpFamily::V4)
+        .service(sp, &mut build::BlockAllocator::new(Default::default()));
+    for (set, elements) in &fragment.elements {
+        let keys: BTreeSet<&Vec<Value>> = elements.iter().map(|e| &e.key).collect();
+        assert_eq!(keys.len(), elements.len(), "{set}: {elements:?}");
+    }
+    // ClusterIP, the shared address and the node IP with the NodePort.
+    assert_eq!(fragment.elements_of("pick-fallback").len(), 3);
+    assert_eq!(fragment.elements_of("pick-2-slots").len(), 3 * 2);
+}
