@@ -296,8 +296,12 @@ impl Fragment {
     fn dedup_keys(&mut self) {
         for (_, elements) in &mut self.elements {
             if elements.len() > 1 {
-                let mut seen = std::collections::HashSet::with_capacity(elements.len());
-                elements.retain(|e| seen.insert(e.key.clone()));
+                let first: Vec<bool> = {
+                    let mut seen = std::collections::HashSet::with_capacity(elements.len());
+                    elements.iter().map(|e| seen.insert(&e.key)).collect()
+                };
+                let mut first = first.into_iter();
+                elements.retain(|_| first.next().unwrap_or(true));
             }
         }
     }
