@@ -443,28 +443,40 @@ fn list(
             }
         }
     };
-    let objects = store.list_at(kind, snapshot_rv).map_err(|e| {
-        if after.is_some() {
-            RequestError::ContinueExpired(e)
-        } else {
-            RequestError::ListExpired(e)
-        }
-    })?;
-    drop(store);
-
-    let mut selected = objects
-        .iter()
-        .filter(|(key, _)| {
-            after
-                .as_ref()
-                .is_none_or(|a| (&key.namespace, &key.name) > (&a.0, &a.1))
-        })
-        .filter(|(key, obj)| query.selects(key, namespace, obj));
     let limit = query
         .limit
         .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-    let page: Vec<&(ObjectKey, Arc<Value>)> = selected.by_ref().take(limit).collect();
-    let remaining = selected.count();
+    // The real server only knows the count when it need not filter.
+    let counted = query.label_selector.is_empty() && query.field_selector.is_empty();
+    let mut page: Vec<(ObjectKey, Arc<Value>)> = Vec::new();
+    let mut remaining = 0usize;
+    store
+        .visit_at(
+            kind,
+            snapshot_rv,
+            after
+                .as_ref()
+                .map(|(ns, name)| (ns.as_str(), name.as_str())),
+            |key, obj| {
+                if !query.selects(key, namespace, obj) {
+                    return true;
+                }
+                if page.len() < limit {
+                    page.push((key.clone(), obj.clone()));
+                } else {
+                    remaining += 1;
+                }
+                remaining == 0 || counted
+            },
+        )
+        .map_err(|e| {
+            if after.is_some() {
+                RequestError::ContinueExpired(e)
+            } else {
+                RequestError::ListExpired(e)
+            }
+        })?;
+    drop(store);
 
     let mut metadata = json!({"resourceVersion": snapshot_rv.to_string()});
     if remaining > 0
@@ -475,8 +487,7 @@ fn list(
             after: (last.namespace.clone(), last.name.clone()),
         };
         metadata["continue"] = token.encode().into();
-        // The real server only knows the count when it need not filter.
-        if query.label_selector.is_empty() && query.field_selector.is_empty() {
+        if counted {
             metadata["remainingItemCount"] = remaining.into();
         }
     }

@@ -10,6 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
+use std::ops::Bound;
 use std::sync::Arc;
 
 /// Why the store refused an object or a read.
@@ -300,30 +301,79 @@ impl Store {
 
     /// All objects of a kind as of revision `rv` (now, or a retained past revision), in key order.
     pub fn list_at(&self, kind: Kind, rv: u64) -> Result<Vec<(ObjectKey, Arc<Value>)>, StoreError> {
+        let mut all = Vec::new();
+        self.visit_at(kind, rv, None, |key, object| {
+            all.push((key.clone(), object.clone()));
+            true
+        })?;
+        Ok(all)
+    }
+
+    /// The objects of a kind as of revision `rv`, in key order, starting after the namespace
+    /// and name `after`: `visit` sees each until it returns false. A page of a list costs its
+    /// own length (plus the writes since `rv`), not the whole kind's, as in the real server.
+    pub fn visit_at(
+        &self,
+        kind: Kind,
+        rv: u64,
+        after: Option<(&str, &str)>,
+        mut visit: impl FnMut(&ObjectKey, &Arc<Value>) -> bool,
+    ) -> Result<(), StoreError> {
         self.check_retained(rv)?;
-        let mut snapshot: BTreeMap<ObjectKey, Arc<Value>> = self
-            .objects
-            .range(kind_range(kind))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        // Undo the writes made after `rv`, newest first.
+        // What was different at `rv`: each key written since, as it was before its oldest
+        // write since (None: it did not exist).
+        let mut then: BTreeMap<&ObjectKey, Option<&Arc<Value>>> = BTreeMap::new();
         for event in self.history.iter().rev().take_while(|e| e.rv > rv) {
             if event.key.kind != kind {
                 continue;
             }
-            match (&event.action, &event.previous) {
-                (Action::Added, _) => {
-                    snapshot.remove(&event.key);
-                }
-                (_, Some(prev)) => {
-                    snapshot.insert(event.key.clone(), prev.clone());
-                }
+            let before = match (&event.action, &event.previous) {
+                (Action::Added, _) => None,
+                (_, Some(prev)) => Some(prev),
                 (_, None) => {
                     unreachable!("modify and delete events always carry the previous object")
                 }
+            };
+            then.insert(&event.key, before);
+        }
+        let whole = kind_range(kind);
+        let lower = match after {
+            Some((namespace, name)) => Bound::Excluded(ObjectKey {
+                kind,
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            }),
+            None => Bound::Included(whole.start().clone()),
+        };
+        let upper = Bound::Included(whole.end().clone());
+        let mut now = self
+            .objects
+            .range((lower.clone(), upper.clone()))
+            .peekable();
+        let mut changed = then
+            .range::<&ObjectKey, _>((lower.as_ref(), upper.as_ref()))
+            .peekable();
+        loop {
+            // The next key of either, the past version winning where both have it.
+            let next = match (now.peek(), changed.peek()) {
+                (None, None) => break,
+                (Some((key, _)), Some((old, _))) if *key < **old => {
+                    now.next().map(|(k, v)| (k, Some(v)))
+                }
+                (Some((key, _)), Some((old, _))) if *key == **old => {
+                    now.next();
+                    changed.next().map(|(k, v)| (*k, *v))
+                }
+                (Some(_), None) => now.next().map(|(k, v)| (k, Some(v))),
+                _ => changed.next().map(|(k, v)| (*k, *v)),
+            };
+            if let Some((key, Some(object))) = next
+                && !visit(key, object)
+            {
+                break;
             }
         }
-        Ok(snapshot.into_iter().collect())
+        Ok(())
     }
 
     /// Every retained event newer than `rv`, oldest first; expired when `rv` predates the history.
