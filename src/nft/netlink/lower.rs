@@ -39,22 +39,31 @@ pub struct LowerError {
     pub reason: String,
 }
 
-/// The `nat` expression translating to the `address . port` a map lookup left in reg 1 (the
-/// port follows the address's 32-bit units), with the range's upper end named when
-/// `with_max` (as nft writes it for numgen-keyed interval maps).
-fn dnat_to_map_data(proto: u8, with_max: bool) -> Expr {
+/// The lookup of the key in reg 1 in `map`, and the `nat` expression translating to the
+/// `address . port` it leaves in reg 1 (the port follows the address's 32-bit units), with the
+/// range's upper end named when `with_max` (as nft writes it for numgen-keyed interval maps;
+/// elsewhere nft names only the low end and the kernel fills in the rest).
+fn dnat_via_map(map: &str, proto: u8, with_max: bool) -> [Expr; 2] {
     let addr_len = if proto == NFPROTO_IPV4 { 4 } else { 16 };
     let r1 = put_register(1);
     let port_reg = put_register(1 + units(addr_len));
-    Expr::Nat {
-        kind: NFT_NAT_DNAT,
-        family: u32::from(proto),
-        addr_min: Some(r1),
-        addr_max: with_max.then_some(r1),
-        proto_min: Some(port_reg),
-        proto_max: with_max.then_some(port_reg),
-        flags: NF_NAT_RANGE_MAP_IPS | NF_NAT_RANGE_PROTO_SPECIFIED,
-    }
+    [
+        Expr::Lookup {
+            set: map.to_string(),
+            sreg: r1,
+            dreg: Some(r1),
+            inverted: false,
+        },
+        Expr::Nat {
+            kind: NFT_NAT_DNAT,
+            family: u32::from(proto),
+            addr_min: Some(r1),
+            addr_max: with_max.then_some(r1),
+            proto_min: Some(port_reg),
+            proto_max: with_max.then_some(port_reg),
+            flags: NF_NAT_RANGE_MAP_IPS | NF_NAT_RANGE_PROTO_SPECIFIED,
+        },
+    ]
 }
 
 /// nft's register name for 32-bit unit `unit` (1-based).
@@ -398,13 +407,7 @@ impl Lowerer<'_> {
                     len: 4,
                     size: 4,
                 });
-                self.out.exprs.push(Expr::Lookup {
-                    set: map.clone(),
-                    sreg: r1,
-                    dreg: Some(r1),
-                    inverted: false,
-                });
-                self.out.exprs.push(dnat_to_map_data(proto, true));
+                self.out.exprs.extend(dnat_via_map(map, proto, true));
             }
             Stmt::DnatSlotMap { key, modulus, map } => {
                 let proto = self.dnat_family(stmt)?;
@@ -416,25 +419,12 @@ impl Lowerer<'_> {
                     kind: NFT_NG_RANDOM,
                     offset: 0,
                 });
-                self.out.exprs.push(Expr::Lookup {
-                    set: map.clone(),
-                    sreg: r1,
-                    dreg: Some(r1),
-                    inverted: false,
-                });
-                // nft names only the low end of the range here; the kernel fills in the rest.
-                self.out.exprs.push(dnat_to_map_data(proto, false));
+                self.out.exprs.extend(dnat_via_map(map, proto, false));
             }
             Stmt::DnatMap { key, map } => {
                 let proto = self.dnat_family(stmt)?;
                 self.load_key(key, Some(map));
-                self.out.exprs.push(Expr::Lookup {
-                    set: map.clone(),
-                    sreg: r1,
-                    dreg: Some(r1),
-                    inverted: false,
-                });
-                self.out.exprs.push(dnat_to_map_data(proto, false));
+                self.out.exprs.extend(dnat_via_map(map, proto, false));
             }
             Stmt::Update { set, key } => {
                 let sreg_key = self.load_key(key, Some(set));
