@@ -424,7 +424,7 @@ impl Builder<'_> {
         use ChainType::{Filter, Nat};
         let f = self.fam;
         let mark = self.config.masquerade_mark();
-        let key3 = vec![f.addr_type(), DataType::InetProto, DataType::InetService];
+        let key3 = self.frontend_types();
         let key2 = vec![DataType::InetProto, DataType::InetService];
         // (chain, type, hook, priority, jumps, why)
         type BaseRow = (
@@ -566,15 +566,9 @@ impl Builder<'_> {
         let mut dispatch = vec![self.by_destination(SERVICE_IPS)];
         dispatch.extend(self.pick_dispatch());
         dispatch.push(self.by_node_port(SERVICE_NODEPORTS));
-        dispatch.push(rule(
-            vec![
-                Stmt::Lookup {
-                    key: self.frontend(),
-                    set: PICK_FALLBACK.into(),
-                    negate: false,
-                },
-                goto(PICK_RETRY),
-            ],
+        dispatch.push(self.frontend_in(
+            PICK_FALLBACK,
+            PICK_RETRY,
             Some("the dispatch changed while this packet was looked up".into()),
         ));
         self.chain(SERVICES, None, None, dispatch);
@@ -688,9 +682,40 @@ impl Builder<'_> {
         ));
     }
 
-    /// The packet's `daddr . l4proto . dport`, as the pick sets and slot maps key it.
+    /// The packet's `daddr . l4proto . dport`, as the dispatch sets and maps key it.
     fn frontend(&self) -> Vec<Selector> {
         vec![self.fam.daddr(), Selector::L4Proto, Selector::ThDport]
+    }
+
+    /// The types of `frontend()`: `address . inet_proto . inet_service`.
+    fn frontend_types(&self) -> Vec<DataType> {
+        vec![
+            self.fam.addr_type(),
+            DataType::InetProto,
+            DataType::InetService,
+        ]
+    }
+
+    /// A map of this family whose data is an endpoint's `address . port`.
+    fn endpoint_data_map(&self, name: &str, key: Vec<DataType>, comment: &str) -> Set {
+        let mut s = map(name, key, false, comment);
+        s.data = vec![self.fam.addr_type(), DataType::InetService];
+        s
+    }
+
+    /// `goto chain` for a packet whose `frontend()` is in `set`.
+    fn frontend_in(&self, set: &str, chain: &str, comment: Option<String>) -> Rule {
+        rule(
+            vec![
+                Stmt::Lookup {
+                    key: self.frontend(),
+                    set: set.into(),
+                    negate: false,
+                },
+                goto(chain),
+            ],
+            comment,
+        )
     }
 
     /// A rule per pick set (ClusterIPs, then external addresses) sending its keys to its chain.
@@ -698,19 +723,7 @@ impl Builder<'_> {
         pick_sizes()
             .map(|m| (pick_set(m), pick_chain(m)))
             .chain(pick_sizes().map(|m| (external_pick_set(m), external_pick_chain(m))))
-            .map(|(set, chain)| {
-                rule(
-                    vec![
-                        Stmt::Lookup {
-                            key: self.frontend(),
-                            set,
-                            negate: false,
-                        },
-                        goto(&chain),
-                    ],
-                    None,
-                )
-            })
+            .map(|(set, chain)| self.frontend_in(&set, &chain, None))
             .collect()
     }
 
@@ -730,9 +743,8 @@ impl Builder<'_> {
     /// The shared `pick-M` chains (M = 1, 2, 4 … MAX_SHARED_PICK_ENDPOINTS), the sets of the
     /// services each serves, and their slot map.
     fn pick_chains(&mut self) {
-        let f = self.fam;
         let masquerade = self.cluster_masquerade();
-        let frontend_key = vec![f.addr_type(), DataType::InetProto, DataType::InetService];
+        let frontend_key = self.frontend_types();
         let key = self.frontend();
         let draw = |modulus: u32, slots: u32| {
             rule(
@@ -806,23 +818,17 @@ impl Builder<'_> {
             ));
             let mut slot_key = frontend_key.clone();
             slot_key.push(DataType::Integer);
-            let mut slot_map = map(
+            self.out.declare(self.endpoint_data_map(
                 &pick_slots(slots),
                 slot_key,
-                false,
                 "ClusterIP . protocol . port . slot to endpoint address . port",
-            );
-            slot_map.data = vec![f.addr_type(), DataType::InetService];
-            self.out.declare(slot_map);
+            ));
         }
-        let mut fallback = map(
+        self.out.declare(self.endpoint_data_map(
             PICK_FALLBACK,
             frontend_key,
-            false,
             "service address . protocol . port to its first endpoint, for connections racing a commit",
-        );
-        fallback.data = vec![f.addr_type(), DataType::InetService];
-        self.out.declare(fallback);
+        ));
     }
 
     /// Whether ClusterIP traffic is marked for masquerading, and on which condition besides its
@@ -1019,13 +1025,11 @@ impl Builder<'_> {
         let label = sp.name.to_string();
         let shard = endpoint_map(block);
         // Shards exist while some block in them is used.
-        let mut s = map(
+        let mut s = self.endpoint_data_map(
             &shard,
             vec![DataType::Integer],
-            false,
             "random slot to endpoint address . port; a service owns 65536 slots",
         );
-        s.data = vec![self.fam.addr_type(), DataType::InetService];
         s.interval = true;
         self.out.declare(s);
         for (i, ep) in eps.iter().enumerate() {

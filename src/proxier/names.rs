@@ -62,9 +62,9 @@ pub fn is_endpoint_map(set: &str) -> bool {
 /// The shared chain that draws a slot of `slots` in `pick_slots(slots)` for ClusterIP traffic.
 /// Services without ClientIP affinity or externalTrafficPolicy Local have no chain of their
 /// own: endpoint i of n sits in slot i of that map, `slots` being the power of two at or
-/// above n. Endpoints coming and going are elements,
-/// and the table holds a handful of chains instead of one per service — the kernel's commit
-/// visits every chain, so that is what keeps a one-endpoint commit O(1).
+/// above n. Endpoints coming and going are elements, and the table holds a handful of chains
+/// instead of one per service — the kernel's commit visits every chain, so that is what keeps
+/// a one-endpoint commit O(1).
 pub fn pick_chain(slots: u32) -> String {
     format!("pick-{slots}")
 }
@@ -112,7 +112,8 @@ pub fn pick_set(slots: u32) -> String {
 /// `PICK_RETRY`).
 pub const PICK_FALLBACK: &str = "pick-fallback";
 /// Where `services` sends a packet whose key is in `PICK_FALLBACK` but matched no dispatch
-/// entry: `service-ips` and the pick sets again, which see the commit finished.
+/// entry: the pick sets again, which see the commit finished, then masquerading and the
+/// fallback (a service that moved to a chain of its own, which this packet sees empty).
 pub const PICK_RETRY: &str = "pick-retry";
 
 /// `endpoint . endpoint` pairs: a DNATed packet from an endpoint to itself is masqueraded.
