@@ -235,7 +235,7 @@ fn integer_key(key: &[Value]) -> String {
             other => other.to_string(),
         })
         .collect();
-    parts.join(" . ")
+    concat(&parts)
 }
 
 fn render_map_ref(map: &MapRef, integer_keys: bool) -> String {

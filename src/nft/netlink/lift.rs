@@ -161,6 +161,16 @@ impl Lifter<'_> {
     /// The concatenated key starting at `sreg`: `n` selector loads at consecutive,
     /// 4-byte aligned offsets.
     fn key(&mut self, e: &Expr, sreg: u32, n: usize) -> Result<Vec<Selector>, LiftError> {
+        Ok(self.key_and_end(e, sreg, n)?.0)
+    }
+
+    /// `key`, and the register offset just after it (where a further key part would be).
+    fn key_and_end(
+        &mut self,
+        e: &Expr,
+        sreg: u32,
+        n: usize,
+    ) -> Result<(Vec<Selector>, u32), LiftError> {
         let mut off = self.off(e, sreg)?;
         let mut key = Vec::with_capacity(n);
         for _ in 0..n {
@@ -176,7 +186,7 @@ impl Lifter<'_> {
                 }
             }
         }
-        Ok(key)
+        Ok((key, off))
     }
 
     fn set(&self, e: &Expr, name: &str) -> Result<&SetInfo, LiftError> {
@@ -417,9 +427,7 @@ impl Lifter<'_> {
                     let Some(dreg) = dreg.filter(|&d| d != NFT_REG_VERDICT && !*inverted) else {
                         return Err(self.err(e, "a key with a numgen slot only feeds a data map"));
                     };
-                    let start = self.off(e, *sreg)?;
-                    let key = self.key(e, *sreg, info.key.len() - 1)?;
-                    let slot_at = start + key.iter().map(|s| (full_len(*s) + 3) & !3).sum::<u32>();
+                    let (key, slot_at) = self.key_and_end(e, *sreg, info.key.len() - 1)?;
                     let modulus = match self.regs.remove(&slot_at) {
                         Some(Reg::Numgen { modulus, offset: 0 }) => modulus,
                         other => {

@@ -276,6 +276,12 @@ impl Lowerer<'_> {
     /// Loads a concatenated key from unit 1 on; returns the first register. `set` is the
     /// named set it is looked up in, if any.
     fn load_key(&mut self, key: &[Selector], set: Option<&str>) -> u32 {
+        self.load_key_end(key, set);
+        put_register(1)
+    }
+
+    /// `load_key`, returning the unit just after the key (where a further key part goes).
+    fn load_key_end(&mut self, key: &[Selector], set: Option<&str>) -> u32 {
         for sel in key {
             self.dependency(*sel);
         }
@@ -296,7 +302,7 @@ impl Lowerer<'_> {
             }
             unit += units(len);
         }
-        put_register(1)
+        unit
     }
 
     fn map(&mut self, map: &MapRef, key: Vec<DataType>) -> String {
@@ -411,8 +417,7 @@ impl Lowerer<'_> {
             }
             Stmt::DnatSlotMap { key, modulus, map } => {
                 let proto = self.dnat_family(stmt)?;
-                self.load_key(key, Some(map));
-                let unit = 1 + key.iter().map(|s| units(selector_len(*s))).sum::<u32>();
+                let unit = self.load_key_end(key, Some(map));
                 self.out.exprs.push(Expr::Numgen {
                     dreg: put_register(unit),
                     modulus: *modulus,
