@@ -63,14 +63,43 @@ fn kubenft(ns: &Netns, args: &[&str]) -> (bool, String) {
     )
 }
 
+/// A directory holding `text` as its one manifests file.
+fn manifests_dir(text: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cluster.yaml"), text).unwrap();
+    dir
+}
+
+/// The flags of a sync or render of the manifests in `dir` for node-a (one IPv4 pod CIDR).
+fn node_a(dir: &str) -> [&str; 6] {
+    [
+        "--manifests",
+        dir,
+        "--hostname-override",
+        "node-a",
+        "--cluster-cidr",
+        "10.244.0.0/16",
+    ]
+}
+
+/// What `kubenft render` prints with `flags`.
+fn render(flags: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_kubenft"))
+        .arg("render")
+        .args(flags)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn sync_once_programs_services_that_real_traffic_follows_and_a_rerun_changes_nothing() {
     if !can_create() {
         eprintln!("skipped: network namespaces need root");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("cluster.yaml"), MANIFESTS).unwrap();
+    let dir = manifests_dir(MANIFESTS);
     let manifests = dir.path().to_str().unwrap().to_string();
 
     let lab = Topology::build("so").unwrap();
@@ -162,15 +191,8 @@ fn the_shipped_examples_sync_and_read_back_exactly_as_planned() {
     let (ok, log) = kubenft(&node, &args);
     assert!(ok, "{log}");
     // What the kernel holds is what `render` prints, as nft itself lists it.
-    let mut render_args = vec!["render"];
-    render_args.extend(flags);
-    let out = Command::new(env!("CARGO_BIN_EXE_kubenft"))
-        .args(&render_args)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
     let reference = Netns::create("soRef").unwrap();
-    kubenft::nft::inspect::apply_script(&reference, &String::from_utf8_lossy(&out.stdout)).unwrap();
+    kubenft::nft::inspect::apply_script(&reference, &render(&flags)).unwrap();
     for family in [
         kubenft::nft::model::Family::Ip,
         kubenft::nft::model::Family::Ip6,
@@ -201,25 +223,10 @@ fn a_table_with_the_old_two_digit_shards_is_replaced_in_one_sync() {
         "spec: {type: NodePort, externalTrafficPolicy: Local,",
     );
     assert_ne!(local_api, MANIFESTS);
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("cluster.yaml"), local_api).unwrap();
+    let dir = manifests_dir(&local_api);
     let manifests = dir.path().to_str().unwrap().to_string();
-    let flags = [
-        "--manifests",
-        manifests.as_str(),
-        "--hostname-override",
-        "node-a",
-        "--cluster-cidr",
-        "10.244.0.0/16",
-    ];
-    let mut render_args = vec!["render"];
-    render_args.extend(flags);
-    let out = Command::new(env!("CARGO_BIN_EXE_kubenft"))
-        .args(&render_args)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let current = String::from_utf8_lossy(&out.stdout).into_owned();
+    let flags = node_a(&manifests);
+    let current = render(&flags);
     assert!(current.contains("service-endpoints-000"), "{current}");
     let old = current.replace("service-endpoints-0", "service-endpoints-");
 
@@ -252,20 +259,11 @@ fn a_service_with_its_own_chain_moves_to_a_shared_pick_chain_in_one_sync() {
         "spec: {type: NodePort, externalTrafficPolicy: Local, clusterIP: 10.96.0.10, ports: [{name: http, port: 80, nodePort: 30081, protocol: TCP}]}",
     );
     assert_ne!(own_chain, MANIFESTS);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = manifests_dir(&own_chain);
     let path = dir.path().join("cluster.yaml");
-    std::fs::write(&path, &own_chain).unwrap();
     let manifests = dir.path().to_str().unwrap().to_string();
-    let args = [
-        "sync",
-        "--once",
-        "--manifests",
-        manifests.as_str(),
-        "--hostname-override",
-        "node-a",
-        "--cluster-cidr",
-        "10.244.0.0/16",
-    ];
+    let mut args = vec!["sync", "--once"];
+    args.extend(node_a(&manifests));
     let node = Netns::create("soMove").unwrap();
     let listing = || {
         let out = node
