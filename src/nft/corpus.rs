@@ -179,19 +179,9 @@ fn endpoint_map(name: &str, addr: DataType, comment: &str, elements: Vec<Element
 /// A hash map from `daddr . l4proto . dport . slot` to `address . port` (the planner's shared
 /// slot map).
 fn slot_map(name: &str, daddr: DataType, elements: Vec<Element>) -> Set {
-    let mut s = set(
-        name,
-        vec![
-            daddr,
-            DataType::InetProto,
-            DataType::InetService,
-            DataType::Integer,
-        ],
-        None,
-        "service address . protocol . port . slot to endpoint address . port",
-    );
-    s.data = vec![daddr, DataType::InetService];
-    s.elements = elements;
+    let mut s = frontend_map(name, daddr, elements);
+    s.key.push(DataType::Integer);
+    s.comment = Some("service address . protocol . port . slot to endpoint address . port".into());
     s
 }
 
@@ -248,16 +238,9 @@ fn addr_value(addr: IpAddr) -> Value {
 
 /// Slot `slot` of the service at `service` (an address . protocol . port), owned by `to`.
 fn slot_of(service: (IpAddr, u8, u16), slot: u32, to: (IpAddr, u16), comment: &str) -> Element {
-    Element {
-        key: vec![
-            addr_value(service.0),
-            Value::Proto(service.1),
-            Value::Port(service.2),
-            Value::Mark(slot),
-        ],
-        data: Some(MapData::Values(vec![addr_value(to.0), Value::Port(to.1)])),
-        comment: (!comment.is_empty()).then(|| comment.to_string()),
-    }
+    let mut e = frontend_of(service, to, comment);
+    e.key.push(Value::Mark(slot));
+    e
 }
 
 /// The rule drawing a slot of `modulus` in the slot map `map` of a table of `family`.
