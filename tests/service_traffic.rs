@@ -5,6 +5,9 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use common::{Outcome, Topology, try_request};
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -482,7 +485,7 @@ spec: {{type: NodePort, externalTrafficPolicy: {policy}, clusterIP: 10.96.0.60, 
         .run(move || Nftables::open().unwrap().apply(&first).unwrap())
         .unwrap();
 
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
     let mover = {
         let stop = stop.clone();
         lab.node
@@ -490,7 +493,7 @@ spec: {{type: NodePort, externalTrafficPolicy: {policy}, clusterIP: 10.96.0.60, 
                 let mut nft = Nftables::open().unwrap();
                 let mut applied = 0usize;
                 for tx in moves.iter().cycle() {
-                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if stop.load(Ordering::Relaxed) {
                         break;
                     }
                     nft.apply(tx).unwrap();
@@ -508,7 +511,7 @@ spec: {{type: NodePort, externalTrafficPolicy: {policy}, clusterIP: 10.96.0.60, 
             lab.client
                 .spawn(move || {
                     let (mut ok, mut failed) = (0usize, Vec::new());
-                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    while !stop.load(Ordering::Relaxed) {
                         match kubenft::lab::connect_once(addr(to)) {
                             Ok(_) => ok += 1,
                             Err(e) => failed.push(format!("{to}: {e}")),
@@ -519,8 +522,8 @@ spec: {{type: NodePort, externalTrafficPolicy: {policy}, clusterIP: 10.96.0.60, 
                 .unwrap()
         })
         .collect();
-    std::thread::sleep(std::time::Duration::from_secs(10));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    std::thread::sleep(Duration::from_secs(10));
+    stop.store(true, Ordering::Relaxed);
     let applied = mover.join().unwrap().unwrap();
     let (mut ok, mut failed) = (0, Vec::new());
     for c in clients {
