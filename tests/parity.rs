@@ -1230,3 +1230,267 @@ fn internal_external_masquerade() {
     ];
     check("iem", Written::V4, &tables);
 }
+
+/// TestOverallNFTablesRules compares kube-proxy's complete ruleset for six services; the
+/// flows here are what that ruleset does with traffic (restated from it, not from a flow
+/// table of upstream's): a plain ClusterIP, an eTP:Local LB whose only endpoint is elsewhere,
+/// a NodePort, external IPs off the node, an LB with source ranges and ClientIP affinity, and a
+/// service without endpoints.
+#[test]
+fn overall_ruleset_as_flows() {
+    let cluster = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: svc1, namespace: ns1}
+spec:
+  clusterIP: 172.30.0.41
+  ports: [{name: p80, port: 80, protocol: TCP}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc2, namespace: ns2}
+spec:
+  type: LoadBalancer
+  externalTrafficPolicy: Local
+  clusterIP: 172.30.0.42
+  externalIPs: [192.168.99.22]
+  healthCheckNodePort: 30000
+  ports: [{name: p80, port: 80, nodePort: 3001, protocol: TCP}]
+status: {loadBalancer: {ingress: [{ip: 1.2.3.4}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc3, namespace: ns3}
+spec:
+  type: NodePort
+  clusterIP: 172.30.0.43
+  ports: [{name: p80, port: 80, nodePort: 3003, protocol: TCP}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc4, namespace: ns4}
+spec:
+  type: NodePort
+  clusterIP: 172.30.0.44
+  externalIPs: [192.168.99.33]
+  ports: [{name: p80, port: 80, targetPort: 80, protocol: TCP}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc5, namespace: ns5}
+spec:
+  type: LoadBalancer
+  externalTrafficPolicy: Cluster
+  clusterIP: 172.30.0.45
+  healthCheckNodePort: 30000
+  loadBalancerSourceRanges: [" 203.0.113.0/25"]
+  sessionAffinity: ClientIP
+  sessionAffinityConfig: {clientIP: {timeoutSeconds: 10800}}
+  ports: [{name: p80, port: 80, nodePort: 3002, protocol: TCP}]
+status: {loadBalancer: {ingress: [{ip: 5.6.7.8}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc6, namespace: ns6}
+spec:
+  type: ClusterIP
+  clusterIP: 172.30.0.46
+  ports: [{name: p80, port: 80, targetPort: 80, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: svc1-1, namespace: ns1, labels: {kubernetes.io/service-name: svc1}}
+addressType: IPv4
+endpoints: [{addresses: [10.180.0.1]}]
+ports: [{name: p80, port: 80, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: svc2-1, namespace: ns2, labels: {kubernetes.io/service-name: svc2}}
+addressType: IPv4
+endpoints: [{addresses: [10.180.0.2]}]
+ports: [{name: p80, port: 80, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: svc3-1, namespace: ns3, labels: {kubernetes.io/service-name: svc3}}
+addressType: IPv4
+endpoints: [{addresses: [10.180.0.3]}]
+ports: [{name: p80, port: 80, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: svc4-1, namespace: ns4, labels: {kubernetes.io/service-name: svc4}}
+addressType: IPv4
+endpoints: [{addresses: [10.180.0.4]}, {addresses: [10.180.0.5], nodeName: test-node}]
+ports: [{name: p80, port: 80, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: svc5-1, namespace: ns5, labels: {kubernetes.io/service-name: svc5}}
+addressType: IPv4
+endpoints: [{addresses: [10.180.0.3]}]
+ports: [{name: p80, port: 80, protocol: TCP}]
+"#;
+    const SVC4: &[&str] = &["10.180.0.4:80", "10.180.0.5:80"];
+    const SVC5: &[&str] = &["10.180.0.3:80"];
+    let t = Flow::tcp;
+    let flows = vec![
+        t(
+            "pod to svc1",
+            POD,
+            "172.30.0.41:80",
+            reach(&["10.180.0.1:80"]),
+        ),
+        t(
+            "external to svc1's ClusterIP",
+            EXTERNAL_CLIENT,
+            "172.30.0.41:80",
+            reach_masqueraded(&["10.180.0.1:80"]),
+        ),
+        t(
+            "svc1's endpoint to itself",
+            "10.180.0.1",
+            "172.30.0.41:80",
+            reach_masqueraded(&["10.180.0.1:80"]),
+        ),
+        t(
+            "pod to svc2's ClusterIP",
+            POD,
+            "172.30.0.42:80",
+            reach(&["10.180.0.2:80"]),
+        ),
+        t(
+            "external to svc2's LB IP, no local endpoint",
+            EXTERNAL_CLIENT,
+            "1.2.3.4:80",
+            Expect::Drop,
+        ),
+        t(
+            "pod to svc2's LB IP, no local endpoint",
+            POD,
+            "1.2.3.4:80",
+            Expect::Drop,
+        ),
+        t(
+            "external to svc2's external IP, no local endpoint",
+            EXTERNAL_CLIENT,
+            "192.168.99.22:80",
+            Expect::Drop,
+        ),
+        t(
+            "external to svc2's NodePort, no local endpoint",
+            EXTERNAL_CLIENT,
+            "192.168.0.2:3001",
+            Expect::Drop,
+        ),
+        t(
+            "external to svc3's NodePort",
+            EXTERNAL_CLIENT,
+            "192.168.0.2:3003",
+            reach_masqueraded(&["10.180.0.3:80"]),
+        ),
+        t(
+            "pod to svc4's external IP",
+            POD,
+            "192.168.99.33:80",
+            reach_masqueraded(SVC4),
+        ),
+        t(
+            "external to svc4's external IP",
+            EXTERNAL_CLIENT,
+            "192.168.99.33:80",
+            reach_masqueraded(SVC4),
+        ),
+        t(
+            "allowed external to svc5's LB IP",
+            EXTERNAL_CLIENT,
+            "5.6.7.8:80",
+            reach_masqueraded(SVC5),
+        ),
+        t(
+            "blocked external to svc5's LB IP",
+            BLOCKED_CLIENT,
+            "5.6.7.8:80",
+            Expect::Drop,
+        ),
+        t(
+            "blocked external to svc5's NodePort",
+            BLOCKED_CLIENT,
+            "192.168.0.2:3002",
+            reach_masqueraded(SVC5),
+        ),
+        t(
+            "pod to svc6, no endpoints",
+            POD,
+            "172.30.0.46:80",
+            Expect::Reject,
+        ),
+    ];
+    check(
+        "all",
+        Written::V4,
+        &[table("TestOverallNFTablesRules", cluster, flows)],
+    );
+}
+
+/// A load-balancer IP whose `ipMode` is Proxy is the load balancer's to proxy: kube-proxy
+/// leaves it alone; VIP, or no mode, is handled like any LB IP.
+#[test]
+fn load_balancer_ingress_route_type_proxy() {
+    let cluster = |cluster_ip: &str, lb_ip: &str, mode: &str| {
+        format!(
+            r#"
+apiVersion: v1
+kind: Service
+metadata: {{name: svc1, namespace: ns1}}
+spec:
+  type: LoadBalancer
+  clusterIP: {cluster_ip}
+  ports: [{{name: p80, port: 80, nodePort: 3001, protocol: TCP}}]
+status: {{loadBalancer: {{ingress: [{{ip: {lb_ip}{mode}}}]}}}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: svc1-1, namespace: ns1, labels: {{kubernetes.io/service-name: svc1}}}}
+addressType: IPv4
+endpoints: [{{addresses: [10.180.0.1]}}]
+ports: [{{name: p80, port: 80, protocol: TCP}}]
+"#
+        )
+    };
+    const EP: &[&str] = &["10.180.0.1:80"];
+    let tables = [
+        table(
+            "TestLoadBalancerIngressRouteTypeProxy/ipMode Proxy",
+            &cluster("10.20.30.41", "1.2.3.4", ", ipMode: Proxy"),
+            vec![Flow::tcp(
+                "external to LB IP",
+                EXTERNAL_CLIENT,
+                "1.2.3.4:80",
+                Expect::NotProxied,
+            )],
+        ),
+        table(
+            "TestLoadBalancerIngressRouteTypeProxy/ipMode VIP",
+            &cluster("10.20.30.42", "1.2.3.5", ", ipMode: VIP"),
+            vec![Flow::tcp(
+                "external to LB IP",
+                EXTERNAL_CLIENT,
+                "1.2.3.5:80",
+                reach_masqueraded(EP),
+            )],
+        ),
+        table(
+            "TestLoadBalancerIngressRouteTypeProxy/ipMode nil",
+            &cluster("10.20.30.43", "1.2.3.6", ""),
+            vec![Flow::tcp(
+                "external to LB IP",
+                EXTERNAL_CLIENT,
+                "1.2.3.6:80",
+                reach_masqueraded(EP),
+            )],
+        ),
+    ];
+    check("lbm", Written::V4, &tables);
+}

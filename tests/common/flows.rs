@@ -60,7 +60,8 @@ pub enum Expect {
     },
     Drop,
     Reject,
-    /// Not touched: the packet reaches its destination address itself.
+    /// Not touched: the packet reaches its destination address itself (or, for an address no
+    /// namespace owns, is routed on past the node).
     NotProxied,
 }
 
@@ -744,6 +745,8 @@ impl Case {
             (Expect::NotProxied, Probe::Answered { at, source }) => {
                 *at == self.to && *source == self.from
             }
+            // Nobody here owns the destination: it went on, untranslated, to the upstream.
+            (Expect::NotProxied, Probe::Unreachable) => true,
             (Expect::Drop, Probe::TimedOut) | (Expect::Reject, Probe::Refused) => true,
             _ => false,
         };
