@@ -1494,3 +1494,62 @@ ports: [{{name: p80, port: 80, protocol: TCP}}]
     ];
     check("lbm", Written::V4, &tables);
 }
+
+/// Addresses with leading zeros in IPv4 octets, which older API servers accepted, are read as
+/// decimal (kube-proxy's sloppy parsing), in every field that holds an address or a range.
+/// IPv4 only: IPv6 has no such spelling.
+#[test]
+fn bad_ips() {
+    let cluster = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: svc1, namespace: ns1}
+spec:
+  type: LoadBalancer
+  clusterIP: 172.30.0.041
+  externalIPs: [192.168.099.022]
+  loadBalancerSourceRanges: [203.0.113.000/025]
+  ports: [{name: p80, port: 80, nodePort: 3001, protocol: TCP}]
+status: {loadBalancer: {ingress: [{ip: 1.2.3.004}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: svc1-1, namespace: ns1, labels: {kubernetes.io/service-name: svc1}}
+addressType: IPv4
+endpoints: [{addresses: [10.180.00.001]}]
+ports: [{name: p80, port: 80, protocol: TCP}]
+"#;
+    const EP: &[&str] = &["10.180.0.1:80"];
+    let flows = vec![
+        Flow::tcp("pod to cluster IP", POD, "172.30.0.41:80", reach(EP)),
+        Flow::tcp(
+            "external to external IP",
+            EXTERNAL_CLIENT,
+            "192.168.99.22:80",
+            reach_masqueraded(EP),
+        ),
+        Flow::tcp(
+            "accepted external to LB IP",
+            EXTERNAL_CLIENT,
+            "1.2.3.4:80",
+            reach_masqueraded(EP),
+        ),
+        Flow::tcp(
+            "blocked external to LB IP",
+            BLOCKED_CLIENT,
+            "1.2.3.4:80",
+            Expect::Drop,
+        ),
+        Flow::tcp(
+            "external to NodePort",
+            EXTERNAL_CLIENT,
+            "192.168.0.2:3001",
+            reach_masqueraded(EP),
+        ),
+    ];
+    check(
+        "bad",
+        Written::V4Only,
+        &[table("TestBadIPs", cluster, flows)],
+    );
+}
