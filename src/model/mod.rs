@@ -139,8 +139,35 @@ pub struct ClusterState {
     pub node: Option<NodeInfo>,
 }
 
+/// An address as kube-proxy reads one from a Service or an EndpointSlice: IPv4 octets may
+/// carry leading zeros, read as decimal ("172.30.0.041" is 172.30.0.41). Older API servers
+/// accepted such addresses and objects written then still hold them.
 fn parse_ip(s: &str) -> Option<IpAddr> {
-    s.parse().ok()
+    s.parse().ok().or_else(|| {
+        let mut octets = [0u8; 4];
+        let mut parts = s.split('.');
+        for octet in &mut octets {
+            let part = parts.next()?;
+            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            *octet = part.parse().ok()?;
+        }
+        parts.next().is_none().then(|| IpAddr::from(octets))
+    })
+}
+
+/// A CIDR (or a bare address) as kube-proxy reads a loadBalancerSourceRange: leading zeros
+/// allowed in IPv4 octets and in the prefix length, host bits cleared.
+fn parse_net(s: &str) -> Option<IpNet> {
+    let net = match s.split_once('/') {
+        None => IpNet::from(parse_ip(s)?),
+        Some((addr, len)) if !len.is_empty() && len.bytes().all(|b| b.is_ascii_digit()) => {
+            IpNet::new(parse_ip(addr)?, len.parse().ok()?).ok()?
+        }
+        Some(_) => return None,
+    };
+    Some(net.trunc())
 }
 
 /// A Service by namespace and name: the unit the API reports changes in. Its ports and their
@@ -382,11 +409,8 @@ fn service_ports(svc: &Service) -> Result<Vec<ServicePort>, String> {
     let mut source_ranges = Vec::new();
     for r in spec.load_balancer_source_ranges.iter().flatten() {
         let r = r.trim();
-        let net: IpNet = r
-            .parse()
-            .or_else(|_| r.parse::<IpAddr>().map(IpNet::from))
-            .map_err(|_| format!("invalid loadBalancerSourceRange {r:?}"))?;
-        source_ranges.push(net.trunc());
+        let net = parse_net(r).ok_or_else(|| format!("invalid loadBalancerSourceRange {r:?}"))?;
+        source_ranges.push(net);
     }
     let policy = |p: &Option<String>| {
         if p.as_deref() == Some("Local") {
@@ -589,6 +613,34 @@ impl NodeInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// kube-proxy reads "041" as 41 in an IPv4 address or a prefix length, anything else that
+    /// is not an address stays invalid.
+    #[test]
+    fn ipv4_octets_with_leading_zeros_read_as_decimal() {
+        let ip = |s: &str| parse_ip(s).map(|ip| ip.to_string());
+        assert_eq!(ip("172.30.0.041").as_deref(), Some("172.30.0.41"));
+        assert_eq!(ip("010.180.00.001").as_deref(), Some("10.180.0.1"));
+        assert_eq!(ip("fd00::0041").as_deref(), Some("fd00::41"));
+        for bad in [
+            "1.2.3.256",
+            "1.2.3",
+            "1.2.3.4.5",
+            "1.2..4",
+            "1.2.3.+4",
+            " 1.2.3.4",
+            "x",
+        ] {
+            assert_eq!(ip(bad), None, "{bad:?}");
+        }
+        let net = |s: &str| parse_net(s).map(|n| n.to_string());
+        assert_eq!(net("203.0.113.000/025").as_deref(), Some("203.0.113.0/25"));
+        assert_eq!(net("203.0.113.7").as_deref(), Some("203.0.113.7/32"));
+        assert_eq!(net("10.1.2.3/8").as_deref(), Some("10.0.0.0/8"));
+        for bad in ["203.0.113.0/33", "203.0.113.0/", "203.0.113.0/+8", "/8"] {
+            assert_eq!(net(bad), None, "{bad:?}");
+        }
+    }
 
     /// A bad endpoint or port costs only itself: the slice's good endpoints are still used, and
     /// each skipped part is reported with its reason.
