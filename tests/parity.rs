@@ -1553,3 +1553,104 @@ ports: [{name: p80, port: 80, protocol: TCP}]
         &[table("TestBadIPs", cluster, flows)],
     );
 }
+
+/// Why external traffic of an iTP:Local + eTP:Local service with only remote endpoints differs
+/// today: kube-proxy counts the remote endpoints as "the service has endpoints" and drops,
+/// kubenft sees no endpoints at all under internalTrafficPolicy Local and rejects.
+const LOCAL_POLICIES_REMOTE_ONLY: &str = "with both policies Local and only remote endpoints, \
+    external traffic is rejected instead of dropped (no-endpoint verdict of Builder::service)";
+
+/// Flow consequences of topology_test.go's TestCategorizeEndpoints cases on traffic policies
+/// (the selection itself is unit-tested in src/proxier/endpoints.rs): which endpoints serve,
+/// and drop (endpoints exist, none usable here) versus reject (none at all).
+#[test]
+fn traffic_policies_as_flows() {
+    let cluster = |itp: &str, etp: &str| {
+        format!(
+            r#"
+apiVersion: v1
+kind: Service
+metadata: {{name: svc1, namespace: ns1}}
+spec:
+  type: LoadBalancer
+  clusterIP: 172.30.0.41
+  internalTrafficPolicy: {itp}
+  externalTrafficPolicy: {etp}
+  ports: [{{name: p80, port: 80, nodePort: 3001, protocol: TCP}}]
+status: {{loadBalancer: {{ingress: [{{ip: 1.2.3.4}}]}}}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: svc1-1, namespace: ns1, labels: {{kubernetes.io/service-name: svc1}}}}
+addressType: IPv4
+endpoints: [{{addresses: [10.0.1.1], nodeName: node1}}, {{addresses: [10.0.1.2], nodeName: node2}}]
+ports: [{{name: p80, port: 80, protocol: TCP}}]
+"#
+        )
+    };
+    const REMOTE: &[&str] = &["10.0.1.1:80", "10.0.1.2:80"];
+    let tables = [
+        table(
+            "TestCategorizeEndpoints/iTP: Local, eTP: Local, all endpoints remote",
+            &cluster("Local", "Local"),
+            vec![
+                Flow::tcp("pod to ClusterIP", POD, "172.30.0.41:80", Expect::Drop),
+                Flow::tcp(
+                    "external to NodePort",
+                    EXTERNAL_CLIENT,
+                    "192.168.0.2:3001",
+                    Expect::Drop,
+                )
+                .known_difference(LOCAL_POLICIES_REMOTE_ONLY),
+                Flow::tcp(
+                    "external to LB",
+                    EXTERNAL_CLIENT,
+                    "1.2.3.4:80",
+                    Expect::Drop,
+                )
+                .known_difference(LOCAL_POLICIES_REMOTE_ONLY),
+            ],
+        ),
+        table(
+            "TestCategorizeEndpoints/iTP: Local, eTP: Cluster, all endpoints remote",
+            &cluster("Local", "Cluster"),
+            vec![
+                Flow::tcp("pod to ClusterIP", POD, "172.30.0.41:80", Expect::Drop),
+                Flow::tcp(
+                    "external to NodePort",
+                    EXTERNAL_CLIENT,
+                    "192.168.0.2:3001",
+                    reach_masqueraded(REMOTE),
+                )
+                .known_difference(ITP_LOCAL_ON_EXTERNAL),
+                Flow::tcp(
+                    "external to LB",
+                    EXTERNAL_CLIENT,
+                    "1.2.3.4:80",
+                    reach_masqueraded(REMOTE),
+                )
+                .known_difference(ITP_LOCAL_ON_EXTERNAL),
+            ],
+        ),
+        table(
+            "TestCategorizeEndpoints/iTP: Cluster, eTP: Local, all endpoints remote",
+            &cluster("Cluster", "Local"),
+            vec![
+                Flow::tcp("pod to ClusterIP", POD, "172.30.0.41:80", reach(REMOTE)),
+                Flow::tcp(
+                    "pod to LB, no local endpoint",
+                    POD,
+                    "1.2.3.4:80",
+                    Expect::Drop,
+                ),
+                Flow::tcp(
+                    "external to NodePort",
+                    EXTERNAL_CLIENT,
+                    "192.168.0.2:3001",
+                    Expect::Drop,
+                ),
+            ],
+        ),
+    ];
+    check("tpf", Written::V4, &tables);
+}
