@@ -159,17 +159,10 @@ fn udp_view(
     if sp.name.protocol != Protocol::Udp {
         return None;
     }
-    let mut endpoints: BTreeSet<SocketAddr> = proxier::cluster_endpoints(sp, all, hostname, zone)
+    let endpoints: BTreeSet<SocketAddr> = proxier::reachable_endpoints(sp, all, hostname, zone)
         .iter()
         .map(|e| SocketAddr::new(e.ip, e.port))
         .collect();
-    if sp.has_external() && sp.external_policy == TrafficPolicy::Local {
-        endpoints.extend(
-            proxier::local_endpoints(all, hostname)
-                .iter()
-                .map(|e| SocketAddr::new(e.ip, e.port)),
-        );
-    }
     let service_ips: Vec<IpAddr> = sp
         .cluster_ips
         .iter()

@@ -273,7 +273,14 @@ impl ClusterState {
             .range_mut(&lowest..)
             .take_while(|(n, _)| of_service(n))
         {
-            eps.sort();
+            // One address listed twice (a pod moving between slices, or an address reused
+            // while the old pod terminates): the one not terminating is kept, as kube-proxy
+            // keeps it.
+            eps.sort_by(|a, b| {
+                (a.ip, a.port, a.terminating)
+                    .cmp(&(b.ip, b.port, b.terminating))
+                    .then_with(|| a.cmp(b))
+            });
             eps.dedup_by(|a, b| a.ip == b.ip && a.port == b.port);
         }
         rejected
@@ -546,7 +553,9 @@ fn add_slice(state: &mut ClusterState, slice: &EndpointSlice) -> Vec<String> {
         for &(ip, ep) in &endpoints {
             let c = ep.conditions.as_ref();
             let ready = c.and_then(|c| c.ready).unwrap_or(true);
-            let serving = c.and_then(|c| c.serving).unwrap_or(ready);
+            // As kube-proxy reads them: an unset ready or serving means true, an unset
+            // terminating false.
+            let serving = c.and_then(|c| c.serving).unwrap_or(true);
             let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
             let hints = ep.hints.as_ref();
             list.push(Endpoint {
@@ -639,6 +648,67 @@ mod tests {
         assert_eq!(net("10.1.2.3/8").as_deref(), Some("10.0.0.0/8"));
         for bad in ["203.0.113.0/33", "203.0.113.0/", "203.0.113.0/+8", "/8"] {
             assert_eq!(net(bad), None, "{bad:?}");
+        }
+    }
+
+    fn web_slice(name: &str, endpoints: serde_json::Value) -> EndpointSlice {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "demo",
+                         "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            "endpoints": endpoints,
+        }))
+        .unwrap()
+    }
+
+    fn web_endpoints(slices: &[EndpointSlice]) -> Vec<Endpoint> {
+        let service: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "demo"},
+            "spec": {"clusterIP": "10.96.0.10",
+                     "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]},
+        }))
+        .unwrap();
+        let (state, rejected) = ClusterState::from_objects(&[service], slices, None);
+        assert!(rejected.is_empty(), "{rejected:?}");
+        state.endpoints.into_values().next().unwrap_or_default()
+    }
+
+    /// kube-proxy reads an unset `serving` as true whatever `ready` says, so a terminating
+    /// endpoint that does not say whether it serves is still a fallback.
+    #[test]
+    fn unset_conditions_read_as_kube_proxy_reads_them() {
+        let eps = web_endpoints(&[web_slice(
+            "web-1",
+            serde_json::json!([
+                {"addresses": ["10.244.0.1"]},
+                {"addresses": ["10.244.0.2"], "conditions": {"ready": false, "terminating": true}},
+            ]),
+        )]);
+        let flags: Vec<(bool, bool, bool)> = eps
+            .iter()
+            .map(|e| (e.ready, e.serving, e.terminating))
+            .collect();
+        assert_eq!(flags, [(true, true, false), (false, true, true)]);
+    }
+
+    /// An address in two slices, once terminating and once not (its pod moved, or the address
+    /// was reused): the endpoint that is not terminating is kept, whichever slice comes first.
+    #[test]
+    fn an_address_listed_twice_keeps_the_endpoint_that_is_not_terminating() {
+        let old = web_slice(
+            "web-old",
+            serde_json::json!([{"addresses": ["10.244.0.1"],
+                                "conditions": {"ready": false, "serving": true, "terminating": true}}]),
+        );
+        let new = web_slice(
+            "web-new",
+            serde_json::json!([{"addresses": ["10.244.0.1"], "conditions": {"ready": true}}]),
+        );
+        for slices in [[old.clone(), new.clone()], [new, old]] {
+            let eps = web_endpoints(&slices);
+            assert_eq!(eps.len(), 1);
+            assert!(eps[0].ready && !eps[0].terminating, "{eps:?}");
         }
     }
 

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use super::config::{DetectLocal, NodePortAddresses, ProxyConfig};
-use super::endpoints::{cluster_endpoints, local_endpoints};
+use super::endpoints::categorize;
 use super::names::*;
 use crate::model::{ClusterState, Endpoint, ServicePort, TrafficPolicy};
 use crate::nft::model::*;
@@ -340,6 +340,14 @@ pub fn assemble(head: &Table, fragments: impl IntoIterator<Item = Fragment>) -> 
     }
     t.normalize();
     t
+}
+
+/// The slot counts of the shared pick chains a service port's ClusterIPs and its external
+/// addresses use (their endpoints differ when the two traffic policies do).
+#[derive(Debug, Clone, Copy)]
+struct SlotCounts {
+    internal: u32,
+    external: u32,
 }
 
 struct Builder<'a> {
@@ -842,20 +850,39 @@ impl Builder<'_> {
         }
     }
 
-    /// The shared pick chains' slot count for a service port with `n` endpoints, if it may use
-    /// them: without ClientIP affinity (which remembers the endpoint chain a client used) and,
-    /// if reached from outside, with externalTrafficPolicy Cluster (Local picks among other
+    /// The shared pick chains' slot counts for a service port whose internal traffic goes to
+    /// `internal` endpoints and external traffic to `external` ones, if it may use them:
+    /// without ClientIP affinity (which remembers the endpoint chain a client used) and, if
+    /// reached from outside, with externalTrafficPolicy Cluster (Local picks among other
     /// endpoints and short-circuits pod and host traffic, in chains of the service's own).
-    fn shared_pick(&self, sp: &ServicePort, n: usize) -> Option<u32> {
-        let n = u32::try_from(n).ok()?;
+    fn shared_pick(
+        &self,
+        sp: &ServicePort,
+        internal: usize,
+        external: usize,
+    ) -> Option<SlotCounts> {
+        let fits = |n: usize| {
+            u32::try_from(n)
+                .ok()
+                .filter(|n| *n <= MAX_SHARED_PICK_ENDPOINTS)
+                .map(u32::next_power_of_two)
+        };
         let external_ok = !sp.has_external() || sp.external_policy == TrafficPolicy::Cluster;
-        (sp.affinity_timeout.is_none() && external_ok && n <= MAX_SHARED_PICK_ENDPOINTS)
-            .then(|| n.next_power_of_two())
+        if sp.affinity_timeout.is_some() || !external_ok {
+            return None;
+        }
+        Some(SlotCounts {
+            internal: fits(internal)?,
+            external: if sp.has_external() {
+                fits(external)?
+            } else {
+                1
+            },
+        })
     }
 
     /// Puts endpoint i of `eps` in slot i of each of `frontends` (address and port, with the
-    /// service port's protocol) in the slot map of `pick_chain(slots)`. The external
-    /// frontends of a service share the endpoints (and hairpin pairs) of its ClusterIPs.
+    /// service port's protocol) in the slot map of `pick_chain(slots)`.
     fn fill_slots(
         &mut self,
         sp: &ServicePort,
@@ -1206,33 +1233,54 @@ impl Builder<'_> {
             .collect();
         let node = self.state.node.as_ref();
         let hostname = self.config.hostname.as_str();
-        let cluster = cluster_endpoints(sp, &all, hostname, node.and_then(|n| n.zone.as_deref()));
-        let local = local_endpoints(&all, hostname);
+        let eps = categorize(sp, &all, hostname, node.and_then(|n| n.zone.as_deref()));
+        // ClusterIP traffic follows internalTrafficPolicy, external traffic
+        // externalTrafficPolicy; `cluster` also serves pods and the host under eTP Local.
+        let internal = eps.internal(sp);
+        let external_eps = eps.external(sp);
+        let cluster = eps.cluster.as_deref().unwrap_or_default();
+        let local = eps.local.as_deref().unwrap_or_default();
         let proto = Value::Proto(sp.name.protocol.number());
         let port = Value::Port(sp.port);
         let label = sp.name.to_string();
         let svc_chain = service_chain(&sp.name);
+        // Chains of its own, named as kube-proxy names them: `service-…` picks among the
+        // cluster endpoints, `local-…` among the local ones, and ClusterIPs go to the one of
+        // their policy. (Without external traffic, `service-…` is free to serve a Local
+        // internal policy itself.)
+        let internal_chain = if sp.internal_policy == TrafficPolicy::Local && sp.has_external() {
+            local_chain(&sp.name)
+        } else {
+            svc_chain.clone()
+        };
+        // Where traffic finds no endpoint of its policy: dropped if endpoints exist elsewhere
+        // (a Local policy), rejected if none exists at all.
+        let no_endpoints = if eps.has_any {
+            (Verdict::Drop, "has no local endpoints")
+        } else {
+            (Verdict::Goto(REJECT_CHAIN.into()), "has no endpoints")
+        };
 
         for ip in &cluster_ips {
             self.element(CLUSTER_IPS, vec![ip_value(*ip)], None, None);
         }
-        let shared = self.shared_pick(sp, cluster.len());
+        let shared = self.shared_pick(sp, internal.len(), external_eps.len());
         let cluster_frontends: Vec<(IpAddr, u16)> =
             cluster_ips.iter().map(|ip| (*ip, sp.port)).collect();
-        if let (false, Some(slots)) = (cluster.is_empty(), shared) {
+        if let (false, Some(slots)) = (internal.is_empty(), shared) {
             // The shared pick chain masquerades off-cluster sources and draws a slot.
-            self.fill_slots(sp, slots, &cluster_frontends, &cluster);
-            self.hairpin(&cluster);
+            self.fill_slots(sp, slots.internal, &cluster_frontends, internal);
+            self.hairpin(internal);
             for ip in &cluster_ips {
                 self.element(
-                    &pick_set(slots),
+                    &pick_set(slots.internal),
                     vec![ip_value(*ip), proto.clone(), port.clone()],
                     None,
                     Some(label.clone()),
                 );
             }
-        } else if !cluster.is_empty() {
-            // The cluster chain: masquerade off-cluster sources, then pick an endpoint.
+        } else if !internal.is_empty() {
+            // The internal chain: masquerade off-cluster sources, then pick an endpoint.
             let mut rules = Vec::new();
             for ip in &cluster_ips {
                 if let Some(cond) = self.cluster_masquerade() {
@@ -1242,25 +1290,19 @@ impl Builder<'_> {
                     rules.push(rule(s, None));
                 }
             }
-            rules.extend(self.dispatch(sp, &svc_chain, &cluster));
-            self.chain(&svc_chain, None, Some(&label), rules);
-            self.fallback(sp, &cluster_frontends, &cluster);
+            rules.extend(self.dispatch(sp, &internal_chain, internal));
+            self.chain(&internal_chain, None, Some(&label), rules);
+            self.fallback(sp, &cluster_frontends, internal);
             for ip in &cluster_ips {
                 self.element(
                     SERVICE_IPS,
                     vec![ip_value(*ip), proto.clone(), port.clone()],
-                    Some(Verdict::Jump(svc_chain.clone())),
+                    Some(Verdict::Jump(internal_chain.clone())),
                     Some(label.clone()),
                 );
             }
         } else {
-            // No endpoints this node may use: reject, unless endpoints exist but none is local
-            // under internalTrafficPolicy Local, which drops like kube-proxy.
-            let (verdict, why) = if sp.internal_policy == TrafficPolicy::Local && !all.is_empty() {
-                (Verdict::Drop, "has no local endpoints")
-            } else {
-                (Verdict::Goto(REJECT_CHAIN.into()), "has no endpoints")
-            };
+            let (verdict, why) = no_endpoints.clone();
             for ip in &cluster_ips {
                 self.element(
                     NO_ENDPOINT_SERVICES,
@@ -1275,11 +1317,6 @@ impl Builder<'_> {
             return;
         }
         // External traffic: NodePorts, external IPs, load-balancer IPs.
-        let external_eps = if sp.external_policy == TrafficPolicy::Local {
-            &local
-        } else {
-            &cluster
-        };
         let ext_chain = external_chain(&sp.name);
         let external_ips: Vec<IpAddr> = sp
             .external_ips
@@ -1297,12 +1334,7 @@ impl Builder<'_> {
             frontends.extend(self.nodeport_ips().into_iter().map(|ip| (ip, np)));
         }
         if external_eps.is_empty() {
-            let (verdict, why) =
-                if sp.external_policy == TrafficPolicy::Local && !cluster.is_empty() {
-                    (Verdict::Drop, "has no local endpoints")
-                } else {
-                    (Verdict::Goto(REJECT_CHAIN.into()), "has no endpoints")
-                };
+            let (verdict, why) = no_endpoints;
             for ip in &external_ips {
                 self.element(
                     NO_ENDPOINT_SERVICES,
@@ -1321,8 +1353,9 @@ impl Builder<'_> {
             }
         } else if let Some(slots) = shared {
             // externalTrafficPolicy Cluster: the shared external pick chain masquerades and
-            // draws among the same endpoints, keyed by the address the traffic arrived at.
-            self.fill_slots(sp, slots, &frontends, &cluster);
+            // draws among the cluster endpoints, keyed by the address the traffic arrived at.
+            self.fill_slots(sp, slots.external, &frontends, external_eps);
+            self.hairpin(external_eps);
             for (i, (ip, port)) in frontends.into_iter().enumerate() {
                 let comment = if i < external_ips.len() {
                     format!("{label} external IP")
@@ -1330,13 +1363,18 @@ impl Builder<'_> {
                     format!("{label} NodePort")
                 };
                 self.element(
-                    &external_pick_set(slots),
+                    &external_pick_set(slots.external),
                     vec![ip_value(ip), proto.clone(), Value::Port(port)],
                     None,
                     Some(comment),
                 );
             }
         } else {
+            // The cluster endpoints' chain, unless the internal chain is it.
+            if internal_chain != svc_chain && !cluster.is_empty() {
+                let dispatch = self.dispatch(sp, &svc_chain, cluster);
+                self.chain(&svc_chain, None, Some(&label), dispatch);
+            }
             let mut rules = Vec::new();
             if sp.external_policy == TrafficPolicy::Cluster {
                 rules.push(rule(
@@ -1369,8 +1407,11 @@ impl Builder<'_> {
                     ));
                 }
                 let local_chain = local_chain(&sp.name);
-                let dispatch = self.dispatch(sp, &local_chain, &local);
-                self.chain(&local_chain, None, Some(&label), dispatch);
+                // Under iTP Local too, the internal chain picks among the local endpoints.
+                if internal_chain != local_chain {
+                    let dispatch = self.dispatch(sp, &local_chain, local);
+                    self.chain(&local_chain, None, Some(&label), dispatch);
+                }
                 rules.push(rule(vec![goto(&local_chain)], None));
             }
             self.chain(&ext_chain, None, Some(&label), rules);

@@ -13,7 +13,7 @@ pub use build::{
     families, table_head,
 };
 pub use config::{DetectLocal, NodePortAddresses, ProxyConfig};
-pub use endpoints::{cluster_endpoints, local_endpoints};
+pub use endpoints::{Categorized, categorize, local_endpoints, reachable_endpoints};
 pub use plan::{Planner, ServiceRef};
 
 use crate::model::ClusterState;

@@ -1153,3 +1153,253 @@ fn an_address_a_service_is_reached_at_twice_yields_its_elements_once() {
     assert_eq!(fragment.elements_of("pick-fallback").len(), 3);
     assert_eq!(fragment.elements_of("pick-2-slots").len(), 3 * 2);
 }
+
+/// A LoadBalancer with externalIPs, internalTrafficPolicy Local and externalTrafficPolicy
+/// Cluster, plus the fields `extra` adds to its spec.
+fn itp_local_etp_cluster(extra: &str) -> Service {
+    service(&format!(
+        "metadata: {{name: web, namespace: default}}\nspec: {{type: LoadBalancer, internalTrafficPolicy: Local, externalTrafficPolicy: Cluster, clusterIP: 10.96.0.10, externalIPs: [192.0.2.10], {extra} ports: [{{name: http, port: 80, protocol: TCP, nodePort: 30080}}]}}\nstatus: {{loadBalancer: {{ingress: [{{ip: 198.51.100.10}}]}}}}"
+    ))
+}
+
+/// Two ready endpoints, the local one second (so "the first endpoint" differs by policy).
+const LOCAL_SECOND: &str = "[{addresses: [10.244.0.11], nodeName: node-b, conditions: {ready: true}}, {addresses: [10.244.1.12], nodeName: node-a, conditions: {ready: true}}]";
+
+/// The `ip:port` endpoints of every shared slot-map element of `address . tcp . port`, in slot
+/// order, with the slot map's name.
+fn slot_targets(t: &Table, address: &str, port: u16) -> Vec<(String, String)> {
+    let mut out: Vec<(u32, String, String)> = t
+        .sets
+        .values()
+        .filter(|s| names::is_pick_slots(&s.name))
+        .flat_map(|s| s.elements.iter().map(move |e| (s, e)))
+        .filter(|(_, e)| e.key[..3] == [ip(address), Value::Proto(6), Value::Port(port)])
+        .map(|(s, e)| match (&e.key[3], &e.data) {
+            (Value::Mark(slot), Some(MapData::Values(v))) => {
+                (*slot, s.name.clone(), format!("{}:{}", v[0], v[1]))
+            }
+            other => panic!("slot element {other:?}"),
+        })
+        .collect();
+    out.sort();
+    out.into_iter().map(|(_, s, e)| (s, e)).collect()
+}
+
+fn fallback_of(t: &Table, address: &str, port: u16) -> Option<String> {
+    t.sets["pick-fallback"]
+        .elements
+        .iter()
+        .find(|e| e.key == [ip(address), Value::Proto(6), Value::Port(port)])
+        .map(|e| match &e.data {
+            Some(MapData::Values(v)) => format!("{}:{}", v[0], v[1]),
+            other => panic!("fallback data {other:?}"),
+        })
+}
+
+/// Upstream's iTP Local + eTP Cluster: the ClusterIP reaches this node's endpoint only, while
+/// the NodePort, the external IP and the load-balancer IP reach every endpoint, each key with
+/// slots, a slot count and a fallback endpoint of its own policy; every reachable endpoint
+/// is masqueraded when it reaches itself.
+#[test]
+fn internal_and_external_traffic_of_one_service_follow_their_own_policies_in_pick_chains() {
+    let t = plan(
+        &[itp_local_etp_cluster("")],
+        &[slice("web", "IPv4", 8080, LOCAL_SECOND)],
+        &config(),
+    );
+    let t = v4(&t);
+    let local = ("pick-1-slots".to_string(), "10.244.1.12:8080".to_string());
+    assert_eq!(slot_targets(t, "10.96.0.10", 80), [local]);
+    assert_eq!(chain_for(t, &ip("10.96.0.10")).as_deref(), Some("pick-1"));
+    assert_eq!(
+        fallback_of(t, "10.96.0.10", 80).as_deref(),
+        Some("10.244.1.12:8080")
+    );
+    let both = [
+        ("pick-2-slots".to_string(), "10.244.0.11:8080".to_string()),
+        ("pick-2-slots".to_string(), "10.244.1.12:8080".to_string()),
+    ];
+    for (address, port) in [
+        ("10.0.0.10", 30080),
+        ("192.0.2.10", 80),
+        ("198.51.100.10", 80),
+    ] {
+        assert_eq!(slot_targets(t, address, port), both, "{address}");
+        assert_eq!(
+            fallback_of(t, address, port).as_deref(),
+            Some("10.244.0.11:8080"),
+            "{address}"
+        );
+        assert!(
+            t.sets["external-pick-2-services"]
+                .elements
+                .iter()
+                .any(|e| e.key == [ip(address), Value::Proto(6), Value::Port(port)]),
+            "{address}"
+        );
+    }
+    let hairpin: BTreeSet<&Vec<Value>> = t.sets["hairpin-endpoints"]
+        .elements
+        .iter()
+        .map(|e| &e.key)
+        .collect();
+    assert_eq!(hairpin.len(), 2, "{hairpin:?}");
+    assert!(t.sets["no-endpoint-services"].elements.is_empty());
+}
+
+/// On a node without a local endpoint, the ClusterIP of an iTP Local service drops (endpoints
+/// exist elsewhere) while its external addresses, under eTP Cluster, still serve every
+/// endpoint.
+#[test]
+fn a_node_without_local_endpoints_drops_internal_traffic_but_serves_external_traffic() {
+    let t = plan(
+        &[itp_local_etp_cluster("")],
+        &[slice("web", "IPv4", 8080, TWO_ELSEWHERE)],
+        &config(),
+    );
+    let t = v4(&t);
+    assert_eq!(
+        verdict_for(&t.sets["no-endpoint-services"], &ip("10.96.0.10")),
+        Some(Verdict::Drop)
+    );
+    assert_eq!(chain_for(t, &ip("10.96.0.10")), None);
+    assert_eq!(fallback_of(t, "10.96.0.10", 80), None);
+    assert!(t.sets["no-endpoint-nodeports"].elements.is_empty());
+    assert_eq!(
+        verdict_for(&t.sets["no-endpoint-services"], &ip("192.0.2.10")),
+        None
+    );
+    for (address, port) in [("10.0.0.10", 30080), ("198.51.100.10", 80)] {
+        let targets: Vec<String> = slot_targets(t, address, port)
+            .into_iter()
+            .map(|(_, e)| e)
+            .collect();
+        assert_eq!(
+            targets,
+            ["10.244.0.11:8080", "10.244.1.12:8080"],
+            "{address}"
+        );
+    }
+}
+
+/// The endpoint-chain targets a chain's cascade picks among, by endpoint address.
+fn cascade_targets(t: &Table, chain: &str) -> Vec<String> {
+    let mut out: Vec<String> = t.chains[chain]
+        .rules
+        .iter()
+        .flat_map(|r| &r.stmts)
+        .filter_map(|s| match s {
+            Stmt::Verdict(Verdict::Goto(c)) if c.starts_with("endpoint-") => {
+                Some(c.rsplit("__").next().unwrap().to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// With chains of its own (ClientIP affinity), kube-proxy's layout: ClusterIPs go to the
+/// `local-` chain of internalTrafficPolicy Local, external traffic to the `service-` chain of
+/// the cluster endpoints; under eTP Local, pods and the host short-circuit to that `service-`
+/// chain too, while other external traffic takes the local one.
+#[test]
+fn chains_of_their_own_pick_among_the_endpoints_of_each_traffic_policy() {
+    for etp in ["Cluster", "Local"] {
+        let svc = itp_local_etp_cluster("sessionAffinity: ClientIP,")
+            .spec
+            .map(|mut s| {
+                s.external_traffic_policy = Some(etp.into());
+                s
+            });
+        let svc = Service {
+            spec: svc,
+            ..itp_local_etp_cluster("")
+        };
+        let t = plan(
+            &[svc],
+            &[slice("web", "IPv4", 8080, LOCAL_SECOND)],
+            &config(),
+        );
+        let t = v4(&t);
+        let internal = match verdict_for(&t.sets["service-ips"], &ip("10.96.0.10")) {
+            Some(Verdict::Jump(c)) => c,
+            other => panic!("{etp}: ClusterIP dispatch {other:?}"),
+        };
+        assert!(internal.starts_with("local-"), "{etp}: {internal}");
+        assert_eq!(cascade_targets(t, &internal), ["10.244.1.12/8080"], "{etp}");
+        let external = match verdict_for(&t.sets["service-ips"], &ip("192.0.2.10")) {
+            Some(Verdict::Jump(c)) => c,
+            other => panic!("{etp}: external IP dispatch {other:?}"),
+        };
+        let gotos: Vec<&str> = t.chains[&external]
+            .rules
+            .iter()
+            .flat_map(|r| &r.stmts)
+            .filter_map(|s| match s {
+                Stmt::Verdict(Verdict::Goto(c)) => Some(c.as_str()),
+                _ => None,
+            })
+            .collect();
+        let cluster = gotos
+            .iter()
+            .find(|c| c.starts_with("service-"))
+            .unwrap_or_else(|| panic!("{etp}: {gotos:?}"));
+        assert_eq!(
+            cascade_targets(t, cluster),
+            ["10.244.0.11/8080", "10.244.1.12/8080"],
+            "{etp}"
+        );
+        if etp == "Local" {
+            // pod, host, then everything else to the local endpoints
+            assert_eq!(gotos.len(), 3, "{gotos:?}");
+            assert_eq!(gotos[2], internal);
+        } else {
+            assert_eq!(gotos, [*cluster]);
+        }
+        assert_eq!(
+            fallback_of(t, "192.0.2.10", 80).as_deref(),
+            Some(if etp == "Local" {
+                "10.244.1.12:8080"
+            } else {
+                "10.244.0.11:8080"
+            })
+        );
+        assert_eq!(
+            fallback_of(t, "10.96.0.10", 80).as_deref(),
+            Some("10.244.1.12:8080")
+        );
+    }
+}
+
+/// Upstream rejects when no endpoint anywhere could serve and drops only when some could:
+/// iTP Local with nothing ready or serving elsewhere is rejected, not dropped.
+#[test]
+fn internal_traffic_policy_local_with_no_usable_endpoint_anywhere_rejects() {
+    let svc = service(
+        "metadata: {name: web, namespace: default}\nspec: {clusterIP: 10.96.0.10, internalTrafficPolicy: Local, ports: [{name: http, port: 80, protocol: TCP}]}",
+    );
+    let unready = "[{addresses: [10.244.1.12], nodeName: node-b, conditions: {ready: false, serving: false}}]";
+    let t = plan(&[svc], &[slice("web", "IPv4", 8080, unready)], &config());
+    assert_eq!(
+        verdict_for(&v4(&t).sets["no-endpoint-services"], &ip("10.96.0.10")),
+        Some(Verdict::Goto("reject-chain".into()))
+    );
+}
+
+/// When no endpoint is ready, the serving terminating ones all serve: hints, which describe
+/// ready endpoints, are not applied to that fallback.
+#[test]
+fn the_terminating_fallback_ignores_zone_hints() {
+    let hinted_terminating = "[{addresses: [10.244.0.11], zone: zone-a, hints: {forZones: [{name: zone-a}]}, conditions: {ready: false, serving: true, terminating: true}}, {addresses: [10.244.1.12], zone: zone-b, hints: {forZones: [{name: zone-b}]}, conditions: {ready: false, serving: true, terminating: true}}]";
+    let t = plan(
+        &[service(WEB)],
+        &[slice("web", "IPv4", 8080, hinted_terminating)],
+        &config(),
+    );
+    assert_eq!(
+        slot_endpoints(v4(&t)),
+        ["10.244.0.11:8080", "10.244.1.12:8080"]
+    );
+}
