@@ -5,7 +5,7 @@
 //! `cargo run --release --example memory_breakdown -- 10000x10` (root: the sync goes to a
 //! throw-away network namespace).
 
-#[path = "../src/bin/kubenft-bench/synthetic.rs"]
+#[path = "../benchmark/src/synthetic.rs"]
 #[allow(dead_code)]
 mod synthetic;
 

@@ -8,29 +8,10 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kubenft::access::API_ACCESS;
-use serde::Deserialize;
 
-fn documents(file: &str) -> Vec<serde_yaml::Value> {
-    let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("deploy")
-            .join(file),
-    )
-    .unwrap_or_else(|e| panic!("reading deploy/{file}: {e}"));
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde_yaml::Value::deserialize(d).unwrap_or_else(|e| panic!("deploy/{file}: {e}")))
-        .filter(|v| !v.is_null())
-        .collect()
-}
-
-fn one<T: serde::de::DeserializeOwned>(file: &str, kind: &str) -> T {
-    let docs: Vec<_> = documents(file)
-        .into_iter()
-        .filter(|d| d["kind"] == kind)
-        .collect();
-    assert_eq!(docs.len(), 1, "deploy/{file} holds one {kind}");
-    serde_yaml::from_value(docs[0].clone()).unwrap_or_else(|e| panic!("deploy/{file} {kind}: {e}"))
-}
+#[path = "common/manifests.rs"]
+mod manifests;
+use manifests::{documents, one};
 
 #[test]
 fn kustomization_lists_every_manifest_and_each_parses_as_its_kind() {
@@ -92,6 +73,16 @@ fn the_daemonset_runs_on_the_host_network_with_only_net_admin() {
     };
     assert_eq!(path(&c.liveness_probe), "/livez");
     assert_eq!(path(&c.readiness_probe), "/healthz");
+}
+
+#[test]
+fn the_daemonset_runs_the_image_deploy_image_sh_builds_tagged_with_the_crate_version() {
+    let ds: DaemonSet = one("daemonset.yaml", "DaemonSet");
+    let pod = ds.spec.unwrap().template.spec.unwrap();
+    assert_eq!(
+        pod.containers[0].image.as_deref(),
+        Some(format!("localhost/kubenft:{}", env!("CARGO_PKG_VERSION")).as_str())
+    );
 }
 
 #[test]

@@ -16,11 +16,6 @@ const SCAFFOLDING: &[(&str, &str)] = &[
     ),
     ("src/lab.rs", "wires the test/demo topology with `ip`"),
     ("src/demo.rs", "prints the demo's table with `nft list`"),
-    (
-        "src/bin/kubenft-bench/",
-        "the benchmark compares with `nft -f` and `iptables-restore`, runs the daemon and \
-         reads the machine's tool versions",
-    ),
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -12,7 +12,8 @@
 //!   the pod directly, with 10 to 30,000 services in the table; numgen's endpoint spread.
 //!
 //! Medians of `--repeats` runs for the cold syncs. Prints the tables and writes BENCHMARKS.md
-//! and benchmarks.svg. Usage (after `cargo build --release`):
+//! and benchmarks.svg. Usage (after `cargo build --release --workspace`, which builds it next to
+//! the `kubenft` binary it runs):
 //! `target/release/kubenft-bench [--scales 1000x10,10000x10] [--repeats 3] [--out BENCHMARKS.md]
 //! [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000]
 //! [--nodeport-percent 0] [--no-iptables] [--no-control] [--no-daemon] [--no-dataplane]`

@@ -61,7 +61,7 @@ pub fn binary() -> Result<PathBuf, String> {
         Ok(bin)
     } else {
         Err(format!(
-            "{} is missing: build it first (cargo build --release)",
+            "{} is missing: build it first (cargo build --release --workspace)",
             bin.display()
         ))
     }
