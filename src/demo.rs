@@ -141,7 +141,8 @@ pub fn run() -> Result<(), DemoError> {
         "where a new connection from the client to demo/web goes, as `kubenft explain 10.96.0.10:80 --from 10.0.0.2` reads it from the kernel",
     )?;
     let flags = crate::explain::ExplainFlags {
-        target: "10.96.0.10:80".into(),
+        target: Some("10.96.0.10:80".into()),
+        service: None,
         from: Some("10.0.0.2".parse().expect("literal")),
         hook: None,
         iif: None,

@@ -12,7 +12,7 @@ mod explain_harness;
 use std::path::Path;
 
 use common::Topology;
-use explain_harness::{assert_explained, explain, explain_command, observe};
+use explain_harness::{assert_explained, explain, explain_command, explain_service, observe};
 use kubenft::model::ClusterState;
 use kubenft::netns::{Netns, can_create};
 use kubenft::nft::model::{Family, Value};
@@ -322,6 +322,17 @@ fn a_slot_deleted_by_hand_is_explained_as_falling_back() {
             .any(|(m, p)| m == "pick-fallback" && (p - 0.5).abs() < 1e-9),
         "{via:?}"
     );
+    // The Service's listing shows the same: its ClusterIP reaches only pod-1 now, whatever the
+    // EndpointSlice says.
+    let listing = explain_service(&lab.node, "t/web");
+    let frontends = listing["frontends"].as_array().unwrap();
+    assert_eq!(frontends.len(), 1, "{listing:#}");
+    assert_eq!(frontends[0]["address"], "10.96.0.10");
+    let eps = frontends[0]["from_outside"]["endpoints"]
+        .as_array()
+        .unwrap();
+    assert_eq!(eps.len(), 1, "{listing:#}");
+    assert_eq!(eps[0]["address"], POD1);
 }
 
 /// `setpriv` arguments that run as uid 65532 with only `caps` ("+net_admin" or "").

@@ -6,16 +6,19 @@
 //! program, so a table that differs from the plan is explained as it is.
 
 pub mod report;
+pub mod service;
 pub mod walk;
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 
 use clap::{Args, ValueEnum};
+use serde::Serialize;
 
 use crate::nft::model::{Family, Table};
 use crate::nft::netlink::Nftables;
 pub use report::{Explanation, explain};
+pub use service::ServiceListing;
 pub use walk::{DynamicElement, Entry, Host, Packet, WalkError, walk};
 
 /// `kubenft explain`'s flags.
@@ -23,8 +26,17 @@ pub use walk::{DynamicElement, Entry, Host, Packet, WalkError, walk};
 pub struct ExplainFlags {
     /// The destination: `ADDRESS:PORT`, `[IPv6]:PORT`, optionally `/tcp`, `/udp` or `/sctp`
     /// (default tcp).
-    #[arg(value_name = "DST:PORT[/PROTO]")]
-    pub target: String,
+    #[arg(
+        value_name = "DST:PORT[/PROTO]",
+        required_unless_present = "service",
+        conflicts_with = "service"
+    )]
+    pub target: Option<String>,
+    /// Instead of one connection: every frontend of this Service (`NAMESPACE/NAME`) in the
+    /// tables, each explained from this node and from outside the cluster (--from, or a
+    /// documentation address).
+    #[arg(long, value_name = "NS/NAME")]
+    pub service: Option<String>,
     /// The connection's source address (default: this node, as a process on it would connect).
     #[arg(long, value_name = "SRC")]
     pub from: Option<IpAddr>,
@@ -116,25 +128,74 @@ pub fn parse_target(text: &str) -> Result<(IpAddr, u16, u8), ExplainError> {
     Ok((sa.ip(), sa.port(), proto))
 }
 
-/// Reads the table and the node's addresses, walks the connection and returns the answer.
-pub fn run(flags: &ExplainFlags, default_table: &str) -> Result<Explanation, ExplainError> {
-    let (daddr, dport, proto) = parse_target(&flags.target)?;
+/// What `explain` answers: one connection, or every frontend of a Service.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum Answer {
+    Connection(Box<Explanation>),
+    Service(ServiceListing),
+}
+
+impl Answer {
+    pub fn to_text(&self) -> String {
+        match self {
+            Answer::Connection(e) => e.to_text(),
+            Answer::Service(s) => s.to_text(),
+        }
+    }
+}
+
+/// The node's own addresses, as a set and in kernel order.
+fn node_addresses() -> Result<(BTreeSet<IpAddr>, Vec<IpAddr>), ExplainError> {
+    let addrs = crate::source::local_addrs::local_addresses().map_err(ExplainError::Addresses)?;
+    let ordered: Vec<IpAddr> = addrs.iter().map(|(ip, _)| *ip).collect();
+    Ok((ordered.iter().copied().collect(), ordered))
+}
+
+/// The node's first non-loopback address of an IP version: the source a process on it would
+/// use, near enough.
+fn first_of(ordered: &[IpAddr], v4: bool) -> Option<IpAddr> {
+    ordered
+        .iter()
+        .copied()
+        .find(|ip| ip.is_ipv4() == v4 && !ip.is_loopback())
+}
+
+/// Reads the table(s) and the node's addresses and answers `flags`.
+pub fn run(flags: &ExplainFlags, default_table: &str) -> Result<Answer, ExplainError> {
     let name = flags.table.as_deref().unwrap_or(default_table);
+    let (local, ordered) = node_addresses()?;
+    let mut nft = Nftables::open().map_err(ExplainError::Open)?;
+    if let Some(service) = &flags.service {
+        let mut tables = Vec::new();
+        let mut host = Host {
+            local,
+            ..Host::default()
+        };
+        for family in [Family::Ip, Family::Ip6] {
+            if let Some((table, dynamic)) = read_table(&mut nft, family, name, false)? {
+                host.dynamic.extend(dynamic);
+                tables.push(table);
+            }
+        }
+        if tables.is_empty() {
+            return Err(ExplainError::NoTable {
+                table: format!("ip {name} or ip6 {name}"),
+            });
+        }
+        let node = |v4: bool| first_of(&ordered, v4);
+        return service::list(&tables, &host, service, &node, flags.from).map(Answer::Service);
+    }
+    let target = flags.target.as_deref().unwrap_or_default();
+    let (daddr, dport, proto) = parse_target(target)?;
     let family = if daddr.is_ipv4() {
         Family::Ip
     } else {
         Family::Ip6
     };
-    let table_label = format!("{} {name}", crate::nft::render::family_keyword(family));
-    let addrs = crate::source::local_addrs::local_addresses().map_err(ExplainError::Addresses)?;
-    let local: BTreeSet<IpAddr> = addrs.iter().map(|(ip, _)| *ip).collect();
     let saddr = match flags.from {
         Some(ip) => ip,
-        None => addrs
-            .iter()
-            .map(|(ip, _)| *ip)
-            .find(|ip| ip.is_ipv4() == daddr.is_ipv4() && !ip.is_loopback())
-            .ok_or(ExplainError::NoSource)?,
+        None => first_of(&ordered, daddr.is_ipv4()).ok_or(ExplainError::NoSource)?,
     };
     if saddr.is_ipv4() != daddr.is_ipv4() {
         return Err(ExplainError::Versions {
@@ -148,7 +209,32 @@ pub fn run(flags: &ExplainFlags, default_table: &str) -> Result<Explanation, Exp
         None if saddr.is_loopback() || local.contains(&saddr) => Entry::Output,
         None => Entry::Prerouting,
     };
-    let mut nft = Nftables::open().map_err(ExplainError::Open)?;
+    let Some((table, dynamic)) = read_table(&mut nft, family, name, true)? else {
+        unreachable!("read_table reports a missing required table as an error");
+    };
+    let host = Host { local, dynamic };
+    let packet = Packet {
+        saddr,
+        daddr,
+        proto,
+        dport,
+        iif: flags.iif.clone(),
+    };
+    explain_table(&table, &host, &packet, entry).map(|e| Answer::Connection(Box::new(e)))
+}
+
+/// Runtime elements of dynamic sets, by set.
+type DynamicSets = std::collections::BTreeMap<String, Vec<DynamicElement>>;
+
+/// Table `name` of `family` and the runtime elements of its dynamic sets; `None` when it does
+/// not exist and `required` is false.
+fn read_table(
+    nft: &mut Nftables,
+    family: Family,
+    name: &str,
+    required: bool,
+) -> Result<Option<(Table, DynamicSets)>, ExplainError> {
+    let table_label = format!("{} {name}", crate::nft::render::family_keyword(family));
     let dump_err = |source: crate::nft::netlink::DumpError| {
         let table = table_label.clone();
         if refused(&source) {
@@ -157,19 +243,16 @@ pub fn run(flags: &ExplainFlags, default_table: &str) -> Result<Explanation, Exp
             ExplainError::Dump { table, source }
         }
     };
-    let table = nft
-        .dump_table(family, name)
-        .map_err(dump_err)?
-        .ok_or_else(|| ExplainError::NoTable {
-            table: table_label.clone(),
-        })?;
-    let mut host = Host {
-        local,
-        ..Host::default()
+    let Some(table) = nft.dump_table(family, name).map_err(dump_err)? else {
+        if required {
+            return Err(ExplainError::NoTable { table: table_label });
+        }
+        return Ok(None);
     };
+    let mut dynamic = DynamicSets::new();
     for set in table.sets.values().filter(|s| s.dynamic && !s.interval) {
         let elements = nft.dynamic_elements(family, name, set).map_err(dump_err)?;
-        host.dynamic.insert(
+        dynamic.insert(
             set.name.clone(),
             elements
                 .into_iter()
@@ -180,14 +263,7 @@ pub fn run(flags: &ExplainFlags, default_table: &str) -> Result<Explanation, Exp
                 .collect(),
         );
     }
-    let packet = Packet {
-        saddr,
-        daddr,
-        proto,
-        dport,
-        iif: flags.iif.clone(),
-    };
-    explain_table(&table, &host, &packet, entry)
+    Ok(Some((table, dynamic)))
 }
 
 /// Whether the kernel refused a dump for lack of privilege (EPERM anywhere in its causes).

@@ -136,7 +136,7 @@ fn proto_name(p: u8) -> String {
 }
 
 /// The `ns/name:port` at the start of an element comment such as `ns/name:port external IP`.
-fn service_of(comment: &str) -> Option<String> {
+pub(crate) fn service_of(comment: &str) -> Option<String> {
     let first = comment.split_whitespace().next()?;
     (first.contains('/') && first.contains(':')).then(|| first.to_string())
 }

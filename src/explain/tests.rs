@@ -401,3 +401,52 @@ fn a_packet_of_the_other_ip_version_is_an_error_not_a_guess() {
     };
     assert!(explain_table(&t, &host(), &packet, Entry::Prerouting).is_err());
 }
+
+#[test]
+fn a_service_listing_finds_every_frontend_in_the_table() {
+    let local = json!({"externalTrafficPolicy": "Local"});
+    let s = vec![
+        lb("loc", "10.96.0.20", "192.0.2.20", 30020, local),
+        cluster_ip("locx", "10.96.0.40"),
+    ];
+    let e = vec![
+        slice("loc", &[(POD, "node-a"), (REMOTE_POD, "node-b")]),
+        slice("locx", &[(POD, "node-a")]),
+    ];
+    let t = table(&s, &e);
+    let node = |_: bool| Some(NODE_IP.parse().unwrap());
+    let got = service::list(&[t], &host(), "t/loc", &node, None).unwrap();
+    let found: Vec<(String, u16)> = got
+        .frontends
+        .iter()
+        .map(|f| (f.address.to_string(), f.port))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("10.0.0.1".to_string(), 30020),
+            ("10.96.0.20".to_string(), 80),
+            ("192.0.2.20".to_string(), 80)
+        ]
+    );
+    let lb = &got.frontends[2];
+    assert_eq!(
+        lb.from_outside.frontend.as_ref().unwrap().kind,
+        "external-ip"
+    );
+    assert_eq!(
+        lb.from_outside.endpoints.len(),
+        1,
+        "policy Local from outside"
+    );
+    assert_eq!(
+        lb.from_node.endpoints.len(),
+        2,
+        "the node may use every endpoint"
+    );
+    assert!(
+        got.to_text().contains("external ip 192.0.2.20:80/tcp"),
+        "{}",
+        got.to_text()
+    );
+}

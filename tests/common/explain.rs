@@ -28,6 +28,22 @@ pub fn explain(node: &Netns, to: &str, from: Option<&str>, extra: &[&str]) -> Va
     })
 }
 
+/// `kubenft explain --service NS/NAME --output json` run inside `node`, parsed.
+pub fn explain_service(node: &Netns, service: &str) -> Value {
+    let out = Command::new("ip")
+        .args(["netns", "exec", node.name()])
+        .arg(env!("CARGO_BIN_EXE_kubenft"))
+        .args(["explain", "--service", service, "--output", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "explain --service {service}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// The raw run of `WRAPPER… kubenft explain TO [--from FROM] --output json EXTRA…` inside `node`.
 pub fn explain_command(
     node: &Netns,
