@@ -33,6 +33,8 @@ pub enum CliError {
         #[source]
         source: BoxError,
     },
+    #[error("explain: {0}")]
+    Explain(#[source] Box<crate::explain::ExplainError>),
     #[error("demo: {0}")]
     Demo(#[source] Box<crate::demo::DemoError>),
     #[error("sync: {0}")]
@@ -138,6 +140,22 @@ mod glue {
                 sync_once(&config.proxy.table_name, tables)
             }
             Command::Demo => crate::demo::run().map_err(|e| CliError::Demo(Box::new(e))),
+            Command::Explain(ref flags) => {
+                let answer = crate::explain::run(flags, &config.proxy.table_name)
+                    .map_err(|e| CliError::Explain(Box::new(e)))?;
+                let text = match flags.output {
+                    crate::explain::OutputFormat::Text => answer.to_text(),
+                    crate::explain::OutputFormat::Json => {
+                        let mut json = serde_json::to_string_pretty(&answer)
+                            .expect("an explanation serializes");
+                        json.push('\n');
+                        json
+                    }
+                };
+                let mut out = std::io::stdout().lock();
+                out.write_all(text.as_bytes()).map_err(CliError::Output)?;
+                out.flush().map_err(CliError::Output)
+            }
             #[cfg(feature = "daemon")]
             Command::Run(_) => crate::daemon::run(config).map_err(|e| CliError::Run(Box::new(e))),
             #[cfg(not(feature = "daemon"))]

@@ -49,6 +49,10 @@ pub enum Command {
     /// Build a throw-away cluster of network namespaces, program the example Services and send
     /// real requests through them (root; removes everything afterwards).
     Demo,
+    /// Where a new connection to DST:PORT goes, read from the tables the kernel holds now:
+    /// its Service and frontend, source ranges, endpoints with their probabilities,
+    /// masquerading and why, or why it is dropped or rejected. Changes nothing.
+    Explain(crate::explain::ExplainFlags),
 }
 
 /// The daemon's own flags, spelled as kube-proxy's.
@@ -306,7 +310,7 @@ impl Cli {
             Command::Render => Some("render"),
             Command::Sync { once: true } => Some("sync"),
             Command::Sync { once: false } => return Err(ConfigError::SyncNeedsOnce),
-            Command::Cleanup | Command::Demo | Command::Run(_) => None,
+            Command::Cleanup | Command::Demo | Command::Run(_) | Command::Explain(_) => None,
         };
         if let Some(command) = needs_manifests
             && self.proxy.manifests.is_none()

@@ -39,7 +39,7 @@ fn step(n: usize, text: &str) -> Result<(), DemoError> {
     if INTERRUPTED.load(Ordering::SeqCst) {
         return Err(DemoError::Interrupted);
     }
-    println!("[{n}/6] {text}");
+    println!("[{n}/7] {text}");
     Ok(())
 }
 
@@ -136,6 +136,24 @@ pub fn run() -> Result<(), DemoError> {
         }
     }
 
-    step(6, "removing the lab")?;
+    step(
+        6,
+        "where a new connection from the client to demo/web goes, as `kubenft explain 10.96.0.10:80 --from 10.0.0.2` reads it from the kernel",
+    )?;
+    let flags = crate::explain::ExplainFlags {
+        target: Some("10.96.0.10:80".into()),
+        service: None,
+        from: Some("10.0.0.2".parse().expect("literal")),
+        hook: None,
+        iif: None,
+        table: None,
+        output: crate::explain::OutputFormat::Text,
+    };
+    match node.run(move || crate::explain::run(&flags, "kubenft"))? {
+        Ok(answer) => print!("{}", answer.to_text()),
+        Err(e) => println!("      explain failed: {e}"),
+    }
+
+    step(7, "removing the lab")?;
     Ok(())
 }

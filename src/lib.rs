@@ -9,6 +9,7 @@ pub mod conntrack;
 #[cfg(feature = "daemon")]
 pub mod daemon;
 pub mod demo;
+pub mod explain;
 pub mod lab;
 pub mod model;
 pub mod netns;

@@ -23,7 +23,12 @@ fn the_demo_answers_from_both_pods_refuses_the_empty_service_and_cleans_up() {
         "{stdout}"
     );
     assert!(stdout.contains("refused"), "{stdout}");
-    assert!(stdout.contains("[6/6]"), "{stdout}");
+    assert!(stdout.contains("[7/7]"), "{stdout}");
+    // It ends with `explain` of demo/web: its two endpoints, read from the kernel.
+    assert!(
+        stdout.contains("demo/web:http") && stdout.contains("10.244.2.2:8080"),
+        "{stdout}"
+    );
     let left = Command::new("ip").args(["netns", "list"]).output().unwrap();
     let left = String::from_utf8_lossy(&left.stdout);
     assert!(

@@ -105,6 +105,16 @@ impl Nftables {
         Ok(table)
     }
 
+    /// The runtime elements of dynamic set `set` of table `name` (see `dump::dynamic_elements`).
+    pub fn dynamic_elements(
+        &mut self,
+        family: Family,
+        name: &str,
+        set: &crate::nft::model::Set,
+    ) -> Result<Vec<(crate::nft::model::Element, Option<std::time::Duration>)>, DumpError> {
+        super::dump::dynamic_elements(&mut self.sock, family, name, set)
+    }
+
     /// Remembers which interval sets exist after `tx` was committed.
     fn learn(&mut self, tx: &Transaction) {
         for op in &tx.ops {

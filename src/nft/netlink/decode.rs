@@ -415,6 +415,8 @@ pub struct RawElem {
     pub data: Option<RawData>,
     pub flags: u32,
     pub comment: Option<String>,
+    /// Milliseconds until the kernel removes the element (elements with a timeout only).
+    pub expiration_ms: Option<u64>,
 }
 
 /// The elements of one NEWSETELEM dump message: (set name, elements).
@@ -451,6 +453,7 @@ fn set_elem(buf: &[u8]) -> Result<RawElem, DecodeError> {
         data: None,
         flags: 0,
         comment: None,
+        expiration_ms: None,
     };
     let mut have_key = false;
     for a in attrs(W, buf) {
@@ -469,6 +472,7 @@ fn set_elem(buf: &[u8]) -> Result<RawElem, DecodeError> {
             }
             NFTA_SET_ELEM_DATA => e.data = Some(data(W, a.value)?),
             NFTA_SET_ELEM_FLAGS => e.flags = at(W, a.be32())?,
+            NFTA_SET_ELEM_EXPIRATION => e.expiration_ms = Some(at(W, a.be64())?),
             NFTA_SET_ELEM_USERDATA => e.comment = udata_comment(a.value, UDATA_SET_ELEM_COMMENT),
             _ => {}
         }

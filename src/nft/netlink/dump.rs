@@ -308,6 +308,37 @@ fn addr_version(stmt: &Stmt) -> Option<u8> {
     }
 }
 
+/// The elements a dynamic set holds right now (rules add them; `dump_table` leaves them out as
+/// runtime state), each with the time left before the kernel removes it. `set` is the set as
+/// `dump_table` returned it (its key types); interval sets are not supported here.
+pub fn dynamic_elements(
+    sock: &mut NetlinkSocket,
+    family: Family,
+    table: &str,
+    set: &Set,
+) -> Result<Vec<(Element, Option<std::time::Duration>)>, DumpError> {
+    let lens: Vec<usize> = set.key.iter().map(|&t| decode::type_len(t)).collect();
+    let fail = |reason: String| DumpError::Set {
+        set: set.name.clone(),
+        reason,
+    };
+    set_elements(sock, nfproto(family), table, &set.name)?
+        .into_iter()
+        .map(|e| {
+            let key = split_key(&set.key, &lens, &e.key).map_err(fail)?;
+            let element = Element {
+                key,
+                data: None,
+                comment: e.comment,
+            };
+            Ok((
+                element,
+                e.expiration_ms.map(std::time::Duration::from_millis),
+            ))
+        })
+        .collect()
+}
+
 fn set_elements(
     sock: &mut NetlinkSocket,
     proto: u8,

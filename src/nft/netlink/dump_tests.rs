@@ -1060,6 +1060,7 @@ fn interval_elements_reassemble_into_cidrs_including_adjacent_and_top_ranges() {
         data: None,
         flags: if end { NFT_SET_ELEM_INTERVAL_END } else { 0 },
         comment: None,
+        expiration_ms: None,
     };
     // 0.0.0.0 end marker, 10.0.0.0/8 then adjacent 11.0.0.0/8, and 240.0.0.0/4 to the top,
     // in the reverse order the kernel's rbtree walk returns.
@@ -1108,6 +1109,7 @@ fn an_element_listed_twice_marks_the_set_dump_as_torn_so_it_is_read_again() {
         data: None,
         flags: 0,
         comment: None,
+        expiration_ms: None,
     };
     let err = super::dump::build_set(
         &raw,
