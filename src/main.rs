@@ -44,10 +44,26 @@ fn main() -> ExitCode {
     match kubenft::cli::run(&config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("kubenft: {e}");
+            eprintln!("kubenft: {}", with_causes(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `e` and every error beneath it that its message does not already spell out, so "building
+/// the API client" says what failed inside it (most of our errors embed their cause's text).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// Logs go to stderr so `render` output on stdout stays clean. RUST_LOG, when set, overrides
