@@ -129,7 +129,10 @@ impl ProxyConfig {
 
     /// The addresses of family `fam` that accept NodePorts: the node IP with `primary`, the
     /// local addresses inside the CIDRs otherwise, and every local address of the family when
-    /// `nodePortAddresses` names none of it (see `nodeport_fallback`). Never loopback.
+    /// `nodePortAddresses` names none of it (see `nodeport_fallback`). Never loopback. The
+    /// fallback leaves out IPv6 link-local addresses (kube-proxy's `fib daddr type local`
+    /// keeps them): every pod's host-side veth has one, so they change with each pod and would
+    /// replan every service, and they serve no client beyond the link.
     pub fn nodeport_ips(&self, fam: IpFamily, node: Option<&NodeInfo>) -> Vec<IpAddr> {
         let local = self
             .local_addresses
@@ -137,7 +140,9 @@ impl ProxyConfig {
             .copied()
             .filter(|ip| IpFamily::of(ip) == fam);
         let mut ips: Vec<IpAddr> = match &self.nodeport_addresses {
-            _ if self.nodeport_fallback(fam, node).is_some() => local.collect(),
+            _ if self.nodeport_fallback(fam, node).is_some() => local
+                .filter(|ip| !matches!(ip, IpAddr::V6(v6) if v6.is_unicast_link_local()))
+                .collect(),
             NodePortAddresses::Primary => self.node_ips_of(fam, node),
             NodePortAddresses::Cidrs(cidrs) => local
                 .filter(|ip| cidrs.iter().any(|c| c.contains(ip)))
