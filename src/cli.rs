@@ -10,7 +10,8 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::config::Config;
-use crate::proxier::{NodePortAddresses, ProxyConfig};
+use crate::model::{ClusterState, NodeInfo};
+use crate::proxier::{IpFamily, ProxyConfig, families};
 use crate::source::local_addrs::{self, LocalAddrError};
 use crate::source::manifests::{self, ManifestError};
 
@@ -94,10 +95,14 @@ pub fn load_inputs(path: &Path, hostname: &str) -> Result<Inputs, CliError> {
     })
 }
 
-/// Fills `config.local_addresses` when `--nodeport-addresses` lists CIDRs, the only case in
-/// which the planner needs them. Loopback never serves NodePorts, so it is left out.
-pub fn add_local_addresses(config: &mut ProxyConfig) -> Result<(), CliError> {
-    if let NodePortAddresses::Cidrs(_) = config.nodeport_addresses {
+/// Fills `config.local_addresses` when the planner needs them: `--nodeport-addresses` lists
+/// CIDRs, or a family has no node IP on `node` (its NodePorts are then accepted on every local
+/// address of the family). Loopback never serves NodePorts, so it is left out.
+pub fn add_local_addresses(
+    config: &mut ProxyConfig,
+    node: Option<&NodeInfo>,
+) -> Result<(), CliError> {
+    if config.needs_local_addresses(node) {
         let addrs = local_addrs::local_addresses().map_err(CliError::LocalAddresses)?;
         config.local_addresses = addrs
             .into_iter()
@@ -110,6 +115,67 @@ pub fn add_local_addresses(config: &mut ProxyConfig) -> Result<(), CliError> {
         config.local_addresses.dedup();
     }
     Ok(())
+}
+
+/// The IP families this kernel can filter, probed once: IPv4 always, IPv6 unless it is off
+/// here (no `/proc/sys/net/ipv6`, as with `ipv6.disable=1`, or `disable_ipv6` set for all
+/// interfaces of this network namespace), in which case no IPv6 packet can arrive to proxy.
+pub fn kernel_families() -> Vec<IpFamily> {
+    let ipv6 = std::fs::read_to_string("/proc/sys/net/ipv6/conf/all/disable_ipv6")
+        .is_ok_and(|v| v.trim() == "0");
+    if !ipv6 {
+        tracing::info!(
+            "IPv6 is off in this kernel or network namespace: only the ip table is programmed"
+        );
+        return vec![IpFamily::V4];
+    }
+    vec![IpFamily::V4, IpFamily::V6]
+}
+
+/// For each planned family whose NodePorts are accepted on every local address of the family,
+/// why: kube-proxy's behaviour, which the operator should know of.
+pub fn nodeport_fallbacks(
+    state: &ClusterState,
+    config: &ProxyConfig,
+) -> Vec<(IpFamily, &'static str)> {
+    families(state, config)
+        .into_iter()
+        .filter_map(|f| Some((f, config.nodeport_fallback(f, state.node.as_ref())?)))
+        .collect()
+}
+
+/// Logs each of `fallbacks`: a warning when the cluster looks dual-stack (its CIDRs or the
+/// node's podCIDRs have both families), as kube-proxy warns, else for information.
+pub fn log_nodeport_fallbacks(
+    fallbacks: &[(IpFamily, &'static str)],
+    state: &ClusterState,
+    config: &ProxyConfig,
+) {
+    let nets = config
+        .cluster_cidrs
+        .iter()
+        .chain(&config.service_cidrs)
+        .chain(state.node.iter().flat_map(|n| &n.pod_cidrs));
+    let (mut v4, mut v6) = (false, false);
+    for n in nets {
+        match n {
+            ipnet::IpNet::V4(_) => v4 = true,
+            ipnet::IpNet::V6(_) => v6 = true,
+        }
+    }
+    for (family, reason) in fallbacks {
+        let family = match family {
+            IpFamily::V4 => "IPv4",
+            IpFamily::V6 => "IPv6",
+        };
+        let message = "NodePorts of this family are accepted on every local address of the family, \
+                       as kube-proxy does; set --node-ip or --nodeport-addresses to narrow them";
+        if v4 && v6 {
+            tracing::warn!(family, reason, "{message}");
+        } else {
+            tracing::info!(family, reason, "{message}");
+        }
+    }
 }
 
 pub use glue::run;
@@ -126,8 +192,10 @@ mod glue {
     /// Runs the validated subcommand.
     pub fn run(config: &Config) -> Result<(), CliError> {
         match config.command {
+            // `render` is for reading, on any machine: it shows both families, as on a node
+            // whose kernel has both.
             Command::Render => {
-                let tables = build_tables(config)?;
+                let tables = build_tables(config, config.proxy.clone())?;
                 let mut out = std::io::stdout().lock();
                 for table in &tables {
                     write!(out, "{}", crate::nft::render::render_table(table))
@@ -136,7 +204,11 @@ mod glue {
                 out.flush().map_err(CliError::Output)
             }
             Command::Sync { .. } => {
-                let tables = build_tables(config)?;
+                let proxy = ProxyConfig {
+                    supported_families: kernel_families(),
+                    ..config.proxy.clone()
+                };
+                let tables = build_tables(config, proxy)?;
                 sync_once(&config.proxy.table_name, tables)
             }
             Command::Demo => crate::demo::run().map_err(|e| CliError::Demo(Box::new(e))),
@@ -168,9 +240,7 @@ mod glue {
     }
 
     /// Manifests → cluster state → desired tables, warning about every rejected object.
-    fn build_tables(config: &Config) -> Result<Vec<Table>, CliError> {
-        let mut proxy = config.proxy.clone();
-        add_local_addresses(&mut proxy)?;
+    fn build_tables(config: &Config, mut proxy: ProxyConfig) -> Result<Vec<Table>, CliError> {
         let path = config
             .manifests
             .as_deref()
@@ -190,6 +260,8 @@ mod glue {
                 "rejected an object"
             );
         }
+        add_local_addresses(&mut proxy, state.node.as_ref())?;
+        log_nodeport_fallbacks(&nodeport_fallbacks(&state, &proxy), &state, &proxy);
         // Fresh endpoint-map blocks: the same manifests give the same blocks, so re-running
         // `sync --once` on unchanged input sends nothing.
         Ok(crate::proxier::build(&state, &proxy))
@@ -227,6 +299,7 @@ mod glue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proxier::NodePortAddresses;
 
     const NODES: &str = "\
 apiVersion: v1
@@ -259,10 +332,21 @@ metadata: {name: web, namespace: shop}
     }
 
     #[test]
-    fn local_addresses_are_read_only_for_nodeport_cidrs() {
+    fn local_addresses_are_read_only_when_nodeports_need_them() {
+        // `primary` on a node with an IP of each family: the node IPs are the NodePort addresses.
+        let dual = NodeInfo {
+            internal_ips: vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()],
+            ..NodeInfo::default()
+        };
         let mut primary = ProxyConfig::default();
-        add_local_addresses(&mut primary).unwrap();
+        add_local_addresses(&mut primary, Some(&dual)).unwrap();
         assert!(primary.local_addresses.is_empty());
+        // Without an IPv6 node IP, IPv6 NodePorts take every local IPv6 address.
+        let v4_only = NodeInfo {
+            internal_ips: vec!["10.0.0.1".parse().unwrap()],
+            ..NodeInfo::default()
+        };
+        assert!(primary.needs_local_addresses(Some(&v4_only)));
         if !crate::netns::can_create() {
             eprintln!("skipped the CIDR half: creating network namespaces needs root");
             return;
@@ -282,7 +366,7 @@ metadata: {name: web, namespace: shop}
                     ]),
                     ..ProxyConfig::default()
                 };
-                add_local_addresses(&mut c).map(|()| c.local_addresses)
+                add_local_addresses(&mut c, None).map(|()| c.local_addresses)
             })
             .unwrap()
             .unwrap();

@@ -447,6 +447,8 @@ impl ProxyFlags {
             masquerade_all: self.masquerade_all,
             masquerade_bit: self.masquerade_bit as u8,
             detect_local,
+            // Probed by the commands that program the kernel; both until then.
+            ..ProxyConfig::default()
         };
         Ok((config, warnings))
     }
@@ -910,6 +912,7 @@ mod tests {
             masquerade_all: true,
             masquerade_bit: 5,
             detect_local: DetectLocal::InterfaceNamePrefix("veth".into()),
+            ..ProxyConfig::default()
         };
         assert_eq!(c.proxy, want);
     }

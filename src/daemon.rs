@@ -19,12 +19,14 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
 use crate::after_sync::AfterSyncFacts;
-use crate::cli::{add_local_addresses, load_inputs};
+use crate::cli::{
+    add_local_addresses, kernel_families, load_inputs, log_nodeport_fallbacks, nodeport_fallbacks,
+};
 use crate::config::{Config, RunSettings};
 use crate::conntrack;
 use crate::model::{LiveState, ServiceRef};
 use crate::nft::netlink::Nftables;
-use crate::proxier::{EndpointBlocks, Planner, ProxyConfig};
+use crate::proxier::{EndpointBlocks, IpFamily, Planner, ProxyConfig, families};
 use crate::serve::{self, HealthCheckServers, HealthState, Metrics, SyncResult};
 use crate::source::kube as kube_source;
 use crate::source::store::ClusterStore;
@@ -83,7 +85,11 @@ pub fn run(config: &Config) -> Result<(), DaemonError> {
         .enable_all()
         .build()
         .map_err(DaemonError::Runtime)?;
-    runtime.block_on(run_async(config.proxy.clone(), settings, source))
+    let proxy = ProxyConfig {
+        supported_families: kernel_families(),
+        ..config.proxy.clone()
+    };
+    runtime.block_on(run_async(proxy, settings, source))
 }
 
 async fn run_async(
@@ -165,6 +171,7 @@ async fn run_async(
         after_sync,
         live: LiveState::default(),
         rejected_before: BTreeSet::new(),
+        nodeport_fallbacks_logged: Vec::new(),
     };
     let stop = async {
         wait_for_stop_signal().await?;
@@ -283,6 +290,9 @@ struct SyncLoop {
     live: LiveState,
     /// Objects rejected at the last sync, so each rejection is logged and counted once.
     rejected_before: BTreeSet<(String, String, String, String)>,
+    /// The families whose NodePorts take every local address, as last logged: logged again
+    /// only when this changes (a node IP appears, say).
+    nodeport_fallbacks_logged: Vec<(IpFamily, &'static str)>,
 }
 
 impl SyncLoop {
@@ -328,10 +338,15 @@ impl SyncLoop {
         let model_seconds = started.elapsed().as_secs_f64();
         self.after_sync.changed(&changed);
         let mut proxy = self.proxy.clone();
-        if let Err(e) = add_local_addresses(&mut proxy) {
+        if let Err(e) = add_local_addresses(&mut proxy, self.live.state.node.as_ref()) {
             tracing::warn!(error = %e, "cannot read local addresses; NodePorts use the previous ones");
         }
         self.report_rejected();
+        let fallbacks = nodeport_fallbacks(&self.live.state, &proxy);
+        if fallbacks != self.nodeport_fallbacks_logged {
+            log_nodeport_fallbacks(&fallbacks, &self.live.state, &proxy);
+            self.nodeport_fallbacks_logged = fallbacks;
+        }
 
         let force_full = self.schedule.start(Instant::now());
         // A partial sync needs our last commit to have succeeded (the kernel then holds what
@@ -363,7 +378,7 @@ impl SyncLoop {
         match result {
             Ok(report) => {
                 let after_started = Instant::now();
-                self.after_sync().await;
+                self.after_sync(&proxy).await;
                 let after_sync_seconds = after_started.elapsed().as_secs_f64();
                 let timings = SyncTimings {
                     seconds,
@@ -442,7 +457,7 @@ impl SyncLoop {
 
     /// What follows a successful sync: stale UDP conntrack entries, healthCheckNodePorts and
     /// the no-local-endpoints gauges.
-    async fn after_sync(&mut self) {
+    async fn after_sync(&mut self, proxy: &ProxyConfig) {
         let stale = self.after_sync.update(&self.live.state);
         if !stale.is_empty() {
             match tokio::task::block_in_place(|| conntrack::delete_flows(&stale)) {
@@ -458,6 +473,10 @@ impl SyncLoop {
         }
         let (internal, external) = self.after_sync.no_local_endpoints();
         self.metrics.set_no_local_endpoints(internal, external);
+        let state = &self.live.state;
+        self.health_checks.set_addresses(
+            proxy.health_check_addresses(&families(state, proxy), state.node.as_ref()),
+        );
         if let Err(e) = self
             .health_checks
             .sync(self.after_sync.health_checks())

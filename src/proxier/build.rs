@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::config::{DetectLocal, NodePortAddresses, ProxyConfig};
+use super::config::{DetectLocal, ProxyConfig};
 use super::endpoints::categorize;
 use super::names::*;
 use crate::model::{ClusterState, Endpoint, ServicePort, TrafficPolicy};
@@ -970,20 +970,7 @@ impl Builder<'_> {
     }
 
     fn nodeport_ips(&self) -> Vec<IpAddr> {
-        let mut ips: Vec<IpAddr> = match &self.config.nodeport_addresses {
-            NodePortAddresses::Primary => self.node_ips(),
-            NodePortAddresses::Cidrs(cidrs) => self
-                .config
-                .local_addresses
-                .iter()
-                .copied()
-                .filter(|ip| self.fam.has(ip) && cidrs.iter().any(|c| c.contains(ip)))
-                .collect(),
-        };
-        ips.retain(|ip| !ip.is_loopback());
-        ips.sort();
-        ips.dedup();
-        ips
+        self.config.nodeport_ips(self.fam, self.state.node.as_ref())
     }
 
     /// "Not from a local pod", as a match; None when local traffic cannot be told apart.
@@ -1569,34 +1556,27 @@ pub fn build_family(
     )
 }
 
-/// Which families to build: those with a node IP, else those of the configured CIDRs, else v4.
+/// Which families to build: every family the kernel supports, whatever addresses the node has
+/// (kube-proxy too runs both whenever the kernel has them; a family without a node IP only
+/// changes where its NodePorts are accepted), and the node's primary family in any case: its
+/// first node IP's, else its first configured CIDR's, else IPv4.
 pub fn families(state: &ClusterState, config: &ProxyConfig) -> Vec<IpFamily> {
-    let mut ips: Vec<IpAddr> = config.node_ips.clone();
-    if ips.is_empty() {
-        ips.extend(
-            state
-                .node
-                .iter()
-                .flat_map(|n| n.internal_ips.iter().copied()),
-        );
-    }
-    if ips.is_empty() {
-        ips.extend(
+    let primary = config
+        .node_ips
+        .iter()
+        .chain(state.node.iter().flat_map(|n| &n.internal_ips))
+        .copied()
+        .chain(
             config
                 .cluster_cidrs
                 .iter()
                 .chain(&config.service_cidrs)
                 .map(|c| c.addr()),
-        );
-    }
-    let mut out = Vec::new();
-    for f in [IpFamily::V4, IpFamily::V6] {
-        if ips.iter().any(|ip| f.has(ip)) {
-            out.push(f);
-        }
-    }
-    if out.is_empty() {
-        out.push(IpFamily::V4);
-    }
-    out
+        )
+        .next()
+        .map_or(IpFamily::V4, |ip| IpFamily::of(&ip));
+    [IpFamily::V4, IpFamily::V6]
+        .into_iter()
+        .filter(|f| *f == primary || config.supported_families.contains(f))
+        .collect()
 }

@@ -1,9 +1,12 @@
 //! What the planner needs to know beyond the cluster objects: node identity and the operator's
 //! choices (flags or KubeProxyConfiguration), already validated.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
+
+use super::build::IpFamily;
+use crate::model::NodeInfo;
 
 /// Which addresses accept NodePort traffic.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -52,6 +55,11 @@ pub struct ProxyConfig {
     /// i.e. 0x4000).
     pub masquerade_bit: u8,
     pub detect_local: DetectLocal,
+    /// The IP families this kernel can filter. The daemon and `sync --once` probe it once at
+    /// start (the planner does no I/O); `render` keeps the default, both. Every supported
+    /// family gets its table whatever addresses the node has, as kube-proxy runs both families
+    /// whenever the kernel has them.
+    pub supported_families: Vec<IpFamily>,
 }
 
 impl Default for ProxyConfig {
@@ -67,6 +75,7 @@ impl Default for ProxyConfig {
             masquerade_all: false,
             masquerade_bit: 14,
             detect_local: DetectLocal::ClusterCidr,
+            supported_families: vec![IpFamily::V4, IpFamily::V6],
         }
     }
 }
@@ -75,5 +84,107 @@ impl ProxyConfig {
     /// The packet-mark bit that requests masquerading (`1 << masquerade_bit`).
     pub fn masquerade_mark(&self) -> u32 {
         1u32 << self.masquerade_bit
+    }
+
+    /// This node's primary IPs of family `fam`: those of `--node-ip`, else the Node's first
+    /// InternalIP of the family; empty when neither names one.
+    pub fn node_ips_of(&self, fam: IpFamily, node: Option<&NodeInfo>) -> Vec<IpAddr> {
+        let configured: Vec<IpAddr> = self
+            .node_ips
+            .iter()
+            .copied()
+            .filter(|ip| IpFamily::of(ip) == fam)
+            .collect();
+        if !configured.is_empty() {
+            return configured;
+        }
+        node.iter()
+            .flat_map(|n| &n.internal_ips)
+            .copied()
+            .find(|ip| IpFamily::of(ip) == fam)
+            .into_iter()
+            .collect()
+    }
+
+    /// Why NodePorts of `fam` are accepted on every local address of the family, if they
+    /// are: `nodePortAddresses` names no address of it. kube-proxy reads `primary` as the
+    /// node IP of each family and a family without any address chosen as "all of them".
+    pub fn nodeport_fallback(
+        &self,
+        fam: IpFamily,
+        node: Option<&NodeInfo>,
+    ) -> Option<&'static str> {
+        match &self.nodeport_addresses {
+            NodePortAddresses::Primary if self.node_ips_of(fam, node).is_empty() => {
+                Some("this node has no IP of this family (neither --node-ip nor an InternalIP)")
+            }
+            NodePortAddresses::Cidrs(cidrs)
+                if !cidrs.iter().any(|c| IpFamily::of(&c.addr()) == fam) =>
+            {
+                Some("--nodeport-addresses has no CIDR of this family")
+            }
+            _ => None,
+        }
+    }
+
+    /// The addresses of family `fam` that accept NodePorts: the node IP with `primary`, the
+    /// local addresses inside the CIDRs otherwise, and every local address of the family when
+    /// `nodePortAddresses` names none of it (see `nodeport_fallback`). Never loopback. The
+    /// fallback leaves out IPv6 link-local addresses (kube-proxy's `fib daddr type local`
+    /// keeps them): every pod's host-side veth has one, so they change with each pod and would
+    /// replan every service, and they serve no client beyond the link.
+    pub fn nodeport_ips(&self, fam: IpFamily, node: Option<&NodeInfo>) -> Vec<IpAddr> {
+        let local = self
+            .local_addresses
+            .iter()
+            .copied()
+            .filter(|ip| IpFamily::of(ip) == fam);
+        let mut ips: Vec<IpAddr> = match &self.nodeport_addresses {
+            _ if self.nodeport_fallback(fam, node).is_some() => local
+                .filter(|ip| !matches!(ip, IpAddr::V6(v6) if v6.is_unicast_link_local()))
+                .collect(),
+            NodePortAddresses::Primary => self.node_ips_of(fam, node),
+            NodePortAddresses::Cidrs(cidrs) => local
+                .filter(|ip| cidrs.iter().any(|c| c.contains(ip)))
+                .collect(),
+        };
+        ips.retain(|ip| !ip.is_loopback());
+        ips.sort();
+        ips.dedup();
+        ips
+    }
+
+    /// Whether `nodeport_ips` reads `local_addresses` for some supported family, so the caller
+    /// knows to fill them in.
+    pub fn needs_local_addresses(&self, node: Option<&NodeInfo>) -> bool {
+        matches!(self.nodeport_addresses, NodePortAddresses::Cidrs(_))
+            || self
+                .supported_families
+                .iter()
+                .any(|f| self.nodeport_fallback(*f, node).is_some())
+    }
+
+    /// Where healthCheckNodePort servers listen, as kube-proxy's do: on the addresses of each
+    /// family that `nodePortAddresses` names (the node IP with `primary`, the local addresses
+    /// inside the CIDRs), or on the family's unspecified address when it names none of the
+    /// family, for each family in `families`.
+    pub fn health_check_addresses(
+        &self,
+        families: &[IpFamily],
+        node: Option<&NodeInfo>,
+    ) -> Vec<IpAddr> {
+        families
+            .iter()
+            .flat_map(|&fam| {
+                if self.nodeport_fallback(fam, node).is_some() {
+                    vec![match fam {
+                        IpFamily::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                        IpFamily::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+                    }]
+                } else {
+                    self.nodeport_ips(fam, node)
+                }
+            })
+            .collect()
     }
 }

@@ -39,4 +39,6 @@ pub fn build_after(
 }
 
 #[cfg(test)]
+mod family_tests;
+#[cfg(test)]
 mod tests;

@@ -2,15 +2,22 @@
 //! listener set per desired port, answering 200 while the Service has local endpoints and the
 //! proxy is healthy, 503 otherwise, so cloud load balancers only send traffic to nodes that can
 //! serve it without a second hop.
+//!
+//! Where they listen is kube-proxy's choice, made by the caller (`ProxyConfig::
+//! health_check_addresses`): the nodePortAddresses of each family, or the family's unspecified
+//! address. An unspecified IPv6 address listens on IPv6 only, so it coexists with IPv4
+//! listeners on the same port.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
 use hyper::Method;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::task::JoinHandle;
 
-use super::{HealthState, bind, json_response, method_not_allowed, serve_on};
+use super::{HealthState, ServeError, bind, json_response, method_not_allowed, serve_on};
 
 /// What one healthCheckNodePort reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,20 +73,32 @@ impl std::fmt::Debug for HealthCheckServers {
 }
 
 impl HealthCheckServers {
-    /// Listeners are opened on each of `addresses` (the node's nodeport addresses), or on
-    /// 0.0.0.0 when the list is empty. `health` is the proxy's own health: a Service is only
-    /// reported healthy while the proxy is.
+    /// Listeners are opened on each of `addresses` (none: no listener at all). `health` is
+    /// the proxy's own health: a Service is only reported healthy while the proxy is.
     pub fn new(addresses: Vec<IpAddr>, health: HealthState) -> Self {
-        let addresses = if addresses.is_empty() {
-            vec![IpAddr::V4(Ipv4Addr::UNSPECIFIED)]
-        } else {
-            addresses
-        };
         HealthCheckServers {
             addresses,
             health,
             open: BTreeMap::new(),
         }
+    }
+
+    /// Moves the listeners to `addresses`: when they differ from the current ones, every open
+    /// port is closed now and opened on the new addresses by the next `sync`.
+    pub fn set_addresses(&mut self, addresses: Vec<IpAddr>) {
+        if addresses != self.addresses {
+            tracing::info!(
+                ?addresses,
+                "healthCheckNodePort servers listen on new addresses"
+            );
+            self.open.clear();
+            self.addresses = addresses;
+        }
+    }
+
+    /// The addresses listened on.
+    pub fn addresses(&self) -> &[IpAddr] {
+        &self.addresses
     }
 
     /// The ports currently listened on.
@@ -128,15 +147,17 @@ impl HealthCheckServers {
         };
         for ip in &self.addresses {
             let addr = SocketAddr::new(*ip, port);
-            let listener = bind(addr).await.map_err(|source| HealthCheckError::Bind {
-                addr,
-                service: service
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .name
-                    .clone(),
-                source,
-            })?;
+            let listener = listen_on(addr)
+                .await
+                .map_err(|source| HealthCheckError::Bind {
+                    addr,
+                    service: service
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .name
+                        .clone(),
+                    source,
+                })?;
             let service = service.clone();
             let health = self.health.clone();
             let handler = Arc::new(move |method: &Method, _path: &str| {
@@ -164,10 +185,48 @@ impl HealthCheckServers {
     }
 }
 
+/// A listener on `addr`; on the unspecified IPv6 address, for IPv6 only (`IPV6_V6ONLY`), so
+/// that IPv4 listeners of the same port, on 0.0.0.0 or a node IP, do not conflict with it.
+async fn listen_on(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    let IpAddr::V6(ip) = addr.ip() else {
+        return bind(addr).await;
+    };
+    if !ip.is_unspecified() {
+        return bind(addr).await;
+    }
+    let err = |source| ServeError::Bind { addr, source };
+    let socket = TcpSocket::new_v6().map_err(err)?;
+    // As `TcpListener::bind` does: a restarted daemon rebinds despite lingering connections.
+    socket.set_reuseaddr(true).map_err(err)?;
+    set_ipv6_only(&socket).map_err(err)?;
+    socket.bind(addr).map_err(err)?;
+    socket.listen(1024).map_err(err)
+}
+
+fn set_ipv6_only(socket: &TcpSocket) -> std::io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: a valid socket descriptor, and an option value of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_IPV6,
+            libc::IPV6_V6ONLY,
+            (&raw const on).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testclient::get;
     use super::*;
+    use std::net::Ipv4Addr;
     use std::time::{Duration, SystemTime};
 
     fn health(n: &str, local_endpoints: usize) -> ServiceHealth {
@@ -324,6 +383,85 @@ mod tests {
         }
         retried.unwrap();
         assert_eq!(get(loopback(taken), "/").await.unwrap().status, 200);
+    }
+
+    /// Runs `test` on a runtime of its own inside a fresh network namespace, so wildcard
+    /// listeners open nothing on the host. None when namespaces cannot be made (not root).
+    fn in_netns<T: Send + 'static>(
+        tag: &str,
+        test: impl AsyncFnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        if !crate::netns::can_create() {
+            eprintln!("skipped: creating network namespaces needs root");
+            return None;
+        }
+        let ns = crate::netns::Netns::create(tag).unwrap();
+        let result = ns
+            .run(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(test())
+            })
+            .unwrap();
+        Some(result)
+    }
+
+    #[test]
+    fn kube_proxys_default_listens_on_ipv4_and_ipv6_with_one_port() {
+        // Both families' unspecified addresses, as `health_check_addresses` gives them when
+        // nodePortAddresses names no address: an IPv6 load balancer's probe is answered too.
+        in_netns("hcBoth", async || {
+            let state = HealthState::new(Duration::from_secs(60));
+            let both = vec!["0.0.0.0".parse().unwrap(), "::".parse().unwrap()];
+            let mut hc = HealthCheckServers::new(both, state);
+            let port = free_port();
+            hc.sync(BTreeMap::from([(port, health("default/lb", 1))]))
+                .await
+                .unwrap();
+            for ip in ["127.0.0.1", "::1"] {
+                let addr = SocketAddr::new(ip.parse().unwrap(), port);
+                let a = get(addr, "/").await.unwrap();
+                assert_eq!(a.status, 200, "{addr}: {a:?}");
+            }
+        });
+    }
+
+    #[test]
+    fn an_ipv6_wildcard_shares_its_port_with_ipv4_node_addresses() {
+        // nodePortAddresses naming an IPv4 address but none of IPv6: the IPv6 listener is the
+        // unspecified address, and must not take the port from the IPv4 one.
+        in_netns("hcMixed", async || {
+            let state = HealthState::new(Duration::from_secs(60));
+            let addresses = vec!["127.0.0.1".parse().unwrap(), "::".parse().unwrap()];
+            let mut hc = HealthCheckServers::new(addresses, state);
+            let port = free_port();
+            hc.sync(BTreeMap::from([(port, health("default/lb", 1))]))
+                .await
+                .unwrap();
+            assert_eq!(get(loopback(port), "/").await.unwrap().status, 200);
+            let v6 = SocketAddr::new("::1".parse().unwrap(), port);
+            assert_eq!(get(v6, "/").await.unwrap().status, 200);
+        });
+    }
+
+    #[tokio::test]
+    async fn new_addresses_move_the_open_ports_to_them() {
+        let (mut hc, _) = servers();
+        let port = free_port();
+        let desired = BTreeMap::from([(port, health("ns/a", 1))]);
+        hc.sync(desired.clone()).await.unwrap();
+        assert_eq!(get(loopback(port), "/").await.unwrap().status, 200);
+
+        let other = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+        hc.set_addresses(vec![other]);
+        assert!(hc.ports().is_empty(), "closed until the next sync");
+        assert!(closed(loopback(port)).await);
+        hc.sync(desired).await.unwrap();
+        let a = get(SocketAddr::new(other, port), "/").await.unwrap();
+        assert_eq!(a.status, 200);
+        assert!(closed(loopback(port)).await, "not on the old address");
     }
 
     #[tokio::test]
