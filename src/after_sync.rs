@@ -186,9 +186,13 @@ fn local_facts(sp: &ServicePort, all: &[Endpoint], hostname: &str) -> Option<Loc
         return None;
     }
     let local = proxier::local_endpoints(all, hostname).len();
+    // Like kube-proxy, a service without usable endpoints anywhere is not counted: it rejects
+    // rather than drops, whatever its policies.
+    let usable_anywhere = all.iter().any(|e| e.ready || (e.serving && e.terminating));
+    let no_local = local == 0 && usable_anywhere;
     Some(LocalFacts {
-        no_local_internal: internal && local == 0,
-        no_local_external: external && local == 0,
+        no_local_internal: internal && no_local,
+        no_local_external: external && no_local,
         health_check: sp.health_check_node_port.filter(|_| external).map(|port| {
             let name = format!("{}/{}", sp.name.namespace, sp.name.name);
             (port, name, local)
@@ -221,11 +225,13 @@ pub fn local_endpoint_facts(
     for sp in state.services.values() {
         let all = state.endpoints.get(&sp.name).map_or(&[][..], Vec::as_slice);
         let local = proxier::local_endpoints(all, hostname).len();
-        if sp.internal_policy == TrafficPolicy::Local && local == 0 {
+        let usable_anywhere = all.iter().any(|e| e.ready || (e.serving && e.terminating));
+        let no_local = local == 0 && usable_anywhere;
+        if sp.internal_policy == TrafficPolicy::Local && no_local {
             internal += 1;
         }
         if sp.has_external() && sp.external_policy == TrafficPolicy::Local {
-            if local == 0 {
+            if no_local {
                 external += 1;
             }
             if let Some(port) = sp.health_check_node_port {

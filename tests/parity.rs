@@ -1654,3 +1654,135 @@ ports: [{{name: p80, port: 80, protocol: TCP}}]
     ];
     check("tpf", Written::V4, &tables);
 }
+
+/// `kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy}`: service ports with a
+/// Local policy and no local endpoint, counted only when the service has endpoints at all
+/// (without any it rejects, whatever its policies).
+#[test]
+fn no_endpoints_metric() {
+    use kubenft::source::manifests::{Manifests, parse_file};
+    /// Name, internalTrafficPolicy, externalTrafficPolicy ("" for unset), (address, node) of
+    /// each ready endpoint, and the (internal, external) counts.
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        &'a str,
+        &'a [(&'a str, &'a str)],
+        (u64, u64),
+    );
+    let cases: [Case; 7] = [
+        (
+            "internalTrafficPolicy is set and there are local endpoints",
+            "Local",
+            "",
+            &[
+                ("10.0.1.1", "test-node"),
+                ("10.0.1.2", "node1"),
+                ("10.0.1.3", "node2"),
+            ],
+            (0, 0),
+        ),
+        (
+            "externalTrafficPolicy is set and there are local endpoints",
+            "",
+            "Local",
+            &[
+                ("10.0.1.1", "test-node"),
+                ("10.0.1.2", "node1"),
+                ("10.0.1.3", "node2"),
+            ],
+            (0, 0),
+        ),
+        (
+            "both policies are set and there are local endpoints",
+            "Local",
+            "Local",
+            &[
+                ("10.0.1.1", "test-node"),
+                ("10.0.1.2", "node1"),
+                ("10.0.1.3", "node2"),
+            ],
+            (0, 0),
+        ),
+        (
+            "internalTrafficPolicy is set and there are no local endpoints",
+            "Local",
+            "",
+            &[
+                ("10.0.1.1", "node0"),
+                ("10.0.1.2", "node1"),
+                ("10.0.1.3", "node2"),
+            ],
+            (1, 0),
+        ),
+        (
+            "externalTrafficPolicy is set and there are no local endpoints",
+            "",
+            "Local",
+            &[
+                ("10.0.1.1", "node0"),
+                ("10.0.1.2", "node1"),
+                ("10.0.1.3", "node2"),
+            ],
+            (0, 1),
+        ),
+        (
+            "both policies are set and there are no local endpoints",
+            "Local",
+            "Local",
+            &[
+                ("10.0.1.1", "node0"),
+                ("10.0.1.2", "node1"),
+                ("10.0.1.3", "node2"),
+            ],
+            (1, 1),
+        ),
+        (
+            "both policies are set and there are no endpoints at all",
+            "Local",
+            "Local",
+            &[],
+            (0, 0),
+        ),
+    ];
+    for (name, itp, etp, endpoints, want) in cases {
+        // eTP makes the service a NodePort one, as upstream does.
+        let mut spec = String::from("clusterIP: 172.30.1.1\n  selector: {foo: bar}\n");
+        if !itp.is_empty() {
+            spec += &format!("  internalTrafficPolicy: {itp}\n");
+        }
+        if !etp.is_empty() {
+            spec += &format!("  type: NodePort\n  externalTrafficPolicy: {etp}\n");
+        }
+        let eps: Vec<Endpoint> = endpoints
+            .iter()
+            .map(|(ip, node)| (*ip, *node, READY))
+            .collect();
+        let yaml = format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: svc1, namespace: ns1}}\nspec:\n  {spec}  \
+             ports: [{{name: \"\", port: 80, nodePort: 123, protocol: TCP}}]\n{}",
+            if eps.is_empty() {
+                String::new()
+            } else {
+                slice(&eps)
+            }
+        );
+        let (mut m, mut warnings) = (Manifests::default(), Vec::new());
+        parse_file(std::path::Path::new(name), &yaml, &mut m, &mut warnings);
+        assert!(warnings.is_empty(), "{name}: {warnings:?}");
+        let (state, rejected) =
+            kubenft::model::ClusterState::from_objects(&m.services, &m.endpoint_slices, None);
+        assert!(rejected.is_empty(), "{name}: {rejected:?}");
+        // What the daemon reports after a sync, and the from-scratch derivation it is
+        // checked against.
+        let mut facts = kubenft::after_sync::AfterSyncFacts::new(flows::NODE_NAME);
+        facts.update(&state);
+        let (_, from_scratch) = kubenft::after_sync::local_endpoint_facts(&state, flows::NODE_NAME);
+        for counts in [facts.no_local_endpoints(), from_scratch] {
+            assert_eq!(
+                counts, want,
+                "{name}: (internal, external) service ports without local endpoints"
+            );
+        }
+    }
+}
