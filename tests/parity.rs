@@ -957,12 +957,6 @@ endpoints: [{addresses: [10.180.0.3], nodeName: test-node}, {addresses: [10.180.
 ports: [{name: p80, port: 80, protocol: TCP}]
 "#;
 
-/// Why external traffic to svc3 differs today: kube-proxy chooses its endpoints by
-/// externalTrafficPolicy (Cluster: all of them) and only ClusterIP traffic by
-/// internalTrafficPolicy; kubenft applies internalTrafficPolicy Local to both.
-const ITP_LOCAL_ON_EXTERNAL: &str = "internalTrafficPolicy Local also narrows external \
-    traffic (eTP Cluster) to local endpoints; being fixed separately (issue 18)";
-
 /// The flows of every variant, for a node with a working local detector and no
 /// `--masquerade-all`.
 fn internal_external_flows() -> Vec<Flow> {
@@ -1078,15 +1072,13 @@ fn internal_external_flows() -> Vec<Flow> {
             POD,
             "192.168.0.2:3003",
             reach_masqueraded(SVC3),
-        )
-        .known_difference(ITP_LOCAL_ON_EXTERNAL),
+        ),
         t(
             "pod to LB with iTP:Local",
             POD,
             "9.10.11.12:80",
             reach_masqueraded(SVC3),
-        )
-        .known_difference(ITP_LOCAL_ON_EXTERNAL),
+        ),
         t(
             "node to ClusterIP with iTP:Local",
             NODE_IP,
@@ -1098,15 +1090,13 @@ fn internal_external_flows() -> Vec<Flow> {
             NODE_IP,
             "192.168.0.2:3003",
             reach_masqueraded(SVC3),
-        )
-        .known_difference(ITP_LOCAL_ON_EXTERNAL),
+        ),
         t(
             "node to LB with iTP:Local",
             NODE_IP,
             "9.10.11.12:80",
             reach_masqueraded(SVC3),
-        )
-        .known_difference(ITP_LOCAL_ON_EXTERNAL),
+        ),
         t(
             "external to ClusterIP with iTP:Local",
             EXTERNAL_CLIENT,
@@ -1118,15 +1108,13 @@ fn internal_external_flows() -> Vec<Flow> {
             EXTERNAL_CLIENT,
             "192.168.0.2:3003",
             reach_masqueraded(SVC3),
-        )
-        .known_difference(ITP_LOCAL_ON_EXTERNAL),
+        ),
         t(
             "external to LB with iTP:Local",
             EXTERNAL_CLIENT,
             "9.10.11.12:80",
             reach_masqueraded(SVC3),
-        )
-        .known_difference(ITP_LOCAL_ON_EXTERNAL),
+        ),
     ]
 }
 
@@ -1554,12 +1542,6 @@ ports: [{name: p80, port: 80, protocol: TCP}]
     );
 }
 
-/// Why external traffic of an iTP:Local + eTP:Local service with only remote endpoints differs
-/// today: kube-proxy counts the remote endpoints as "the service has endpoints" and drops,
-/// kubenft sees no endpoints at all under internalTrafficPolicy Local and rejects.
-const LOCAL_POLICIES_REMOTE_ONLY: &str = "with both policies Local and only remote endpoints, \
-    external traffic is rejected instead of dropped (no-endpoint verdict of Builder::service)";
-
 /// Flow consequences of topology_test.go's TestCategorizeEndpoints cases on traffic policies
 /// (the selection itself is unit-tested in src/proxier/endpoints.rs): which endpoints serve,
 /// and drop (endpoints exist, none usable here) versus reject (none at all).
@@ -1600,15 +1582,13 @@ ports: [{{name: p80, port: 80, protocol: TCP}}]
                     EXTERNAL_CLIENT,
                     "192.168.0.2:3001",
                     Expect::Drop,
-                )
-                .known_difference(LOCAL_POLICIES_REMOTE_ONLY),
+                ),
                 Flow::tcp(
                     "external to LB",
                     EXTERNAL_CLIENT,
                     "1.2.3.4:80",
                     Expect::Drop,
-                )
-                .known_difference(LOCAL_POLICIES_REMOTE_ONLY),
+                ),
             ],
         ),
         table(
@@ -1621,15 +1601,13 @@ ports: [{{name: p80, port: 80, protocol: TCP}}]
                     EXTERNAL_CLIENT,
                     "192.168.0.2:3001",
                     reach_masqueraded(REMOTE),
-                )
-                .known_difference(ITP_LOCAL_ON_EXTERNAL),
+                ),
                 Flow::tcp(
                     "external to LB",
                     EXTERNAL_CLIENT,
                     "1.2.3.4:80",
                     reach_masqueraded(REMOTE),
-                )
-                .known_difference(ITP_LOCAL_ON_EXTERNAL),
+                ),
             ],
         ),
         table(
