@@ -518,3 +518,70 @@ fn reconciling_ten_thousand_services_reads_only_udp_entries_and_deletes_only_sta
          an unfiltered dump of the same table {unfiltered:?}"
     );
 }
+
+fn netfilter_sysctl(ns: Option<&Netns>, name: &str) -> String {
+    let path = format!("/proc/sys/net/netfilter/{name}");
+    let out = match ns {
+        Some(ns) => ns.exec(&["cat", &path]).unwrap().stdout,
+        None => std::fs::read(&path).unwrap(),
+    };
+    String::from_utf8_lossy(&out).trim().to_string()
+}
+
+/// `kubenft run --init-only` in a namespace sets that namespace's conntrack timeouts and exits
+/// 0 without contacting any API; the host's values are untouched. The limit and the hash size
+/// (global knobs) are left out with `--conntrack-max-per-core=0`, so the host's can never change.
+#[test]
+fn init_only_sets_the_namespaces_conntrack_timeouts_and_exits() {
+    if !can_run() {
+        return;
+    }
+    let ns = lab("ctinit");
+    set_nat(&ns, &[], &[]); // loads conntrack in the namespace
+    let names = [
+        "nf_conntrack_udp_timeout",
+        "nf_conntrack_udp_timeout_stream",
+        "nf_conntrack_tcp_timeout_close_wait",
+        "nf_conntrack_tcp_be_liberal",
+        "nf_conntrack_max",
+    ];
+    let host_before: Vec<String> = names.iter().map(|n| netfilter_sysctl(None, n)).collect();
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns.name()])
+        .arg(env!("CARGO_BIN_EXE_kubenft"))
+        .args([
+            "run",
+            "--init-only",
+            "--hostname-override",
+            "node-a",
+            "--conntrack-max-per-core=0",
+            "--conntrack-udp-timeout=7s",
+            "--conntrack-udp-timeout-stream=3m",
+            "--conntrack-tcp-timeout-close-wait=1h",
+            "--conntrack-tcp-be-liberal",
+        ])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert_eq!(netfilter_sysctl(Some(&ns), "nf_conntrack_udp_timeout"), "7");
+    assert_eq!(
+        netfilter_sysctl(Some(&ns), "nf_conntrack_udp_timeout_stream"),
+        "180"
+    );
+    assert_eq!(
+        netfilter_sysctl(Some(&ns), "nf_conntrack_tcp_timeout_close_wait"),
+        "3600"
+    );
+    assert_eq!(
+        netfilter_sysctl(Some(&ns), "nf_conntrack_tcp_be_liberal"),
+        "1"
+    );
+    assert!(
+        log.contains("conntrack: set net.netfilter.nf_conntrack_udp_timeout from 30 to 7"),
+        "{log}"
+    );
+    assert!(!log.contains("nf_conntrack_max"), "left alone: {log}");
+    let host_after: Vec<String> = names.iter().map(|n| netfilter_sysctl(None, n)).collect();
+    assert_eq!(host_after, host_before, "the host's values are untouched");
+}

@@ -317,6 +317,7 @@ fn read_only(path: &Path) -> Option<String> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::PermissionsExt;
     let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain old data; all zeroes is a valid value.
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: statvfs writes into `stat` only; the path is NUL-terminated.
     if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } == 0
