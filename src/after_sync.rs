@@ -1,14 +1,14 @@
-//! What the daemon derives from the model after each successful sync: the UDP service ports
-//! and the endpoints their rules send to (to clear stale conntrack entries), and each service
+//! What the daemon derives from the model after each successful sync: the UDP service
+//! frontends and their serving endpoints (for the conntrack reconciler), and each service
 //! port's local endpoints (healthCheckNodePort servers, the no-local-endpoints gauges).
 //!
 //! Both are kept service port by service port, so a sync that changed one service recomputes
 //! that service only: at 10,000 services, deriving everything again took longer than the sync.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
-use crate::conntrack::{self, StaleFlow, UdpServiceView};
+use crate::conntrack::{Frontends, UdpService};
 use crate::model::{
     ClusterState, Endpoint, NodeInfo, Protocol, ServicePort, ServicePortName, ServiceRef,
     TrafficPolicy,
@@ -30,9 +30,9 @@ struct LocalFacts {
 #[derive(Debug, Default)]
 pub struct AfterSyncFacts {
     hostname: String,
-    /// The node the facts were derived with (its zone picks topology-aware endpoints).
+    /// The node the facts were derived with; when it changes, everything is derived again.
     node: Option<NodeInfo>,
-    udp: BTreeMap<ServicePortName, UdpServiceView>,
+    udp: Frontends<ServicePortName>,
     local: BTreeMap<ServicePortName, LocalFacts>,
     /// Services changed in the model since the facts were last brought up to date: a failed
     /// sync skips the after-sync steps, and its changes must not be forgotten.
@@ -53,39 +53,41 @@ impl AfterSyncFacts {
         self.pending.extend(services.into_iter().cloned());
     }
 
-    /// Brings the facts up to the model `state` (which the last sync programmed) and returns the
-    /// UDP flows made stale since the last time. The first time there is nothing to compare
-    /// with: flows that exist were made by rules a previous run left and this sync kept.
-    pub fn update(&mut self, state: &ClusterState) -> Vec<StaleFlow> {
+    /// Brings the facts up to the model `state` (which the last sync programmed).
+    pub fn update(&mut self, state: &ClusterState) {
         let services = std::mem::take(&mut self.pending);
         let node_changed = self.node != state.node;
-        let (before, after) = if !self.derived || node_changed {
+        if !self.derived || node_changed {
             self.node = state.node.clone();
-            let before: Vec<UdpServiceView> = std::mem::take(&mut self.udp).into_values().collect();
+            self.udp.clear();
             self.local.clear();
             for sp in state.services.values() {
                 self.derive(state, sp);
             }
-            (before, self.udp.values().cloned().collect())
         } else {
-            let mut before = Vec::new();
-            let mut after = Vec::new();
             for service in &services {
-                before.extend(remove_service(&mut self.udp, service).into_values());
+                let lowest = ServicePortName::lowest_of(service);
+                let ports: Vec<ServicePortName> = self
+                    .udp
+                    .keys_from(&lowest)
+                    .take_while(|n| n.is_port_of(service))
+                    .cloned()
+                    .collect();
+                for name in &ports {
+                    self.udp.remove(name);
+                }
                 remove_service(&mut self.local, service);
                 for (_, sp) in ports_of(&state.services, service) {
                     self.derive(state, sp);
-                    after.extend(self.udp.get(&sp.name).cloned());
                 }
             }
-            (before, after)
-        };
-        let first = !std::mem::replace(&mut self.derived, true);
-        if first {
-            Vec::new()
-        } else {
-            conntrack::plan(&before, &after)
         }
+        self.derived = true;
+    }
+
+    /// The UDP service frontends with serving endpoints, for [`crate::conntrack::reconcile`].
+    pub fn frontends(&self) -> &Frontends<ServicePortName> {
+        &self.udp
     }
 
     /// healthCheckNodePorts to serve: port → its Service and local endpoint count.
@@ -118,9 +120,8 @@ impl AfterSyncFacts {
             .get(&sp.name)
             .map(Vec::as_slice)
             .unwrap_or(&[]);
-        let zone = self.node.as_ref().and_then(|n| n.zone.as_deref());
-        if let Some(view) = udp_view(sp, endpoints, &self.hostname, zone) {
-            self.udp.insert(sp.name.clone(), view);
+        if let Some(service) = udp_service(sp, endpoints) {
+            self.udp.set(sp.name.clone(), service);
         }
         if let Some(facts) = local_facts(sp, endpoints, &self.hostname) {
             self.local.insert(sp.name.clone(), facts);
@@ -148,34 +149,27 @@ fn remove_service<V>(
         .collect()
 }
 
-/// A UDP service port and the endpoints its rules send to (after readiness, traffic policy and
-/// topology), or None for other protocols.
-fn udp_view(
-    sp: &ServicePort,
-    all: &[Endpoint],
-    hostname: &str,
-    zone: Option<&str>,
-) -> Option<UdpServiceView> {
+/// A UDP service port's frontends and serving endpoints, or None for other protocols.
+fn udp_service(sp: &ServicePort, all: &[Endpoint]) -> Option<UdpService> {
     if sp.name.protocol != Protocol::Udp {
         return None;
     }
-    let endpoints: BTreeSet<SocketAddr> = proxier::reachable_endpoints(sp, all, hostname, zone)
-        .iter()
-        .map(|e| SocketAddr::new(e.ip, e.port))
-        .collect();
-    let service_ips: Vec<IpAddr> = sp
+    let frontends = sp
         .cluster_ips
         .iter()
         .chain(&sp.external_ips)
         .chain(&sp.load_balancer_ips)
-        .copied()
+        .map(|ip| SocketAddr::new(*ip, sp.port))
         .collect();
-    Some(UdpServiceView {
-        name: sp.name.to_string(),
-        service_ips,
-        port: sp.port,
+    let serving = all
+        .iter()
+        .filter(|e| e.serving)
+        .map(|e| SocketAddr::new(e.ip, e.port))
+        .collect();
+    Some(UdpService {
+        frontends,
         node_port: sp.node_port,
-        endpoints: endpoints.into_iter().collect(),
+        serving,
     })
 }
 
@@ -200,18 +194,16 @@ fn local_facts(sp: &ServicePort, all: &[Endpoint], hostname: &str) -> Option<Loc
     })
 }
 
-/// Every UDP service port of `state` with the endpoints its rules send to: what
-/// [`AfterSyncFacts`] keeps, derived from scratch.
-pub fn udp_views(state: &ClusterState, hostname: &str) -> Vec<UdpServiceView> {
-    let zone = state.node.as_ref().and_then(|n| n.zone.as_deref());
-    state
-        .services
-        .values()
-        .filter_map(|sp| {
-            let all = state.endpoints.get(&sp.name).map_or(&[][..], Vec::as_slice);
-            udp_view(sp, all, hostname, zone)
-        })
-        .collect()
+/// The UDP frontends of `state`: what [`AfterSyncFacts::frontends`] keeps, derived from scratch.
+pub fn udp_frontends(state: &ClusterState) -> Frontends<ServicePortName> {
+    let mut frontends = Frontends::default();
+    for sp in state.services.values() {
+        let all = state.endpoints.get(&sp.name).map_or(&[][..], Vec::as_slice);
+        if let Some(service) = udp_service(sp, all) {
+            frontends.set(sp.name.clone(), service);
+        }
+    }
+    frontends
 }
 
 /// [`AfterSyncFacts::health_checks`] and [`AfterSyncFacts::no_local_endpoints`] derived from

@@ -88,6 +88,32 @@ pub struct RunFlags {
     /// How often --manifests is checked for changes.
     #[arg(long, default_value = "1s", value_name = "DURATION")]
     pub manifests_poll_period: String,
+    /// Apply the node settings (the conntrack sysctls), then exit: for an init container that
+    /// has the privileges the daemon then does without.
+    #[arg(long)]
+    pub init_only: bool,
+    /// Conntrack entries to allow per CPU (nf_conntrack_max = this × CPUs, at least
+    /// --conntrack-min); 0 leaves the limit as it is.
+    #[arg(long, default_value_t = 32 * 1024, value_name = "N")]
+    pub conntrack_max_per_core: u32,
+    /// The least nf_conntrack_max is raised to (with a non-zero --conntrack-max-per-core).
+    #[arg(long, default_value_t = 128 * 1024, value_name = "N")]
+    pub conntrack_min: u32,
+    /// Idle timeout of established TCP connections; 0 leaves it as it is.
+    #[arg(long, default_value = "24h0m0s", value_name = "DURATION")]
+    pub conntrack_tcp_timeout_established: String,
+    /// Timeout of TCP connections in CLOSE_WAIT; 0 leaves it as it is.
+    #[arg(long, default_value = "1h0m0s", value_name = "DURATION")]
+    pub conntrack_tcp_timeout_close_wait: String,
+    /// Set nf_conntrack_tcp_be_liberal to 1: out-of-window TCP packets are not marked invalid.
+    #[arg(long)]
+    pub conntrack_tcp_be_liberal: bool,
+    /// Idle timeout of UDP flows that saw no reply; 0 leaves it as it is.
+    #[arg(long, default_value = "0s", value_name = "DURATION")]
+    pub conntrack_udp_timeout: String,
+    /// Idle timeout of UDP flows that saw replies; 0 leaves it as it is.
+    #[arg(long, default_value = "0s", value_name = "DURATION")]
+    pub conntrack_udp_timeout_stream: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -193,6 +219,9 @@ pub struct RunSettings {
     pub healthz_bind_address: Option<SocketAddr>,
     pub metrics_bind_address: Option<SocketAddr>,
     pub manifests_poll_period: Duration,
+    /// Apply the node settings and exit.
+    pub init_only: bool,
+    pub conntrack: crate::conntrack::tuning::ConntrackSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -256,6 +285,8 @@ pub enum ConfigError {
     },
     #[error("--{flag}: {value:?} must be greater than zero")]
     ZeroDuration { flag: &'static str, value: String },
+    #[error("--{flag}: {value:?} must be 0 (leave the kernel's value) or at least 1s")]
+    SubSecondTimeout { flag: &'static str, value: String },
     #[error("--config: {0}")]
     ConfigFile(#[source] crate::config_file::FileConfigError),
     #[error("--config: {field}: {value:?} is not one of {expected}")]
@@ -537,6 +568,38 @@ fn apply_file(
         &file.metrics_bind_address,
         unset("metrics_bind_address"),
     );
+    let ct = &file.conntrack;
+    set(
+        &mut run.conntrack_max_per_core,
+        &ct.max_per_core,
+        unset("conntrack_max_per_core"),
+    );
+    set(&mut run.conntrack_min, &ct.min, unset("conntrack_min"));
+    set(
+        &mut run.conntrack_tcp_timeout_established,
+        &ct.tcp_established_timeout,
+        unset("conntrack_tcp_timeout_established"),
+    );
+    set(
+        &mut run.conntrack_tcp_timeout_close_wait,
+        &ct.tcp_close_wait_timeout,
+        unset("conntrack_tcp_timeout_close_wait"),
+    );
+    set(
+        &mut run.conntrack_tcp_be_liberal,
+        &ct.tcp_be_liberal,
+        unset("conntrack_tcp_be_liberal"),
+    );
+    set(
+        &mut run.conntrack_udp_timeout,
+        &ct.udp_timeout,
+        unset("conntrack_udp_timeout"),
+    );
+    set(
+        &mut run.conntrack_udp_timeout_stream,
+        &ct.udp_stream_timeout,
+        unset("conntrack_udp_timeout_stream"),
+    );
     Ok(())
 }
 
@@ -572,8 +635,44 @@ impl RunFlags {
                 "manifests-poll-period",
                 &self.manifests_poll_period,
             )?,
+            init_only: self.init_only,
+            conntrack: crate::conntrack::tuning::ConntrackSettings {
+                max_per_core: self.conntrack_max_per_core,
+                min: self.conntrack_min,
+                tcp_established_timeout: timeout(
+                    "conntrack-tcp-timeout-established",
+                    &self.conntrack_tcp_timeout_established,
+                )?,
+                tcp_close_wait_timeout: timeout(
+                    "conntrack-tcp-timeout-close-wait",
+                    &self.conntrack_tcp_timeout_close_wait,
+                )?,
+                tcp_be_liberal: self.conntrack_tcp_be_liberal,
+                udp_timeout: timeout("conntrack-udp-timeout", &self.conntrack_udp_timeout)?,
+                udp_stream_timeout: timeout(
+                    "conntrack-udp-timeout-stream",
+                    &self.conntrack_udp_timeout_stream,
+                )?,
+            },
         })
     }
+}
+
+/// A conntrack timeout: whole seconds reach the kernel, so a non-zero value under a second
+/// (which kube-proxy would write as 0) is refused.
+fn timeout(flag: &'static str, value: &str) -> Result<Duration, ConfigError> {
+    let d = parse_go_duration(value).map_err(|reason| ConfigError::Duration {
+        flag,
+        value: value.to_string(),
+        reason,
+    })?;
+    if !d.is_zero() && d.as_secs() == 0 {
+        return Err(ConfigError::SubSecondTimeout {
+            flag,
+            value: value.to_string(),
+        });
+    }
+    Ok(d)
 }
 
 fn positive_duration(flag: &'static str, value: &str) -> Result<Duration, ConfigError> {
@@ -1307,6 +1406,84 @@ iptables: {masqueradeBit: 14}
         assert!(
             error(&["run", "--config", "/nonexistent/kubenft.yaml"])
                 .starts_with("--config: reading /nonexistent/kubenft.yaml")
+        );
+    }
+
+    #[test]
+    fn conntrack_settings_take_kube_proxys_defaults_flags_and_file_values_flags_first() {
+        use crate::conntrack::tuning::ConntrackSettings;
+        let run = validate(&["run"]).unwrap().run.unwrap();
+        assert_eq!(run.conntrack, ConntrackSettings::default());
+        assert_eq!(run.conntrack.max_per_core, 32768);
+        assert_eq!(run.conntrack.min, 131072);
+        assert_eq!(
+            run.conntrack.tcp_established_timeout,
+            Duration::from_secs(86400)
+        );
+        assert_eq!(
+            run.conntrack.tcp_close_wait_timeout,
+            Duration::from_secs(3600)
+        );
+        assert!(!run.init_only);
+
+        let f = config_file(
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+conntrack:
+  maxPerCore: 0
+  min: 1000
+  tcpEstablishedTimeout: null
+  tcpCloseWaitTimeout: 0s
+  tcpBeLiberal: true
+  udpTimeout: 10s
+  udpStreamTimeout: 0s
+",
+        );
+        let path = f.path().to_str().unwrap();
+        let run = validate(&["run", "--config", path]).unwrap().run.unwrap();
+        assert_eq!(
+            run.conntrack,
+            ConntrackSettings {
+                max_per_core: 0,
+                min: 1000,
+                tcp_established_timeout: Duration::from_secs(86400),
+                tcp_close_wait_timeout: Duration::ZERO,
+                tcp_be_liberal: true,
+                udp_timeout: Duration::from_secs(10),
+                udp_stream_timeout: Duration::ZERO,
+            }
+        );
+        let run = validate(&[
+            "run",
+            "--config",
+            path,
+            "--conntrack-max-per-core=32768",
+            "--conntrack-udp-timeout",
+            "0",
+            "--conntrack-udp-timeout-stream=2m",
+            "--conntrack-tcp-timeout-close-wait=1h",
+            "--init-only",
+        ])
+        .unwrap()
+        .run
+        .unwrap();
+        assert_eq!(run.conntrack.max_per_core, 32768, "even when the default");
+        assert_eq!(run.conntrack.min, 1000, "from the file");
+        assert_eq!(run.conntrack.udp_timeout, Duration::ZERO);
+        assert_eq!(run.conntrack.udp_stream_timeout, Duration::from_secs(120));
+        assert_eq!(
+            run.conntrack.tcp_close_wait_timeout,
+            Duration::from_secs(3600)
+        );
+        assert!(run.init_only);
+
+        assert_eq!(
+            error(&["run", "--conntrack-udp-timeout=500ms"]),
+            "--conntrack-udp-timeout: \"500ms\" must be 0 (leave the kernel's value) or at least 1s"
+        );
+        assert!(
+            error(&["run", "--conntrack-tcp-timeout-established=1d"])
+                .starts_with("--conntrack-tcp-timeout-established: \"1d\" is not a duration")
         );
     }
 }

@@ -50,8 +50,22 @@ pub struct FileConfig {
     pub kubeconfig: Option<PathBuf>,
     pub sync_period: Option<String>,
     pub min_sync_period: Option<String>,
+    pub conntrack: FileConntrack,
     /// Settings accepted but not applied, one line each.
     pub warnings: Vec<String>,
+}
+
+/// The `conntrack` section. Unlike most fields, a zero here is a setting ("leave the kernel's
+/// value"), so only absent or null fields are unset.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileConntrack {
+    pub max_per_core: Option<u32>,
+    pub min: Option<u32>,
+    pub tcp_established_timeout: Option<String>,
+    pub tcp_close_wait_timeout: Option<String>,
+    pub tcp_be_liberal: Option<bool>,
+    pub udp_timeout: Option<String>,
+    pub udp_stream_timeout: Option<String>,
 }
 
 /// What kubenft does with a key.
@@ -69,7 +83,6 @@ enum Key {
 
 const OTHER_MODE: &str = "belongs to another proxy mode";
 const NOT_APPLIED: &str = "is not applied by kubenft";
-const NODE_SYSCTL: &str = "is a node sysctl that kubenft leaves alone";
 
 const CLIENT_CONNECTION: &[(&str, Key)] = &[
     ("kubeconfig", Key::Honoured),
@@ -110,13 +123,13 @@ const WINKERNEL: &[(&str, Key)] = &[
     ("forwardHealthCheckVip", Key::Ignored(OTHER_MODE)),
 ];
 const CONNTRACK: &[(&str, Key)] = &[
-    ("maxPerCore", Key::Ignored(NODE_SYSCTL)),
-    ("min", Key::Ignored(NODE_SYSCTL)),
-    ("tcpEstablishedTimeout", Key::Ignored(NODE_SYSCTL)),
-    ("tcpCloseWaitTimeout", Key::Ignored(NODE_SYSCTL)),
-    ("tcpBeLiberal", Key::Ignored(NODE_SYSCTL)),
-    ("udpTimeout", Key::Ignored(NODE_SYSCTL)),
-    ("udpStreamTimeout", Key::Ignored(NODE_SYSCTL)),
+    ("maxPerCore", Key::Honoured),
+    ("min", Key::Honoured),
+    ("tcpEstablishedTimeout", Key::Honoured),
+    ("tcpCloseWaitTimeout", Key::Honoured),
+    ("tcpBeLiberal", Key::Honoured),
+    ("udpTimeout", Key::Honoured),
+    ("udpStreamTimeout", Key::Honoured),
 ];
 const DETECT_LOCAL: &[(&str, Key)] = &[
     ("bridgeInterface", Key::Honoured),
@@ -251,7 +264,54 @@ pub fn parse(text: &str, origin: &str) -> Result<FileConfig, FileConfigError> {
         }
     };
     config.nodeport_addresses = nodeport_addresses(&doc, &mut config.warnings).map_err(&invalid)?;
+    config.conntrack = conntrack(&doc).map_err(&invalid)?;
     Ok(config)
+}
+
+/// The `conntrack` section, as kube-proxy reads it: null or absent fields take the defaults,
+/// zero ones mean "leave the kernel's value".
+fn conntrack(doc: &Value) -> Result<FileConntrack, String> {
+    let count = |field: &str| -> Result<Option<u32>, String> {
+        let path = format!("conntrack.{field}");
+        match at(doc, &path) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) if n.as_u64().is_some_and(|v| v <= i32::MAX as u64) => {
+                Ok(n.as_u64().map(|v| v as u32))
+            }
+            Some(v) => Err(format!(
+                "{path}: expected a number 0..=2147483647, found {}",
+                describe(v)
+            )),
+        }
+    };
+    let duration = |field: &str| -> Result<Option<String>, String> {
+        let path = format!("conntrack.{field}");
+        let text = string_at(doc, &path)?;
+        if let Some(d) = &text {
+            crate::config::parse_go_duration(d)
+                .map_err(|reason| format!("{path}: {d:?} is not a duration: {reason}"))?;
+        }
+        Ok(text)
+    };
+    let tcp_be_liberal = match at(doc, "conntrack.tcpBeLiberal") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(v) => {
+            return Err(format!(
+                "conntrack.tcpBeLiberal: expected true or false, found {}",
+                describe(v)
+            ));
+        }
+    };
+    Ok(FileConntrack {
+        max_per_core: count("maxPerCore")?,
+        min: count("min")?,
+        tcp_established_timeout: duration("tcpEstablishedTimeout")?,
+        tcp_close_wait_timeout: duration("tcpCloseWaitTimeout")?,
+        tcp_be_liberal,
+        udp_timeout: duration("udpTimeout")?,
+        udp_stream_timeout: duration("udpStreamTimeout")?,
+    })
 }
 
 /// Walks `value` against `schema`: unknown keys are errors; ignored keys set to a non-zero
@@ -464,8 +524,55 @@ winkernel:
             FileConfig {
                 cluster_cidr: Some("10.244.0.0/16".into()),
                 kubeconfig: Some("/var/lib/kube-proxy/kubeconfig.conf".into()),
+                // Null fields take kube-proxy's defaults; the zero ones leave the kernel alone.
+                conntrack: FileConntrack {
+                    tcp_be_liberal: Some(false),
+                    udp_timeout: Some("0s".into()),
+                    udp_stream_timeout: Some("0s".into()),
+                    ..FileConntrack::default()
+                },
                 ..FileConfig::default()
             }
+        );
+    }
+
+    #[test]
+    fn the_conntrack_section_is_read_with_zero_as_a_setting() {
+        let head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
+        let c = parse(
+            &format!(
+                "{head}conntrack: {{maxPerCore: 0, min: 65536, tcpEstablishedTimeout: 2h, \
+                 tcpCloseWaitTimeout: 0s, tcpBeLiberal: true, udpTimeout: 10s, \
+                 udpStreamTimeout: 2m}}\n"
+            ),
+            "x",
+        )
+        .unwrap();
+        assert_eq!(
+            c.conntrack,
+            FileConntrack {
+                max_per_core: Some(0),
+                min: Some(65536),
+                tcp_established_timeout: Some("2h".into()),
+                tcp_close_wait_timeout: Some("0s".into()),
+                tcp_be_liberal: Some(true),
+                udp_timeout: Some("10s".into()),
+                udp_stream_timeout: Some("2m".into()),
+            }
+        );
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert!(
+            error(&format!("{head}conntrack: {{maxPerCore: -1}}\n")).contains(
+                "conntrack.maxPerCore: expected a number 0..=2147483647, found the number -1"
+            )
+        );
+        assert!(
+            error(&format!("{head}conntrack: {{udpTimeout: soon}}\n"))
+                .contains("conntrack.udpTimeout: \"soon\" is not a duration")
+        );
+        assert!(
+            error(&format!("{head}conntrack: {{maxPercore: 1}}\n"))
+                .contains("conntrack.maxPercore: unknown field")
         );
     }
 
@@ -557,7 +664,6 @@ nftables: {masqueradeAll: true, masqueradeBit: 13, syncPeriod: 1m30s, minSyncPer
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 iptables: {masqueradeBit: 14, syncPeriod: 30s}
-conntrack: {maxPerCore: 32768}
 nodePortAddresses: [all, localhost]
 "#,
             "x",
@@ -568,7 +674,6 @@ nodePortAddresses: [all, localhost]
             [
                 "iptables.masqueradeBit belongs to another proxy mode; ignored",
                 "iptables.syncPeriod belongs to another proxy mode; ignored",
-                "conntrack.maxPerCore is a node sysctl that kubenft leaves alone; ignored",
                 "nodePortAddresses: localhost NodePorts are not served (as in kube-proxy's \
                  nftables mode without its feature gate); ignored",
             ]

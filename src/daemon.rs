@@ -1,6 +1,6 @@
 //! `kubenft run`: the daemon. Sources (the API's watchers, or a manifests directory) feed one
 //! store; one loop turns the store into desired tables and syncs them on kube-proxy's schedule;
-//! after each sync it cleans stale UDP conntrack entries and reconciles the healthCheckNodePort
+//! after each sync it reconciles the UDP conntrack entries and the healthCheckNodePort
 //! servers; `/healthz`, `/livez` and `/metrics` are served alongside.
 //!
 //! Guarantees: nothing is programmed before every kind was listed completely once; a failed
@@ -48,6 +48,8 @@ pub enum DaemonError {
     Kube(#[source] kube_source::KubeSourceError),
     #[error("waiting for a stop signal: {0}")]
     Signal(#[source] std::io::Error),
+    #[error("--init-only: {failed} conntrack setting(s) could not be applied (logged above)")]
+    NodeSettings { failed: usize },
 }
 
 /// Where the cluster objects come from.
@@ -69,6 +71,13 @@ pub fn run(config: &Config) -> Result<(), DaemonError> {
         .run
         .clone()
         .expect("validation fills the run settings for `run`");
+    let failed = apply_node_settings(&settings.conntrack);
+    if settings.init_only {
+        return match failed {
+            0 => Ok(()),
+            failed => Err(DaemonError::NodeSettings { failed }),
+        };
+    }
     let source = match &config.manifests {
         Some(path) => Source::Manifests {
             path: path.clone(),
@@ -90,6 +99,22 @@ pub fn run(config: &Config) -> Result<(), DaemonError> {
         ..config.proxy.clone()
     };
     runtime.block_on(run_async(proxy, settings, source))
+}
+
+/// Sets the conntrack sysctls as kube-proxy does at start, logging each decision; returns how
+/// many could not be applied. The daemon runs on regardless: the rules do not depend on them.
+fn apply_node_settings(settings: &conntrack::tuning::ConntrackSettings) -> usize {
+    let roots = conntrack::tuning::Roots::host();
+    let decisions = conntrack::tuning::apply(settings, &roots, roots.cpus());
+    for d in &decisions {
+        match d {
+            conntrack::tuning::Decision::Set { .. } | conntrack::tuning::Decision::Kept { .. } => {
+                tracing::info!("conntrack: {d}")
+            }
+            _ => tracing::warn!("conntrack: {d}"),
+        }
+    }
+    decisions.iter().filter(|d| d.failed()).count()
 }
 
 async fn run_async(
@@ -458,17 +483,44 @@ impl SyncLoop {
     /// What follows a successful sync: stale UDP conntrack entries, healthCheckNodePorts and
     /// the no-local-endpoints gauges.
     async fn after_sync(&mut self, proxy: &ProxyConfig) {
-        let stale = self.after_sync.update(&self.live.state);
-        if !stale.is_empty() {
-            match tokio::task::block_in_place(|| conntrack::delete_flows(&stale)) {
-                Ok(r) => tracing::info!(
-                    classes = stale.len(),
-                    deleted = r.deleted,
-                    already_gone = r.already_gone,
-                    failed = r.failed.len(),
-                    "stale UDP conntrack entries removed"
+        self.after_sync.update(&self.live.state);
+        let frontends = self.after_sync.frontends();
+        let reports = tokio::task::block_in_place(|| conntrack::reconcile(frontends));
+        for r in reports {
+            let deleted = r.outcome.as_ref().map_or(0, |d| d.deleted);
+            self.metrics.observe_conntrack_reconcile(
+                r.family.label(),
+                r.elapsed.as_secs_f64(),
+                deleted as u64,
+            );
+            match &r.outcome {
+                Ok(d) if d.deleted + d.failed.len() > 0 => tracing::info!(
+                    ip_family = r.family.label(),
+                    examined = r.examined,
+                    deleted = d.deleted,
+                    already_gone = d.already_gone,
+                    failed = d.failed.len(),
+                    seconds = r.elapsed.as_secs_f64(),
+                    "stale UDP conntrack entries deleted"
                 ),
-                Err(e) => tracing::warn!(error = %e, "stale UDP conntrack cleanup failed"),
+                Ok(d) => tracing::debug!(
+                    ip_family = r.family.label(),
+                    examined = r.examined,
+                    already_gone = d.already_gone,
+                    unfiltered = r.unfiltered,
+                    seconds = r.elapsed.as_secs_f64(),
+                    "conntrack reconciled; nothing stale"
+                ),
+                Err(e) => tracing::warn!(
+                    ip_family = r.family.label(),
+                    error = %e,
+                    "conntrack reconciliation failed; retried at the next sync"
+                ),
+            }
+            if let Ok(d) = &r.outcome {
+                for f in &d.failed {
+                    tracing::warn!(flow = %f.flow, error = %f.error, "stale conntrack entry not deleted");
+                }
             }
         }
         let (internal, external) = self.after_sync.no_local_endpoints();

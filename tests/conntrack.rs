@@ -1,13 +1,14 @@
-//! Stale UDP conntrack cleanup against the real kernel: in a namespace whose loopback carries
+//! The conntrack reconciler against the real kernel: in a namespace whose loopback carries
 //! service, node and endpoint addresses and whose nat output chain DNATs like a service proxy,
-//! a client keeps its cached flow after the rules change (the black hole this module exists
-//! for), `plan` + `delete_flows` remove exactly that flow, and the client's next datagram
-//! follows the new rules. `conntrack -L` is the independent oracle for the table's contents.
+//! a client keeps its cached flow after the rules change (the black hole the reconciler exists
+//! for), `reconcile` deletes exactly that flow, judging the table against the services as they
+//! are now (nothing remembers an earlier state), and the client's next datagram follows the
+//! new rules. `conntrack -L` is the independent oracle for the table's contents.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use kubenft::conntrack::{self, Proto, StaleFlow, UdpServiceView};
+use kubenft::conntrack::{self, FamilyReport, Frontends, UdpService};
 use kubenft::netns::{self, Netns};
 use kubenft::nft::inspect::apply_script;
 
@@ -136,18 +137,44 @@ fn has(flows: &[(SocketAddr, SocketAddr)], orig_dst: &str, reply_src: &str) -> b
     flows.contains(&(sa(orig_dst), sa(reply_src)))
 }
 
-fn dns_view(endpoints: &[&str], node_port: Option<u16>) -> UdpServiceView {
-    UdpServiceView {
-        name: "kube-system/kube-dns:dns".into(),
-        service_ips: vec![SERVICE4.parse().unwrap(), SERVICE6.parse().unwrap()],
-        port: 53,
-        node_port,
-        endpoints: endpoints.iter().map(|e| sa(e)).collect(),
-    }
+/// kube-dns on both families (and, with `node_port`, on NodePort 30053) with `serving`.
+fn dns(serving: &[&str], node_port: Option<u16>) -> Frontends<String> {
+    let mut f = Frontends::default();
+    f.set(
+        "kube-system/kube-dns:dns".to_string(),
+        UdpService {
+            frontends: vec![
+                sa(&format!("{SERVICE4}:53")),
+                sa(&format!("[{SERVICE6}]:53")),
+            ],
+            node_port,
+            serving: serving.iter().map(|e| sa(e)).collect(),
+        },
+    );
+    f
+}
+
+/// Reconciles the namespace; returns (deleted, failed) over both families.
+fn reconcile(ns: &Netns, frontends: Frontends<String>) -> Vec<FamilyReport> {
+    ns.run(move || conntrack::reconcile(&frontends)).unwrap()
+}
+
+fn deleted(reports: &[FamilyReport]) -> usize {
+    reports
+        .iter()
+        .map(|r| match &r.outcome {
+            Ok(d) => {
+                assert!(d.failed.is_empty(), "{r:?}");
+                assert!(!r.unfiltered, "this kernel filters by protocol: {r:?}");
+                d.deleted
+            }
+            Err(e) => panic!("{:?}: {e}", r.family),
+        })
+        .sum()
 }
 
 #[test]
-fn a_client_rejected_before_its_service_had_endpoints_reaches_them_after_cleanup() {
+fn a_client_rejected_before_its_service_had_endpoints_reaches_them_after_reconciling() {
     if !can_run() {
         return;
     }
@@ -187,6 +214,10 @@ fn a_client_rejected_before_its_service_had_endpoints_reaches_them_after_cleanup
         "{before:?}"
     );
 
+    // While the service has no serving endpoint, its flows are left alone (kube-proxy).
+    assert_eq!(deleted(&reconcile(&ns, dns(&[], Some(30053)))), 0);
+    assert_eq!(oracle(&ns), before);
+
     // The endpoint arrives, but the cached flows bypass the new DNAT: the black hole.
     set_nat(
         &ns,
@@ -210,17 +241,8 @@ fn a_client_rejected_before_its_service_had_endpoints_reaches_them_after_cleanup
         "list_flows sees what conntrack -L sees: {listed:?}"
     );
 
-    let stale = conntrack::plan(
-        &[dns_view(&[], Some(30053))],
-        &[dns_view(&[EP4_A, EP6_A], Some(30053))],
-    );
-    let report = ns
-        .run(move || conntrack::delete_flows(&stale))
-        .unwrap()
-        .unwrap();
-    assert_eq!(report.deleted, 3, "{report:?}");
-    assert!(report.failed.is_empty(), "{report:?}");
-
+    let reports = reconcile(&ns, dns(&[EP4_A, EP6_A], Some(30053)));
+    assert_eq!(deleted(&reports), 3, "{reports:?}");
     let after = oracle(&ns);
     assert!(!has(&after, "10.96.0.10:53", "10.96.0.10:53"), "{after:?}");
     assert!(
@@ -233,7 +255,7 @@ fn a_client_rejected_before_its_service_had_endpoints_reaches_them_after_cleanup
     );
     assert!(
         has(&after, "10.96.0.11:53", "10.96.0.11:53"),
-        "an unrelated service's flow stays: {after:?}"
+        "a flow to an address that is no frontend stays: {after:?}"
     );
 
     client4.send_to(b"fresh", service4).unwrap();
@@ -243,10 +265,16 @@ fn a_client_rejected_before_its_service_had_endpoints_reaches_them_after_cleanup
     assert_eq!(received(&server4).as_deref(), Some("fresh-np"));
     assert_eq!(received(&server6).as_deref(), Some("fresh"));
     assert_eq!(received(&sink4), None);
+
+    // The new flows follow the rules: reconciling again deletes nothing.
+    assert_eq!(
+        deleted(&reconcile(&ns, dns(&[EP4_A, EP6_A], Some(30053)))),
+        0
+    );
 }
 
 #[test]
-fn flows_dnated_to_a_removed_endpoint_move_to_the_remaining_one_after_cleanup() {
+fn flows_dnated_to_an_endpoint_that_stopped_serving_move_to_the_remaining_one() {
     if !can_run() {
         return;
     }
@@ -273,41 +301,22 @@ fn flows_dnated_to_a_removed_endpoint_move_to_the_remaining_one_after_cleanup() 
     assert_eq!(received(&old4).as_deref(), Some("direct"));
     assert_eq!(received(&old6).as_deref(), Some("one"));
 
-    // Endpoint A goes away; the cached DNAT keeps sending to it.
+    // Endpoint A is terminating: the rules send new flows to B, but A still serves, so its
+    // flows stay (as its TCP connections would).
     set_nat(
         &ns,
         &[&dnat4(SERVICE4, 53, EP4_B)],
         &[&dnat6(SERVICE6, 53, EP6_B)],
     );
+    let reports = reconcile(&ns, dns(&[EP4_A, EP4_B, EP6_A, EP6_B], None));
+    assert_eq!(deleted(&reports), 0, "{reports:?}");
     client4.send_to(b"two", service4).unwrap();
-    assert_eq!(received(&old4).as_deref(), Some("two"), "stale DNAT");
+    assert_eq!(received(&old4).as_deref(), Some("two"), "still served by A");
     assert_eq!(received(&new4), None);
 
-    let stale = conntrack::plan(
-        &[dns_view(&[EP4_A, EP6_A], None)],
-        &[dns_view(&[EP4_B, EP6_B], None)],
-    );
-    assert_eq!(
-        stale,
-        vec![
-            StaleFlow::ToEndpoint {
-                service_ip: Some(SERVICE4.parse().unwrap()),
-                endpoint: sa(EP4_A),
-                proto: Proto::Udp,
-            },
-            StaleFlow::ToEndpoint {
-                service_ip: Some(SERVICE6.parse().unwrap()),
-                endpoint: sa(EP6_A),
-                proto: Proto::Udp,
-            },
-        ]
-    );
-    let report = ns
-        .run(move || conntrack::delete_flows(&stale))
-        .unwrap()
-        .unwrap();
-    assert_eq!(report.deleted, 2, "{report:?}");
-
+    // A stops serving: the flows DNATed to it are deleted, and only those.
+    let reports = reconcile(&ns, dns(&[EP4_B, EP6_B], None));
+    assert_eq!(deleted(&reports), 2, "{reports:?}");
     let after = oracle(&ns);
     assert!(!has(&after, "10.96.0.10:53", EP4_A), "{after:?}");
     assert!(!has(&after, "[fd00:96::a]:53", EP6_A), "{after:?}");
@@ -321,33 +330,6 @@ fn flows_dnated_to_a_removed_endpoint_move_to_the_remaining_one_after_cleanup() 
     assert_eq!(received(&new4).as_deref(), Some("three"));
     assert_eq!(received(&new6).as_deref(), Some("three"));
     assert_eq!(received(&old4), None);
-}
-
-#[test]
-fn stale_flows_that_match_nothing_leave_the_table_alone() {
-    if !can_run() {
-        return;
-    }
-    let ns = lab("ctnone");
-    set_nat(&ns, &[], &[]);
-    let _sink = socket(&ns, &format!("{SERVICE4}:53"));
-    let client = socket(&ns, "0.0.0.0:0");
-    client.send_to(b"x", sa(&format!("{SERVICE4}:53"))).unwrap();
-    let before = oracle(&ns);
-    assert_eq!(before.len(), 1, "{before:?}");
-    let unrelated = vec![StaleFlow::ToService {
-        ip: SERVICE4.parse().unwrap(),
-        port: 54,
-        proto: Proto::Udp,
-    }];
-    let report = ns
-        .run(move || conntrack::delete_flows(&unrelated))
-        .unwrap()
-        .unwrap();
-    assert_eq!(report.deleted + report.already_gone, 0, "{report:?}");
-    let empty = ns.run(|| conntrack::delete_flows(&[])).unwrap().unwrap();
-    assert_eq!(empty.deleted, 0);
-    assert_eq!(oracle(&ns), before);
 }
 
 #[test]
@@ -369,19 +351,18 @@ fn more_stale_entries_than_one_delete_datagram_carries_are_all_deleted() {
         .unwrap();
     assert_eq!(oracle(&ns).len(), ports.len() + 1);
 
-    let stale: Vec<StaleFlow> = ports
-        .iter()
-        .map(|&port| StaleFlow::ToService {
-            ip: SERVICE4.parse().unwrap(),
-            port,
-            proto: Proto::Udp,
-        })
-        .collect();
-    let report = ns
-        .run(move || conntrack::delete_flows(&stale))
-        .unwrap()
-        .unwrap();
-    assert_eq!(report.deleted, ports.len(), "{report:?}");
+    let mut frontends = Frontends::default();
+    for &port in &ports {
+        frontends.set(
+            format!("demo/s{port}:udp"),
+            UdpService {
+                frontends: vec![sa(&format!("{SERVICE4}:{port}"))],
+                node_port: None,
+                serving: [sa(EP4_A)].into(),
+            },
+        );
+    }
+    assert_eq!(deleted(&reconcile(&ns, frontends)), ports.len());
     assert_eq!(
         oracle(&ns),
         vec![(
@@ -389,4 +370,218 @@ fn more_stale_entries_than_one_delete_datagram_carries_are_all_deleted() {
             sa(&format!("{OTHER_SERVICE4}:20000"))
         )]
     );
+}
+
+/// Opens `count` TCP connections that never complete (the namespace drops their SYNs), so
+/// conntrack holds `count` TCP entries for two minutes.
+fn tcp_entries(ns: &Netns, count: u16) {
+    apply_script(
+        ns,
+        "table inet drop-syn {\n  chain in {\n    type filter hook input priority 0;\n    tcp dport 1-65535 drop\n  }\n}\n",
+    )
+    .unwrap();
+    ns.run(move || {
+        for port in 0..count {
+            let to = sa(&format!("{OTHER_SERVICE4}:{}", 1000 + port));
+            let std::net::SocketAddr::V4(to) = to else {
+                unreachable!()
+            };
+            // SAFETY: plain socket calls on a descriptor this block owns and closes.
+            unsafe {
+                let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0);
+                assert!(fd >= 0);
+                let addr = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as u16,
+                    sin_port: to.port().to_be(),
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from(*to.ip()).to_be(),
+                    },
+                    sin_zero: [0; 8],
+                };
+                libc::connect(
+                    fd,
+                    &addr as *const _ as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_in>() as u32,
+                );
+                libc::close(fd);
+            }
+        }
+    })
+    .unwrap();
+}
+
+/// Median wall time of `runs` calls.
+fn median(runs: usize, mut f: impl FnMut()) -> Duration {
+    let mut times: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[runs / 2]
+}
+
+/// What a reconciliation costs with 10,000 UDP services, first with a few entries, then with
+/// many (printed; run with --nocapture). The many-entry table holds TCP entries the kernel
+/// filters out and UDP entries to no frontend, plus stale ones that must go and only those.
+#[test]
+fn reconciling_ten_thousand_services_reads_only_udp_entries_and_deletes_only_stale_ones() {
+    if !can_run() {
+        return;
+    }
+    let ns = lab("ctcost");
+    set_nat(&ns, &[], &[]);
+    // Every service address is local, so datagrams to them are tracked and answered.
+    ns.exec(&["ip", "route", "add", "local", "10.96.0.0/16", "dev", "lo"])
+        .unwrap();
+    let mut frontends = Frontends::default();
+    for i in 0..10_000u32 {
+        let ip = std::net::Ipv4Addr::from(0x0a60_0000 + 0x100 + i);
+        frontends.set(
+            format!("demo/s{i}:udp"),
+            UdpService {
+                frontends: vec![SocketAddr::new(ip.into(), 53)],
+                node_port: Some(30000 + (i % 2000) as u16),
+                serving: [sa(EP4_A)].into(),
+            },
+        );
+    }
+    let frontends = std::sync::Arc::new(frontends);
+    let client = socket(&ns, "0.0.0.0:0");
+    for port in 0..3u16 {
+        client
+            .send_to(b"x", sa(&format!("{OTHER_SERVICE4}:{}", 40000 + port)))
+            .unwrap();
+    }
+    let f = frontends.clone();
+    let few = ns
+        .run(move || {
+            median(21, || {
+                deleted(&conntrack::reconcile(&*f));
+            })
+        })
+        .unwrap();
+
+    // Many: 20,000 TCP entries, 20,000 UDP entries to no frontend, 1,000 stale ones (sent
+    // before their frontend had endpoints).
+    tcp_entries(&ns, 20_000);
+    let many_client = socket(&ns, "0.0.0.0:0");
+    for port in 0..20_000u16 {
+        many_client
+            .send_to(b"x", sa(&format!("{OTHER_SERVICE4}:{}", 10000 + port)))
+            .unwrap();
+    }
+    for i in 0..1_000u32 {
+        let ip = std::net::Ipv4Addr::from(0x0a60_0000 + 0x100 + i);
+        many_client
+            .send_to(b"x", SocketAddr::new(ip.into(), 53))
+            .unwrap();
+    }
+    let f = frontends.clone();
+    let (first, removed, examined, again) = ns
+        .run(move || {
+            let t = Instant::now();
+            let reports = conntrack::reconcile(&*f);
+            let first = t.elapsed();
+            let examined: usize = reports.iter().map(|r| r.examined).sum();
+            let n = deleted(&reports);
+            let again = median(5, || {
+                assert_eq!(deleted(&conntrack::reconcile(&*f)), 0);
+            });
+            (first, n, examined, again)
+        })
+        .unwrap();
+    assert_eq!(removed, 1_000);
+    assert_eq!(
+        examined,
+        3 + 20_000 + 1_000,
+        "the kernel sends the UDP entries only"
+    );
+    let unfiltered = ns
+        .run(|| {
+            median(5, || {
+                conntrack::list_flows().unwrap();
+            })
+        })
+        .unwrap();
+    let total = ns.run(conntrack::list_flows).unwrap().unwrap();
+    assert!(
+        total.iter().filter(|f| f.proto == 6).count() >= 19_000,
+        "the TCP entries exist: {}",
+        total.len()
+    );
+    eprintln!(
+        "reconcile, 10,000 UDP services: {few:?} with 3 UDP entries; with 20,000 TCP + \
+         21,000 UDP entries {first:?} (1,000 deleted), then {again:?} (nothing stale); \
+         an unfiltered dump of the same table {unfiltered:?}"
+    );
+}
+
+fn netfilter_sysctl(ns: Option<&Netns>, name: &str) -> String {
+    let path = format!("/proc/sys/net/netfilter/{name}");
+    let out = match ns {
+        Some(ns) => ns.exec(&["cat", &path]).unwrap().stdout,
+        None => std::fs::read(&path).unwrap(),
+    };
+    String::from_utf8_lossy(&out).trim().to_string()
+}
+
+/// `kubenft run --init-only` in a namespace sets that namespace's conntrack timeouts and exits
+/// 0 without contacting any API; the host's values are untouched. The limit and the hash size
+/// (global knobs) are left out with `--conntrack-max-per-core=0`, so the host's can never change.
+#[test]
+fn init_only_sets_the_namespaces_conntrack_timeouts_and_exits() {
+    if !can_run() {
+        return;
+    }
+    let ns = lab("ctinit");
+    set_nat(&ns, &[], &[]); // loads conntrack in the namespace
+    let names = [
+        "nf_conntrack_udp_timeout",
+        "nf_conntrack_udp_timeout_stream",
+        "nf_conntrack_tcp_timeout_close_wait",
+        "nf_conntrack_tcp_be_liberal",
+        "nf_conntrack_max",
+    ];
+    let host_before: Vec<String> = names.iter().map(|n| netfilter_sysctl(None, n)).collect();
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns.name()])
+        .arg(env!("CARGO_BIN_EXE_kubenft"))
+        .args([
+            "run",
+            "--init-only",
+            "--hostname-override",
+            "node-a",
+            "--conntrack-max-per-core=0",
+            "--conntrack-udp-timeout=7s",
+            "--conntrack-udp-timeout-stream=3m",
+            "--conntrack-tcp-timeout-close-wait=1h",
+            "--conntrack-tcp-be-liberal",
+        ])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert_eq!(netfilter_sysctl(Some(&ns), "nf_conntrack_udp_timeout"), "7");
+    assert_eq!(
+        netfilter_sysctl(Some(&ns), "nf_conntrack_udp_timeout_stream"),
+        "180"
+    );
+    assert_eq!(
+        netfilter_sysctl(Some(&ns), "nf_conntrack_tcp_timeout_close_wait"),
+        "3600"
+    );
+    assert_eq!(
+        netfilter_sysctl(Some(&ns), "nf_conntrack_tcp_be_liberal"),
+        "1"
+    );
+    assert!(
+        log.contains("conntrack: set net.netfilter.nf_conntrack_udp_timeout from 30 to 7"),
+        "{log}"
+    );
+    assert!(!log.contains("nf_conntrack_max"), "left alone: {log}");
+    let host_after: Vec<String> = names.iter().map(|n| netfilter_sysctl(None, n)).collect();
+    assert_eq!(host_after, host_before, "the host's values are untouched");
 }

@@ -429,3 +429,72 @@ fn stale_udp_flows_are_cleared_so_a_retrying_client_follows_the_endpoints() {
         "no flow to the removed endpoint:\n{flows}"
     );
 }
+
+#[test]
+fn a_udp_flow_to_an_endpoint_removed_while_the_daemon_was_down_is_deleted_by_its_first_sync() {
+    let Some((topo, api)) = lab("e2eC") else {
+        return;
+    };
+    let _dns = [
+        kubenft::lab::serve_udp(&topo.pods[0], "pod-1"),
+        kubenft::lab::serve_udp(&topo.pods[1], "pod-2"),
+    ];
+    let dns_slice = |pods: &[u8]| {
+        let mut s = slice("dns", pods);
+        s["ports"] = serde_json::json!([{"name": "dns", "port": 5353, "protocol": "UDP"}]);
+        s
+    };
+    api.apply(serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "dns", "namespace": "demo"},
+        "spec": {"clusterIP": "10.96.0.53", "clusterIPs": ["10.96.0.53"],
+                 "ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 5353}]}
+    }));
+    api.apply(dns_slice(&[1]));
+    let mut daemon = start_daemon(&topo, &api, &[]);
+    let client = UdpClient::new(&topo, "10.96.0.53:53");
+    client.until("pod-1", Duration::from_secs(20), "the client reaches pod-1");
+
+    // While the daemon is down, pod-1 leaves the Service (the pod itself keeps answering, as a
+    // pod on its way out may). The client keeps asking, so its flow never idles out.
+    assert!(daemon.stop(), "a graceful stop exits 0");
+    api.apply(dns_slice(&[2]));
+    for _ in 0..5 {
+        assert_eq!(client.ask().as_deref(), Some("pod-1"), "the cached flow");
+    }
+
+    // The restarted daemon's first sync deletes the flow: the client moves to pod-2. Without
+    // the reconciler it would stay on pod-1 for as long as it keeps asking.
+    let daemon = start_daemon(&topo, &api, &[]);
+    client.until(
+        "pod-2",
+        Duration::from_secs(10),
+        "the retrying client moves to pod-2 after the restart",
+    );
+    let flows = topo
+        .node
+        .exec(&["conntrack", "-L", "-p", "udp", "--orig-port-src", "40053"])
+        .unwrap();
+    let flows = String::from_utf8_lossy(&flows.stdout);
+    assert!(
+        !flows.contains("10.244.1.2"),
+        "no flow to the removed endpoint:\n{flows}"
+    );
+    let metrics = addr("127.0.0.1:10249");
+    let (_, page) = eventually(Duration::from_secs(5), "metrics served", || {
+        http_get(&topo.node, metrics, "/metrics")
+    });
+    let deleted = page
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(
+                "kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"IPv4\"} ",
+            )
+        })
+        .and_then(|v| v.parse::<f64>().ok());
+    assert!(
+        deleted.is_some_and(|n| n >= 1.0),
+        "deleted entries counted: {deleted:?}\n{}",
+        daemon.log()
+    );
+}

@@ -102,22 +102,36 @@ impl Histogram {
     }
 
     fn render(&self, out: &mut String, name: &str) {
+        self.render_labelled(out, name, "");
+    }
+
+    /// Renders the series with `labels` (`key="value",…`, already escaped) before `le`.
+    fn render_labelled(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
         let mut cumulative = 0u64;
         for (bound, slot) in self.bounds.iter().zip(&self.buckets) {
             cumulative += slot.load(Ordering::Relaxed);
             let _ = writeln!(
                 out,
-                "{name}_bucket{{le=\"{}\"}} {cumulative}",
+                "{name}_bucket{{{labels}{sep}le=\"{}\"}} {cumulative}",
                 fmt_f64(*bound)
             );
         }
         cumulative += self.buckets[self.bounds.len()].load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
-        let _ = writeln!(out, "{name}_sum {}", fmt_f64(self.sum.get()));
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cumulative}"
+        );
+        let braced = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let _ = writeln!(out, "{name}_sum{braced} {}", fmt_f64(self.sum.get()));
         // The count is read after the buckets; a concurrent observation may make it lead the
         // +Inf bucket by one for a scrape, which Prometheus tolerates. Report the larger.
         let count = self.count.load(Ordering::Relaxed).max(cumulative);
-        let _ = writeln!(out, "{name}_count {count}");
+        let _ = writeln!(out, "{name}_count{braced} {count}");
     }
 }
 
@@ -196,7 +210,13 @@ struct Registry {
     objects_rejected: Mutex<BTreeMap<String, u64>>,
     /// Indexed by [full, partial] x [success, failure].
     syncs: [[AtomicU64; 2]; 2],
+    /// kube-proxy's conntrack reconciler metrics, indexed by family as [`IP_FAMILIES`].
+    conntrack_reconcile_duration: [Histogram; 2],
+    conntrack_deleted: [AtomicU64; 2],
 }
+
+/// kube-proxy's `ip_family` label values, in the order of the per-family arrays.
+const IP_FAMILIES: [&str; 2] = ["IPv4", "IPv6"];
 
 /// The daemon's metrics. Cloning is cheap and every clone updates the same registry; all
 /// updates are atomic adds or stores, safe from any thread.
@@ -231,6 +251,11 @@ impl Metrics {
                 transaction_bytes: Histogram::new(exponential_buckets(256.0, 4.0, 11)),
                 objects_rejected: Mutex::new(BTreeMap::new()),
                 syncs: Default::default(),
+                conntrack_reconcile_duration: [
+                    Histogram::new(sync_duration_buckets()),
+                    Histogram::new(sync_duration_buckets()),
+                ],
+                conntrack_deleted: Default::default(),
             }),
         }
     }
@@ -283,6 +308,17 @@ impl Metrics {
     pub fn observe_transaction(&self, operations: usize, bytes: usize) {
         self.inner.transaction_operations.observe(operations as f64);
         self.inner.transaction_bytes.observe(bytes as f64);
+    }
+
+    /// Records one family's conntrack reconciliation (`ip_family` is `IPv4` or `IPv6`): how long
+    /// it took and how many entries it deleted.
+    pub fn observe_conntrack_reconcile(&self, ip_family: &str, seconds: f64, deleted: u64) {
+        let Some(i) = IP_FAMILIES.iter().position(|f| *f == ip_family) else {
+            debug_assert!(false, "unknown ip_family {ip_family}");
+            return;
+        };
+        self.inner.conntrack_reconcile_duration[i].observe(seconds);
+        self.inner.conntrack_deleted[i].fetch_add(deleted, Ordering::Relaxed);
     }
 
     /// Counts an API object that could not be turned into rules (e.g. kind "Service").
@@ -384,6 +420,31 @@ impl Metrics {
             );
         }
 
+        let name = "kubeproxy_conntrack_reconciler_sync_duration_seconds";
+        header(
+            &mut out,
+            name,
+            "histogram",
+            "ReconcileConntrackFlowsLatency latency in seconds",
+        );
+        for (family, h) in IP_FAMILIES.iter().zip(&r.conntrack_reconcile_duration) {
+            h.render_labelled(&mut out, name, &format!("ip_family=\"{family}\""));
+        }
+        let name = "kubeproxy_conntrack_reconciler_deleted_entries_total";
+        header(
+            &mut out,
+            name,
+            "counter",
+            "Cumulative conntrack flows deleted by conntrack reconciler",
+        );
+        for (family, n) in IP_FAMILIES.iter().zip(&r.conntrack_deleted) {
+            let _ = writeln!(
+                out,
+                "{name}{{ip_family=\"{family}\"}} {}",
+                n.load(Ordering::Relaxed)
+            );
+        }
+
         let name = "kubenft_objects_rejected_total";
         header(
             &mut out,
@@ -466,6 +527,14 @@ mod tests {
             (
                 "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
                 "gauge",
+            ),
+            (
+                "kubeproxy_conntrack_reconciler_sync_duration_seconds",
+                "histogram",
+            ),
+            (
+                "kubeproxy_conntrack_reconciler_deleted_entries_total",
+                "counter",
             ),
             ("kubenft_transaction_operations", "histogram"),
             ("kubenft_transaction_bytes", "histogram"),
@@ -681,5 +750,61 @@ mod tests {
         let n = "kubeproxy_sync_proxy_rules_duration_seconds";
         assert_eq!(sample(&text, &format!("{n}_count")), "4000");
         assert_eq!(sample(&text, &format!("{n}_sum")), "1000");
+    }
+
+    #[test]
+    fn conntrack_reconciler_metrics_are_kept_per_ip_family_with_sync_buckets() {
+        let m = Metrics::new();
+        m.observe_conntrack_reconcile("IPv4", 0.003, 2);
+        m.observe_conntrack_reconcile("IPv4", 0.0005, 0);
+        m.observe_conntrack_reconcile("IPv6", 20.0, 1);
+        let text = m.render();
+        let d = "kubeproxy_conntrack_reconciler_sync_duration_seconds";
+        assert_eq!(
+            sample(
+                &text,
+                &format!("{d}_bucket{{ip_family=\"IPv4\",le=\"0.001\"}}")
+            ),
+            "1"
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("{d}_bucket{{ip_family=\"IPv4\",le=\"0.004\"}}")
+            ),
+            "2"
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("{d}_bucket{{ip_family=\"IPv4\",le=\"16.384\"}}")
+            ),
+            "2"
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("{d}_bucket{{ip_family=\"IPv6\",le=\"16.384\"}}")
+            ),
+            "0"
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("{d}_bucket{{ip_family=\"IPv6\",le=\"+Inf\"}}")
+            ),
+            "1"
+        );
+        assert_eq!(
+            sample(&text, &format!("{d}_count{{ip_family=\"IPv4\"}}")),
+            "2"
+        );
+        assert_eq!(
+            sample(&text, &format!("{d}_sum{{ip_family=\"IPv6\"}}")),
+            "20"
+        );
+        let n = "kubeproxy_conntrack_reconciler_deleted_entries_total";
+        assert_eq!(sample(&text, &format!("{n}{{ip_family=\"IPv4\"}}")), "2");
+        assert_eq!(sample(&text, &format!("{n}{{ip_family=\"IPv6\"}}")), "1");
     }
 }

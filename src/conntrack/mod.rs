@@ -1,7 +1,6 @@
-//! Stale UDP conntrack cleanup: `plan` decides, from a sync's before and after views, which
-//! conntrack flows would keep following an old verdict (a cached reject, a removed endpoint);
-//! `delete_flows` removes exactly the entries matching them, over ctnetlink, in the calling
-//! thread's network namespace.
+//! Conntrack, as a service proxy needs it: the [`reconcile`]r that deletes UDP entries which no
+//! longer follow the rules, over ctnetlink in the calling thread's network namespace, and the
+//! node's conntrack sysctls ([`tuning`]).
 //!
 //! UDP has no connection teardown, so a conntrack entry lives as long as packets keep coming.
 //! A DNS client that retries every second against a ClusterIP that had no endpoints (rejected)
@@ -9,9 +8,13 @@
 //! kernel only consults the ruleset again for a new entry. kube-proxy deletes these entries
 //! after every sync, and so does kubenft.
 
-use std::collections::{BTreeMap, BTreeSet};
+pub mod reconcile;
+pub mod tuning;
+
+pub use reconcile::{FamilyReport, Frontends, UdpService, reconcile};
+
 use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use netlink_packet_core::{DecodeError, Emitable, Nla, ParseableParametrized};
 use netlink_packet_netfilter::conntrack::{
@@ -49,132 +52,31 @@ impl Proto {
     }
 }
 
-/// A class of conntrack flows that no longer reflect the ruleset and must be deleted.
+/// An address family, as conntrack keeps one table per family and kube-proxy labels its
+/// conntrack metrics by it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum StaleFlow {
-    /// Flows originally addressed to `ip:port` (a ClusterIP, external IP or load-balancer IP).
-    ToService { ip: IpAddr, port: u16, proto: Proto },
-    /// Flows originally addressed to `port` on any address (a NodePort).
-    ToNodePort { port: u16, proto: Proto },
-    /// Flows DNATed to `endpoint` (its replies come from it): with `service_ip`, only those
-    /// originally addressed to that IP; without, every flow whose original destination was not
-    /// the endpoint itself (NodePort flows arrive on node addresses nobody can list).
-    ToEndpoint {
-        service_ip: Option<IpAddr>,
-        endpoint: SocketAddr,
-        proto: Proto,
-    },
+pub enum IpFamily {
+    V4,
+    V6,
 }
 
-impl StaleFlow {
-    /// True when the conntrack entry `flow` belongs to this class.
-    pub fn matches(&self, flow: &Flow) -> bool {
-        match *self {
-            StaleFlow::ToService { ip, port, proto } => {
-                flow.proto == proto.number() && flow.orig_dst == SocketAddr::new(ip, port)
-            }
-            StaleFlow::ToNodePort { port, proto } => {
-                flow.proto == proto.number() && flow.orig_dst.port() == port
-            }
-            StaleFlow::ToEndpoint {
-                service_ip,
-                endpoint,
-                proto,
-            } => {
-                flow.proto == proto.number()
-                    && flow.reply_src == endpoint
-                    && match service_ip {
-                        Some(ip) => flow.orig_dst.ip() == ip,
-                        // Not DNATed: traffic straight to the pod is none of our business.
-                        None => flow.orig_dst != endpoint,
-                    }
-            }
+impl IpFamily {
+    pub const BOTH: [IpFamily; 2] = [IpFamily::V4, IpFamily::V6];
+
+    /// kube-proxy's `ip_family` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            IpFamily::V4 => "IPv4",
+            IpFamily::V6 => "IPv6",
         }
     }
 
-    fn proto(&self) -> Proto {
-        match *self {
-            StaleFlow::ToService { proto, .. }
-            | StaleFlow::ToNodePort { proto, .. }
-            | StaleFlow::ToEndpoint { proto, .. } => proto,
+    fn af(self) -> u8 {
+        match self {
+            IpFamily::V4 => libc::AF_INET as u8,
+            IpFamily::V6 => libc::AF_INET6 as u8,
         }
     }
-}
-
-/// What `plan` needs to know about one UDP service port at one point in time. The integrator
-/// builds it from the cluster model: `endpoints` are the ones the ruleset actually sends
-/// traffic to (after readiness and traffic-policy filtering), so "none" means "rejected".
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct UdpServiceView {
-    /// Identity of the service port (e.g. `ns/name:port-name`), unique within one slice.
-    pub name: String,
-    /// ClusterIPs, external IPs and load-balancer IPs.
-    pub service_ips: Vec<IpAddr>,
-    pub port: u16,
-    pub node_port: Option<u16>,
-    pub endpoints: Vec<SocketAddr>,
-}
-
-/// The flows made stale by going from `before` to `after` (kube-proxy's rules), sorted and
-/// without duplicates:
-///
-/// 1. a port that had no endpoints (or did not exist) and now has some: its flows to every
-///    service IP and to its NodePort, which conntrack remembers as rejected;
-/// 2. an endpoint that is gone (or whose port is gone): the flows DNATed to it, for every
-///    service IP of its family, or all of them when the port has a NodePort.
-pub fn plan(before: &[UdpServiceView], after: &[UdpServiceView]) -> Vec<StaleFlow> {
-    let by_name = |views: &'_ [UdpServiceView]| -> BTreeMap<String, UdpServiceView> {
-        views.iter().map(|v| (v.name.clone(), v.clone())).collect()
-    };
-    let old = by_name(before);
-    let new = by_name(after);
-    let proto = Proto::Udp;
-    let mut stale = BTreeSet::new();
-
-    for view in new.values() {
-        let had_endpoints = old.get(&view.name).is_some_and(|o| !o.endpoints.is_empty());
-        if view.endpoints.is_empty() || had_endpoints {
-            continue;
-        }
-        for &ip in &view.service_ips {
-            stale.insert(StaleFlow::ToService {
-                ip,
-                port: view.port,
-                proto,
-            });
-        }
-        if let Some(port) = view.node_port {
-            stale.insert(StaleFlow::ToNodePort { port, proto });
-        }
-    }
-
-    for view in old.values() {
-        let kept: BTreeSet<SocketAddr> = new
-            .get(&view.name)
-            .map(|n| n.endpoints.iter().copied().collect())
-            .unwrap_or_default();
-        for &endpoint in view.endpoints.iter().filter(|e| !kept.contains(e)) {
-            if view.node_port.is_some() {
-                // Subsumes the per-IP entries below.
-                stale.insert(StaleFlow::ToEndpoint {
-                    service_ip: None,
-                    endpoint,
-                    proto,
-                });
-                continue;
-            }
-            for &ip in &view.service_ips {
-                if ip.is_ipv4() == endpoint.is_ipv4() {
-                    stale.insert(StaleFlow::ToEndpoint {
-                        service_ip: Some(ip),
-                        endpoint,
-                        proto,
-                    });
-                }
-            }
-        }
-    }
-    stale.into_iter().collect()
 }
 
 /// One conntrack entry's two directions, as the kernel reports them.
@@ -239,37 +141,63 @@ const IPCTNL_MSG_CT_GET: u16 = 1;
 const IPCTNL_MSG_CT_DELETE: u16 = 2;
 const CTA_ID: u16 = 12;
 const CTA_ZONE: u16 = 18;
+const CTA_FILTER: u16 = 25;
+/// The kernel parses `CTA_FILTER` strictly: it must be flagged as nested.
+const NLA_F_NESTED: u16 = 0x8000;
+const CTA_FILTER_ORIG_FLAGS: u16 = 1;
+const CTA_FILTER_FLAG_CTA_PROTO_NUM: u32 = 1 << 3;
 const AF_UNSPEC: u8 = 0;
 /// Deletes sent per datagram: the kernel handles each message of a non-batch datagram in turn
 /// and acknowledges each, so a cleanup of thousands of entries costs tens of round trips.
 const DELETE_CHUNK: usize = 128;
-
-/// Deletes every conntrack entry of the calling thread's network namespace that matches one
-/// of `flows`. An entry that vanished in the meantime counts as `already_gone`, not an error.
-/// Deletes carry the dumped entry's id, so the kernel refuses one whose tuple now belongs to
-/// another entry; the id is derived from the entry's memory, so an entry re-created in the
-/// same slot may still be deleted, which only makes its next packet consult the rules again.
-pub fn delete_flows(flows: &[StaleFlow]) -> Result<DeleteReport, ConntrackError> {
-    let mut report = DeleteReport::default();
-    if flows.is_empty() {
-        return Ok(report);
-    }
-    let protos: BTreeSet<u8> = flows.iter().map(|f| f.proto().number()).collect();
-    let mut sock = NetlinkSocket::open().map_err(ConntrackError::Open)?;
-    let entries = dump(&mut sock, &mut report.undecodable, |flow| {
-        protos.contains(&flow.proto) && flows.iter().any(|f| f.matches(flow))
-    })?;
-    delete_entries(&mut sock, &entries, &mut report)?;
-    Ok(report)
-}
 
 /// Every conntrack entry (IPv4 and IPv6) of the calling thread's network namespace that has
 /// ports, for inspection and tests.
 pub fn list_flows() -> Result<Vec<Flow>, ConntrackError> {
     let mut sock = NetlinkSocket::open().map_err(ConntrackError::Open)?;
     let mut undecodable = 0;
-    let entries = dump(&mut sock, &mut undecodable, |_| true)?;
+    let entries = dump(&mut sock, DumpScope::All, &mut undecodable, |_| true)?;
     Ok(entries.into_iter().map(|e| e.flow).collect())
+}
+
+/// Which entries the kernel sends.
+#[derive(Debug, Clone, Copy)]
+enum DumpScope {
+    All,
+    /// One family's entries of one protocol, selected by the kernel (`CTA_FILTER`, Linux 5.8+):
+    /// entries of other protocols are never copied to us.
+    Filtered {
+        family: IpFamily,
+        proto: Proto,
+    },
+}
+
+impl DumpScope {
+    /// The dump request's family and attributes.
+    fn request(self) -> (u8, Vec<u8>) {
+        let DumpScope::Filtered { family, proto } = self else {
+            return (AF_UNSPEC, Vec::new());
+        };
+        let orig =
+            ConntrackAttribute::CtaTupleOrig(vec![Tuple::Proto(vec![ProtoTuple::Protocol(
+                proto.number().into(),
+            )])]);
+        let mut bytes = vec![0u8; orig.buffer_len()];
+        orig.emit(&mut bytes);
+        // Written by hand: the attribute types this crate emits cannot carry NLA_F_NESTED.
+        let flags = CTA_FILTER_FLAG_CTA_PROTO_NUM.to_ne_bytes();
+        let inner_len = 4 + flags.len() as u16;
+        for field in [
+            4 + inner_len,
+            CTA_FILTER | NLA_F_NESTED,
+            inner_len,
+            CTA_FILTER_ORIG_FLAGS,
+        ] {
+            bytes.extend(field.to_ne_bytes());
+        }
+        bytes.extend(flags);
+        (family.af(), bytes)
+    }
 }
 
 /// A dumped entry: its tuples for matching, and what identifies it exactly for deletion.
@@ -290,16 +218,18 @@ fn ct_header(msg: u16, flags: u16, family: u8, seq: u32) -> NfHeader {
     }
 }
 
-/// Dumps both families' tables and keeps the entries `keep` selects, filtering as the dump
-/// streams in so a large table is never held in memory.
+/// Dumps the entries of `scope` and keeps those `keep` selects, filtering as the dump streams in
+/// so a large table is never held in memory.
 fn dump(
     sock: &mut NetlinkSocket,
+    scope: DumpScope,
     undecodable: &mut usize,
     mut keep: impl FnMut(&Flow) -> bool,
 ) -> Result<Vec<Entry>, ConntrackError> {
     let seq = sock.next_seq(1);
     let mut request = Vec::new();
-    ct_header(IPCTNL_MSG_CT_GET, NLM_F_DUMP, AF_UNSPEC, seq).encode(&[], &mut request);
+    let (family, attrs) = scope.request();
+    ct_header(IPCTNL_MSG_CT_GET, NLM_F_DUMP, family, seq).encode(&attrs, &mut request);
     sock.send(&request).map_err(ConntrackError::Dump)?;
     let mut kept = Vec::new();
     loop {
@@ -458,6 +388,7 @@ fn delete_entries(
 mod tests {
     use super::*;
     use netlink_packet_core::DefaultNla;
+    use std::net::IpAddr;
 
     fn raw_nla(kind: u16, value: &[u8]) -> DefaultNla {
         DefaultNla::new(kind, value.to_vec())
@@ -471,16 +402,6 @@ mod tests {
         s.parse().unwrap()
     }
 
-    fn dns(endpoints: &[&str]) -> UdpServiceView {
-        UdpServiceView {
-            name: "kube-system/kube-dns:dns".into(),
-            service_ips: vec![ip("10.96.0.10"), ip("fd00:96::a")],
-            port: 53,
-            node_port: None,
-            endpoints: endpoints.iter().map(|e| sa(e)).collect(),
-        }
-    }
-
     fn udp_flow(orig_src: &str, orig_dst: &str, reply_src: &str) -> Flow {
         Flow {
             proto: 17,
@@ -489,209 +410,6 @@ mod tests {
             reply_src: sa(reply_src),
             reply_dst: sa(orig_src),
         }
-    }
-
-    #[test]
-    fn a_port_gaining_its_first_endpoints_clears_flows_to_every_service_ip_and_its_node_port() {
-        let before = UdpServiceView {
-            node_port: Some(30053),
-            ..dns(&[])
-        };
-        let after = UdpServiceView {
-            node_port: Some(30053),
-            ..dns(&["10.1.0.5:5353"])
-        };
-        assert_eq!(
-            plan(&[before], &[after]),
-            vec![
-                StaleFlow::ToService {
-                    ip: ip("10.96.0.10"),
-                    port: 53,
-                    proto: Proto::Udp
-                },
-                StaleFlow::ToService {
-                    ip: ip("fd00:96::a"),
-                    port: 53,
-                    proto: Proto::Udp
-                },
-                StaleFlow::ToNodePort {
-                    port: 30053,
-                    proto: Proto::Udp
-                },
-            ]
-        );
-    }
-
-    #[test]
-    fn a_port_that_did_not_exist_before_counts_as_having_had_no_endpoints() {
-        let flows = plan(&[], &[dns(&["10.1.0.5:5353"])]);
-        assert_eq!(flows.len(), 2, "{flows:?}");
-        assert!(
-            flows
-                .iter()
-                .all(|f| matches!(f, StaleFlow::ToService { port: 53, .. }))
-        );
-    }
-
-    #[test]
-    fn a_port_that_keeps_some_endpoints_or_gains_more_clears_nothing() {
-        let before = dns(&["10.1.0.5:5353"]);
-        let after = dns(&["10.1.0.5:5353", "10.1.0.6:5353"]);
-        assert_eq!(plan(std::slice::from_ref(&before), &[after]), vec![]);
-        assert_eq!(
-            plan(std::slice::from_ref(&before), std::slice::from_ref(&before)),
-            vec![]
-        );
-        assert_eq!(plan(&[dns(&[])], &[dns(&[])]), vec![]);
-    }
-
-    #[test]
-    fn a_removed_endpoint_clears_flows_from_each_same_family_service_ip_to_it() {
-        let before = dns(&["10.1.0.5:5353", "10.1.0.6:5353", "[fd00:1::5]:5353"]);
-        let after = dns(&["10.1.0.6:5353"]);
-        assert_eq!(
-            plan(&[before], &[after]),
-            vec![
-                StaleFlow::ToEndpoint {
-                    service_ip: Some(ip("10.96.0.10")),
-                    endpoint: sa("10.1.0.5:5353"),
-                    proto: Proto::Udp
-                },
-                StaleFlow::ToEndpoint {
-                    service_ip: Some(ip("fd00:96::a")),
-                    endpoint: sa("[fd00:1::5]:5353"),
-                    proto: Proto::Udp
-                },
-            ]
-        );
-    }
-
-    #[test]
-    fn an_endpoint_whose_port_changed_is_a_removed_endpoint() {
-        let flows = plan(&[dns(&["10.1.0.5:5353"])], &[dns(&["10.1.0.5:5354"])]);
-        assert_eq!(
-            flows,
-            vec![StaleFlow::ToEndpoint {
-                service_ip: Some(ip("10.96.0.10")),
-                endpoint: sa("10.1.0.5:5353"),
-                proto: Proto::Udp
-            }]
-        );
-    }
-
-    #[test]
-    fn a_removed_endpoint_of_a_node_port_service_clears_every_flow_dnated_to_it() {
-        let before = UdpServiceView {
-            node_port: Some(30053),
-            ..dns(&["10.1.0.5:5353", "10.1.0.6:5353"])
-        };
-        let after = UdpServiceView {
-            node_port: Some(30053),
-            ..dns(&["10.1.0.6:5353"])
-        };
-        assert_eq!(
-            plan(&[before], &[after]),
-            vec![StaleFlow::ToEndpoint {
-                service_ip: None,
-                endpoint: sa("10.1.0.5:5353"),
-                proto: Proto::Udp
-            }]
-        );
-    }
-
-    #[test]
-    fn a_deleted_service_port_clears_flows_to_all_its_endpoints() {
-        let flows = plan(&[dns(&["10.1.0.5:5353", "10.1.0.6:5353"])], &[]);
-        let endpoints: Vec<SocketAddr> = flows
-            .iter()
-            .map(|f| match f {
-                StaleFlow::ToEndpoint { endpoint, .. } => *endpoint,
-                other => panic!("unexpected {other:?}"),
-            })
-            .collect();
-        assert_eq!(endpoints, vec![sa("10.1.0.5:5353"), sa("10.1.0.6:5353")]);
-    }
-
-    #[test]
-    fn ports_are_compared_by_name_not_by_position() {
-        let other = UdpServiceView {
-            name: "default/other:udp".into(),
-            service_ips: vec![ip("10.96.0.20")],
-            port: 9000,
-            node_port: None,
-            endpoints: vec![sa("10.1.0.9:9000")],
-        };
-        let before = [other.clone(), dns(&["10.1.0.5:5353"])];
-        let after = [dns(&["10.1.0.5:5353"]), other];
-        assert_eq!(plan(&before, &after), vec![]);
-    }
-
-    #[test]
-    fn a_service_flow_matches_only_its_destination_address_port_and_protocol() {
-        let stale = StaleFlow::ToService {
-            ip: ip("10.96.0.10"),
-            port: 53,
-            proto: Proto::Udp,
-        };
-        let hit = udp_flow("10.2.0.1:40000", "10.96.0.10:53", "10.96.0.10:53");
-        assert!(stale.matches(&hit));
-        assert!(!stale.matches(&Flow { proto: 6, ..hit }));
-        assert!(!stale.matches(&udp_flow("10.2.0.1:40000", "10.96.0.10:54", "10.1.0.5:54")));
-        assert!(!stale.matches(&udp_flow("10.2.0.1:40000", "10.96.0.11:53", "10.1.0.5:53")));
-    }
-
-    #[test]
-    fn a_node_port_flow_matches_any_destination_address() {
-        let stale = StaleFlow::ToNodePort {
-            port: 30053,
-            proto: Proto::Udp,
-        };
-        assert!(stale.matches(&udp_flow(
-            "10.2.0.1:1",
-            "192.168.1.7:30053",
-            "192.168.1.7:30053"
-        )));
-        assert!(stale.matches(&udp_flow(
-            "[fd00::1]:1",
-            "[fd00::7]:30053",
-            "[fd00::7]:30053"
-        )));
-        assert!(!stale.matches(&udp_flow(
-            "10.2.0.1:30053",
-            "192.168.1.7:53",
-            "192.168.1.7:53"
-        )));
-    }
-
-    #[test]
-    fn an_endpoint_flow_matches_dnated_flows_and_leaves_direct_ones_alone() {
-        let endpoint = sa("10.1.0.5:5353");
-        let via_service = udp_flow("10.2.0.1:40000", "10.96.0.10:53", "10.1.0.5:5353");
-        let via_node_port = udp_flow("10.2.0.1:40000", "192.168.1.7:30053", "10.1.0.5:5353");
-        let direct = udp_flow("10.2.0.1:40000", "10.1.0.5:5353", "10.1.0.5:5353");
-        let other_endpoint = udp_flow("10.2.0.1:40000", "10.96.0.10:53", "10.1.0.6:5353");
-        let other_port = udp_flow("10.2.0.1:40000", "10.96.0.10:53", "10.1.0.5:5354");
-
-        let scoped = StaleFlow::ToEndpoint {
-            service_ip: Some(ip("10.96.0.10")),
-            endpoint,
-            proto: Proto::Udp,
-        };
-        assert!(scoped.matches(&via_service));
-        assert!(!scoped.matches(&via_node_port));
-        assert!(!scoped.matches(&direct));
-        assert!(!scoped.matches(&other_endpoint));
-        assert!(!scoped.matches(&other_port));
-
-        let any = StaleFlow::ToEndpoint {
-            service_ip: None,
-            endpoint,
-            proto: Proto::Udp,
-        };
-        assert!(any.matches(&via_service));
-        assert!(any.matches(&via_node_port));
-        assert!(!any.matches(&direct));
-        assert!(!any.matches(&other_endpoint));
     }
 
     /// Bytes as the kernel dumps them: orig and reply tuples, a status, the id and a zone.
@@ -775,7 +493,7 @@ mod tests {
                 client.send_to(b"1", sink.local_addr().unwrap()).unwrap();
                 let mut sock = NetlinkSocket::open().unwrap();
                 let mut undecodable = 0;
-                let entries = dump(&mut sock, &mut undecodable, to_sink).unwrap();
+                let entries = dump(&mut sock, DumpScope::All, &mut undecodable, to_sink).unwrap();
                 // The same tuple under another id stands for an entry re-created after the dump.
                 let other_id: Vec<Entry> = entries
                     .iter()
@@ -800,7 +518,11 @@ mod tests {
                     let mut report = DeleteReport::default();
                     delete_entries(&mut sock, batch, &mut report).unwrap();
                     reports.push(report);
-                    left.push(dump(&mut sock, &mut undecodable, to_sink).unwrap().len());
+                    left.push(
+                        dump(&mut sock, DumpScope::All, &mut undecodable, to_sink)
+                            .unwrap()
+                            .len(),
+                    );
                 }
                 (entries.len(), reports, left)
             })
@@ -816,6 +538,27 @@ mod tests {
             "another id: refused; the dumped id: deleted; again: already gone"
         );
         assert_eq!(left, vec![1, 0, 0]);
+    }
+
+    #[test]
+    fn a_filtered_dump_asks_for_one_family_and_the_protocol_in_the_original_tuple() {
+        let scope = DumpScope::Filtered {
+            family: IpFamily::V6,
+            proto: Proto::Udp,
+        };
+        let flags = CTA_FILTER_FLAG_CTA_PROTO_NUM.to_ne_bytes();
+        let mut expected = vec![
+            0x10, 0x00, 0x01, 0x80, // CTA_TUPLE_ORIG, nested
+            0x0c, 0x00, 0x02, 0x80, // CTA_TUPLE_PROTO, nested
+            0x05, 0x00, 0x01, 0x00, 17, 0, 0, 0, // CTA_PROTO_NUM udp, padded
+        ];
+        expected.extend(12u16.to_ne_bytes());
+        expected.extend((CTA_FILTER | NLA_F_NESTED).to_ne_bytes());
+        expected.extend(8u16.to_ne_bytes());
+        expected.extend(CTA_FILTER_ORIG_FLAGS.to_ne_bytes());
+        expected.extend(flags);
+        assert_eq!(scope.request(), (libc::AF_INET6 as u8, expected));
+        assert_eq!(DumpScope::All.request(), (AF_UNSPEC, Vec::new()));
     }
 
     #[test]

@@ -1,0 +1,524 @@
+//! The node's conntrack sysctls, set at start as kube-proxy sets them: `nf_conntrack_max` from
+//! `maxPerCore` × CPUs (at least `min`, at most 1,048,576), the hash table sized to a quarter
+//! of it, and the TCP and UDP timeouts and `tcp_be_liberal` when they are configured.
+//!
+//! Guarantees: `nf_conntrack_max` and the hash size are only ever raised, never lowered;
+//! timeouts are set to exactly the configured value (as kube-proxy does), and a zero setting
+//! leaves the kernel's value alone; a setting whose file is read-only (a read-only `/proc/sys`
+//! or `/sys` mount, or a global knob seen from a network namespace that is not the host's,
+//! which the kernel makes read-only there) is skipped, not failed; every decision is returned
+//! for the caller to log; every path lies under [`Roots`], so the decisions are tested on a
+//! plain directory and never on the host.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// kube-proxy's `KubeProxyConntrackConfiguration`, with its defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConntrackSettings {
+    /// `--conntrack-max-per-core`; 0 leaves `nf_conntrack_max` (and `min`) alone.
+    pub max_per_core: u32,
+    /// `--conntrack-min`: the least `nf_conntrack_max` is set to.
+    pub min: u32,
+    /// `--conntrack-tcp-timeout-established`; zero leaves it alone.
+    pub tcp_established_timeout: Duration,
+    /// `--conntrack-tcp-timeout-close-wait`; zero leaves it alone.
+    pub tcp_close_wait_timeout: Duration,
+    /// `--conntrack-tcp-be-liberal`: sets `nf_conntrack_tcp_be_liberal` to 1 (never back to 0).
+    pub tcp_be_liberal: bool,
+    /// `--conntrack-udp-timeout` (unreplied UDP); zero leaves it alone.
+    pub udp_timeout: Duration,
+    /// `--conntrack-udp-timeout-stream` (assured UDP); zero leaves it alone.
+    pub udp_stream_timeout: Duration,
+}
+
+impl Default for ConntrackSettings {
+    fn default() -> Self {
+        ConntrackSettings {
+            max_per_core: 32 * 1024,
+            min: 128 * 1024,
+            tcp_established_timeout: Duration::from_secs(24 * 3600),
+            tcp_close_wait_timeout: Duration::from_secs(3600),
+            tcp_be_liberal: false,
+            udp_timeout: Duration::ZERO,
+            udp_stream_timeout: Duration::ZERO,
+        }
+    }
+}
+
+/// kube-proxy's ceiling for the computed `nf_conntrack_max`, so that a machine with hundreds of
+/// cores does not reserve memory for tens of millions of entries.
+const MAX_LIMIT: u64 = 1_048_576;
+
+impl ConntrackSettings {
+    /// The `nf_conntrack_max` to ensure on a machine with `cpus` CPUs, if any.
+    pub fn conntrack_max(&self, cpus: u32) -> Option<u64> {
+        if self.max_per_core == 0 {
+            return None;
+        }
+        let scaled = u64::from(self.max_per_core) * u64::from(cpus);
+        let max = if scaled > MAX_LIMIT {
+            MAX_LIMIT
+        } else {
+            scaled.max(u64::from(self.min))
+        };
+        (max > 0).then_some(max)
+    }
+}
+
+/// Where `/proc/sys` and `/sys` are: the host's, or a directory standing in for both in tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Roots {
+    pub proc_sys: PathBuf,
+    pub sys: PathBuf,
+}
+
+impl Roots {
+    pub fn host() -> Roots {
+        Roots {
+            proc_sys: PathBuf::from("/proc/sys"),
+            sys: PathBuf::from("/sys"),
+        }
+    }
+
+    /// `dir/proc/sys` and `dir/sys`.
+    pub fn under(dir: &Path) -> Roots {
+        Roots {
+            proc_sys: dir.join("proc/sys"),
+            sys: dir.join("sys"),
+        }
+    }
+
+    fn sysctl(&self, name: &str) -> PathBuf {
+        self.proc_sys.join("net/netfilter").join(name)
+    }
+
+    fn hashsize(&self) -> PathBuf {
+        self.sys.join("module/nf_conntrack/parameters/hashsize")
+    }
+
+    /// The online CPUs (`/sys/devices/system/cpu/online`, e.g. `0-3,8-11`), as kube-proxy
+    /// counts them from sysfs; the threads this process may use when that cannot be read.
+    pub fn cpus(&self) -> u32 {
+        std::fs::read_to_string(self.sys.join("devices/system/cpu/online"))
+            .ok()
+            .and_then(|list| count_cpu_list(list.trim()))
+            .filter(|n| *n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32))
+    }
+}
+
+fn count_cpu_list(list: &str) -> Option<u32> {
+    list.split(',').try_fold(0u32, |total, part| {
+        let n = match part.split_once('-') {
+            Some((a, b)) => b.parse::<u32>().ok()?.checked_sub(a.parse().ok()?)? + 1,
+            None => {
+                part.parse::<u32>().ok()?;
+                1
+            }
+        };
+        Some(total + n)
+    })
+}
+
+/// What was done with one setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Written: the value was `from`, is now `to`.
+    Set { name: String, from: u64, to: u64 },
+    /// Left: already at `value`, which the target `wanted` does not call for changing.
+    Kept {
+        name: String,
+        value: u64,
+        wanted: u64,
+    },
+    /// Not written: the file is read-only (`why` says how).
+    SkippedReadOnly {
+        name: String,
+        wanted: u64,
+        why: String,
+    },
+    /// Reading or writing failed.
+    Failed {
+        name: String,
+        wanted: u64,
+        error: String,
+    },
+}
+
+impl Decision {
+    pub fn failed(&self) -> bool {
+        matches!(self, Decision::Failed { .. })
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Decision::Set { name, from, to } if to > from => {
+                write!(f, "raised {name} from {from} to {to}")
+            }
+            Decision::Set { name, from, to } => write!(f, "set {name} from {from} to {to}"),
+            Decision::Kept {
+                name,
+                value,
+                wanted,
+            } if value == wanted => write!(f, "left {name} at {value}: already as configured"),
+            Decision::Kept {
+                name,
+                value,
+                wanted,
+            } => write!(
+                f,
+                "left {name} at {value}: already at least {wanted}, and it is never lowered"
+            ),
+            Decision::SkippedReadOnly { name, wanted, why } => {
+                write!(f, "skipped {name} (wanted {wanted}): {why}")
+            }
+            Decision::Failed {
+                name,
+                wanted,
+                error,
+            } => write!(f, "could not set {name} to {wanted}: {error}"),
+        }
+    }
+}
+
+/// How a setting may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// Only upwards (capacities).
+    Raise,
+    /// To exactly the value (timeouts, flags).
+    Exact,
+}
+
+/// Applies `settings` under `roots` on a machine with `cpus` CPUs, in kube-proxy's order, and
+/// returns one decision per setting it concerns.
+pub fn apply(settings: &ConntrackSettings, roots: &Roots, cpus: u32) -> Vec<Decision> {
+    let mut decisions = Vec::new();
+    if let Some(max) = settings.conntrack_max(cpus) {
+        let limit = ensure(
+            &roots.sysctl("nf_conntrack_max"),
+            "net.netfilter.nf_conntrack_max",
+            max,
+            Change::Raise,
+        );
+        // The hash table is global: size it only where nf_conntrack_max is writable, which the
+        // kernel allows in the host's network namespace only.
+        let hash = if let Decision::SkippedReadOnly { why, .. } = &limit {
+            Decision::SkippedReadOnly {
+                name: "nf_conntrack hashsize".into(),
+                wanted: max / 4,
+                why: format!("nf_conntrack_max is not writable here ({why})"),
+            }
+        } else {
+            ensure(
+                &roots.hashsize(),
+                "nf_conntrack hashsize",
+                max / 4,
+                Change::Raise,
+            )
+        };
+        decisions.push(limit);
+        decisions.push(hash);
+    }
+    let timeouts = [
+        (
+            "nf_conntrack_tcp_timeout_established",
+            settings.tcp_established_timeout,
+        ),
+        (
+            "nf_conntrack_tcp_timeout_close_wait",
+            settings.tcp_close_wait_timeout,
+        ),
+    ];
+    for (name, timeout) in timeouts {
+        if !timeout.is_zero() {
+            decisions.push(set_sysctl(roots, name, timeout.as_secs()));
+        }
+    }
+    if settings.tcp_be_liberal {
+        decisions.push(set_sysctl(roots, "nf_conntrack_tcp_be_liberal", 1));
+    }
+    let timeouts = [
+        ("nf_conntrack_udp_timeout", settings.udp_timeout),
+        (
+            "nf_conntrack_udp_timeout_stream",
+            settings.udp_stream_timeout,
+        ),
+    ];
+    for (name, timeout) in timeouts {
+        if !timeout.is_zero() {
+            decisions.push(set_sysctl(roots, name, timeout.as_secs()));
+        }
+    }
+    decisions
+}
+
+fn set_sysctl(roots: &Roots, name: &str, value: u64) -> Decision {
+    ensure(
+        &roots.sysctl(name),
+        &format!("net.netfilter.{name}"),
+        value,
+        Change::Exact,
+    )
+}
+
+fn ensure(path: &Path, name: &str, wanted: u64, change: Change) -> Decision {
+    let failed = |error: String| Decision::Failed {
+        name: name.to_string(),
+        wanted,
+        error,
+    };
+    let current = match std::fs::read_to_string(path) {
+        Ok(text) => match text.trim().parse::<u64>() {
+            Ok(v) => v,
+            Err(_) => return failed(format!("{}: not a number: {text:?}", path.display())),
+        },
+        Err(e) => return failed(format!("reading {}: {e}", path.display())),
+    };
+    let keep = match change {
+        Change::Raise => current >= wanted,
+        Change::Exact => current == wanted,
+    };
+    if keep {
+        return Decision::Kept {
+            name: name.to_string(),
+            value: current,
+            wanted,
+        };
+    }
+    if let Some(why) = read_only(path) {
+        return Decision::SkippedReadOnly {
+            name: name.to_string(),
+            wanted,
+            why,
+        };
+    }
+    match std::fs::write(path, wanted.to_string()) {
+        Ok(()) => Decision::Set {
+            name: name.to_string(),
+            from: current,
+            to: wanted,
+        },
+        Err(e) if e.raw_os_error() == Some(libc::EROFS) => Decision::SkippedReadOnly {
+            name: name.to_string(),
+            wanted,
+            why: format!("{}: {e}", path.display()),
+        },
+        Err(e) => failed(format!("writing {}: {e}", path.display())),
+    }
+}
+
+/// Why `path` cannot be written, if it cannot: its mount is read-only, or no one may write it.
+fn read_only(path: &Path) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain old data; all zeroes is a valid value.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs writes into `stat` only; the path is NUL-terminated.
+    if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } == 0
+        && stat.f_flag & libc::ST_RDONLY != 0
+    {
+        return Some(format!("{} is on a read-only mount", path.display()));
+    }
+    let mode = std::fs::metadata(path).ok()?.permissions().mode();
+    (mode & 0o222 == 0)
+        .then(|| format!("{} is read-only (mode {:o})", path.display(), mode & 0o777))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A directory laid out like /proc/sys and /sys with the kernel's defaults of this machine.
+    fn fake_node() -> (tempfile::TempDir, Roots) {
+        let dir = tempfile::tempdir().unwrap();
+        let roots = Roots::under(dir.path());
+        for (name, value) in [
+            ("nf_conntrack_max", "262144"),
+            ("nf_conntrack_tcp_timeout_established", "432000"),
+            ("nf_conntrack_tcp_timeout_close_wait", "60"),
+            ("nf_conntrack_tcp_be_liberal", "0"),
+            ("nf_conntrack_udp_timeout", "30"),
+            ("nf_conntrack_udp_timeout_stream", "120"),
+        ] {
+            let path = roots.sysctl(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, format!("{value}\n")).unwrap();
+        }
+        let hash = roots.hashsize();
+        std::fs::create_dir_all(hash.parent().unwrap()).unwrap();
+        std::fs::write(&hash, "65536\n").unwrap();
+        (dir, roots)
+    }
+
+    fn read(path: PathBuf) -> String {
+        std::fs::read_to_string(path).unwrap().trim().to_string()
+    }
+
+    #[test]
+    fn the_limit_is_max_per_core_times_cpus_at_least_min_and_at_most_a_million() {
+        let s = ConntrackSettings::default();
+        assert_eq!(s.conntrack_max(2), Some(131_072), "2 × 32768 < min");
+        assert_eq!(s.conntrack_max(8), Some(262_144));
+        assert_eq!(s.conntrack_max(64), Some(1_048_576), "capped");
+        let off = ConntrackSettings {
+            max_per_core: 0,
+            ..s.clone()
+        };
+        assert_eq!(
+            off.conntrack_max(64),
+            None,
+            "0 leaves the limit and min alone"
+        );
+        let zero = ConntrackSettings {
+            min: 0,
+            max_per_core: 1,
+            ..s
+        };
+        assert_eq!(zero.conntrack_max(4), Some(4));
+    }
+
+    #[test]
+    fn cpus_are_counted_from_the_online_list() {
+        assert_eq!(count_cpu_list("0"), Some(1));
+        assert_eq!(count_cpu_list("0-3"), Some(4));
+        assert_eq!(count_cpu_list("0-3,8-11,15"), Some(9));
+        assert_eq!(count_cpu_list("x"), None);
+        let (_dir, roots) = fake_node();
+        let online = roots.sys.join("devices/system/cpu/online");
+        std::fs::create_dir_all(online.parent().unwrap()).unwrap();
+        std::fs::write(&online, "0-47\n").unwrap();
+        assert_eq!(roots.cpus(), 48);
+    }
+
+    #[test]
+    fn the_defaults_raise_the_limit_and_hash_size_and_set_the_tcp_timeouts() {
+        let (_dir, roots) = fake_node();
+        let decisions = apply(&ConntrackSettings::default(), &roots, 16);
+        let lines: Vec<String> = decisions.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            lines,
+            [
+                "raised net.netfilter.nf_conntrack_max from 262144 to 524288",
+                "raised nf_conntrack hashsize from 65536 to 131072",
+                "set net.netfilter.nf_conntrack_tcp_timeout_established from 432000 to 86400",
+                "raised net.netfilter.nf_conntrack_tcp_timeout_close_wait from 60 to 3600",
+            ]
+        );
+        assert_eq!(read(roots.sysctl("nf_conntrack_max")), "524288");
+        assert_eq!(read(roots.hashsize()), "131072");
+        assert_eq!(
+            read(roots.sysctl("nf_conntrack_tcp_timeout_established")),
+            "86400"
+        );
+        assert_eq!(read(roots.sysctl("nf_conntrack_udp_timeout")), "30");
+        assert_eq!(read(roots.sysctl("nf_conntrack_tcp_be_liberal")), "0");
+    }
+
+    #[test]
+    fn a_limit_or_hash_size_already_higher_is_never_lowered() {
+        let (_dir, roots) = fake_node();
+        std::fs::write(roots.hashsize(), "500000").unwrap();
+        let decisions = apply(&ConntrackSettings::default(), &roots, 2);
+        assert_eq!(
+            decisions[..2],
+            [
+                Decision::Kept {
+                    name: "net.netfilter.nf_conntrack_max".into(),
+                    value: 262_144,
+                    wanted: 131_072
+                },
+                Decision::Kept {
+                    name: "nf_conntrack hashsize".into(),
+                    value: 500_000,
+                    wanted: 32_768
+                },
+            ]
+        );
+        assert_eq!(
+            decisions[0].to_string(),
+            "left net.netfilter.nf_conntrack_max at 262144: already at least 131072, and it is \
+             never lowered"
+        );
+        assert_eq!(read(roots.sysctl("nf_conntrack_max")), "262144");
+        assert_eq!(read(roots.hashsize()), "500000");
+    }
+
+    #[test]
+    fn every_configured_field_is_applied_and_zero_ones_are_left_alone() {
+        let (_dir, roots) = fake_node();
+        let settings = ConntrackSettings {
+            max_per_core: 0,
+            min: 999_999,
+            tcp_established_timeout: Duration::ZERO,
+            tcp_close_wait_timeout: Duration::from_secs(60),
+            tcp_be_liberal: true,
+            udp_timeout: Duration::from_secs(10),
+            udp_stream_timeout: Duration::from_secs(300),
+        };
+        let lines: Vec<String> = apply(&settings, &roots, 4)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "left net.netfilter.nf_conntrack_tcp_timeout_close_wait at 60: already as \
+                 configured",
+                "raised net.netfilter.nf_conntrack_tcp_be_liberal from 0 to 1",
+                "set net.netfilter.nf_conntrack_udp_timeout from 30 to 10",
+                "raised net.netfilter.nf_conntrack_udp_timeout_stream from 120 to 300",
+            ]
+        );
+        assert_eq!(read(roots.sysctl("nf_conntrack_max")), "262144");
+        assert_eq!(read(roots.hashsize()), "65536");
+        assert_eq!(
+            read(roots.sysctl("nf_conntrack_tcp_timeout_established")),
+            "432000"
+        );
+    }
+
+    #[test]
+    fn a_read_only_limit_skips_it_and_the_global_hash_size() {
+        // The kernel makes nf_conntrack_max mode 0444 outside the host's network namespace;
+        // root would write through the mode bits, so they are checked before writing.
+        let (_dir, roots) = fake_node();
+        let max = roots.sysctl("nf_conntrack_max");
+        std::fs::set_permissions(&max, std::fs::Permissions::from_mode(0o444)).unwrap();
+        let decisions = apply(&ConntrackSettings::default(), &roots, 16);
+        assert!(
+            matches!(&decisions[0], Decision::SkippedReadOnly { name, wanted: 524_288, .. }
+                if name == "net.netfilter.nf_conntrack_max"),
+            "{decisions:?}"
+        );
+        assert!(
+            matches!(&decisions[1], Decision::SkippedReadOnly { name, wanted: 131_072, .. }
+                if name == "nf_conntrack hashsize"),
+            "{decisions:?}"
+        );
+        assert!(decisions[0].to_string().contains("read-only (mode 444)"));
+        assert_eq!(read(max), "262144");
+        assert_eq!(read(roots.hashsize()), "65536");
+        assert!(decisions.iter().all(|d| !d.failed()));
+    }
+
+    #[test]
+    fn a_missing_or_garbled_file_is_a_failure_that_stops_nothing_else() {
+        let (_dir, roots) = fake_node();
+        std::fs::remove_file(roots.sysctl("nf_conntrack_tcp_timeout_established")).unwrap();
+        std::fs::write(roots.sysctl("nf_conntrack_tcp_timeout_close_wait"), "x").unwrap();
+        let decisions = apply(&ConntrackSettings::default(), &roots, 16);
+        assert_eq!(decisions.iter().filter(|d| d.failed()).count(), 2);
+        assert!(decisions[2].to_string().starts_with(
+            "could not set net.netfilter.nf_conntrack_tcp_timeout_established to 86400: reading"
+        ));
+        assert!(decisions[3].to_string().contains("not a number"));
+        assert_eq!(read(roots.sysctl("nf_conntrack_max")), "524288");
+    }
+}
