@@ -10,6 +10,8 @@ pub struct Access {
 }
 
 const READ: &[&str] = &["get", "list", "watch"];
+/// What a watcher does: a list, then watches from its revision.
+const WATCH: &[&str] = &["list", "watch"];
 const RECORD: &[&str] = &["create", "patch"];
 
 /// Everything the daemon reads or writes through the API server.
@@ -31,6 +33,12 @@ pub const API_ACCESS: &[Access] = &[
         group: "discovery.k8s.io",
         resource: "endpointslices",
         verbs: READ,
+    },
+    // The cluster's ClusterIP ranges: unallocated addresses in them are dropped.
+    Access {
+        group: "networking.k8s.io",
+        resource: "servicecidrs",
+        verbs: WATCH,
     },
     // Events about sync failures and skipped objects, on both event APIs.
     Access {

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 
 use crate::config::Config;
 use crate::model::{ClusterState, NodeInfo};
@@ -55,6 +56,8 @@ pub struct Inputs {
     pub endpoint_slices: Vec<EndpointSlice>,
     /// The Node named like this host, when the manifests have one.
     pub node: Option<Node>,
+    /// Every ServiceCIDR: the ClusterIP ranges whose unallocated addresses are dropped.
+    pub service_cidrs: Vec<ServiceCIDR>,
 }
 
 /// Loads `path`, logs each skipped document as a warning, and picks this node's Node object.
@@ -92,6 +95,7 @@ pub fn load_inputs(path: &Path, hostname: &str) -> Result<Inputs, CliError> {
         services: m.services,
         endpoint_slices: m.endpoint_slices,
         node,
+        service_cidrs: m.service_cidrs,
     })
 }
 
@@ -246,11 +250,12 @@ mod glue {
             .as_deref()
             .expect("validation requires --manifests for render and sync");
         let inputs = load_inputs(path, &proxy.hostname)?;
-        let (state, rejected) = crate::model::ClusterState::from_objects(
+        let (mut state, mut rejected) = crate::model::ClusterState::from_objects(
             &inputs.services,
             &inputs.endpoint_slices,
             inputs.node.as_ref(),
         );
+        rejected.extend(state.update_service_cidrs(&inputs.service_cidrs));
         for r in &rejected {
             tracing::warn!(
                 kind = ?r.kind,

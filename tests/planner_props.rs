@@ -408,7 +408,10 @@ proptest! {
     #[test]
     fn incremental_plans_equal_whole_builds_and_their_changes_reach_them(
         steps in proptest::collection::vec(
-            (cluster(), any::<u32>(), proptest::bool::weighted(0.15), 0u8..3),
+            (
+                (cluster(), any::<u32>(), proptest::bool::weighted(0.15), 0u8..3),
+                (0..SERVICE_CIDRS.len(), proptest::bool::weighted(0.2)),
+            ),
             1..8,
         )
     ) {
@@ -416,16 +419,19 @@ proptest! {
         let mut kernel = FakeKernel::new();
         let mut previous = ClusterState::default();
         let (mut services, mut slices) = (Vec::new(), Vec::new());
-        for ((new_services, new_slices), edits, masquerade_all, scope_kind) in steps {
+        for (((new_services, new_slices), edits, masquerade_all, scope_kind), (cidrs, flag)) in steps {
             // Each step edits some objects of the last one, so most services stay as they were.
             edit(&mut services, new_services, edits);
             edit(&mut slices, new_slices, edits.rotate_left(16));
-            let (state, _) = ClusterState::from_objects(
+            let (mut state, _) = ClusterState::from_objects(
                 &typed::<Service>(&services),
                 &typed::<EndpointSlice>(&slices),
                 Some(&node()),
             );
-            let config = ProxyConfig { masquerade_all, ..config() };
+            // The cluster's ServiceCIDRs change on their own; the flag, when set, overrides them.
+            state.service_cidrs = SERVICE_CIDRS[cidrs].iter().map(|c| c.parse().unwrap()).collect();
+            let service_cidrs = if flag { config().service_cidrs } else { Vec::new() };
+            let config = ProxyConfig { masquerade_all, service_cidrs, ..config() };
             let blocks = planner.blocks();
             let changes = if planner.has_plan() {
                 let scope = match scope_kind {
@@ -468,6 +474,14 @@ proptest! {
         }
     }
 }
+
+/// Service CIDRs a cluster's ServiceCIDR objects may declare, one choice per plan.
+const SERVICE_CIDRS: [&[&str]; 4] = [
+    &[],
+    &["10.96.0.0/16"],
+    &["10.96.0.0/16", "fd00:96::/112"],
+    &["10.97.0.0/16", "10.100.0.0/16"],
+];
 
 /// Keeps, replaces, deletes or adds objects of `current`, two bits of `edits` choosing for each
 /// object of `new`.

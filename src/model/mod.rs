@@ -1,6 +1,7 @@
 //! The cluster as the proxy sees it: service ports with their endpoints, and this node's facts,
-//! converted from Kubernetes objects and validated. An invalid object is rejected with a reason
-//! and never affects another; headless and ExternalName Services are not proxied at all.
+//! converted from Kubernetes objects and validated, and the cluster's ClusterIP ranges. An
+//! invalid object is rejected with a reason and never affects another; headless and
+//! ExternalName Services are not proxied at all.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -8,6 +9,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Transport protocol of a service port.
@@ -137,6 +139,8 @@ pub struct ClusterState {
     pub services: BTreeMap<ServicePortName, ServicePort>,
     pub endpoints: BTreeMap<ServicePortName, Vec<Endpoint>>,
     pub node: Option<NodeInfo>,
+    /// The ClusterIP ranges the cluster's ServiceCIDR objects declare, sorted, each once.
+    pub service_cidrs: Vec<IpNet>,
 }
 
 /// An address as kube-proxy reads one from a Service or an EndpointSlice: IPv4 octets may
@@ -285,6 +289,34 @@ impl ClusterState {
         }
         rejected
     }
+
+    /// Replaces the service CIDRs with those `objects` (every ServiceCIDR object) declare;
+    /// returns the CIDRs skipped and why. As kube-proxy does, every object counts whatever its
+    /// status: one being deleted keeps its range until it is gone, as the API server keeps
+    /// allocated ClusterIPs in it until then. A CIDR that does not parse costs only itself.
+    pub fn update_service_cidrs(&mut self, objects: &[ServiceCIDR]) -> Vec<Rejected> {
+        let mut cidrs = Vec::new();
+        let mut rejected = Vec::new();
+        for object in objects {
+            let listed = object.spec.as_ref().and_then(|s| s.cidrs.as_ref());
+            for text in listed.into_iter().flatten() {
+                match text.trim().parse::<IpNet>() {
+                    // A range written with host bits set means the same range.
+                    Ok(net) => cidrs.push(net.trunc()),
+                    Err(_) => rejected.push(Rejected {
+                        kind: "ServiceCIDR",
+                        namespace: String::new(),
+                        name: object.metadata.name.clone().unwrap_or_default(),
+                        reason: format!("invalid CIDR {text:?}; the object's other CIDRs count"),
+                    }),
+                }
+            }
+        }
+        cidrs.sort();
+        cidrs.dedup();
+        self.service_cidrs = cidrs;
+        rejected
+    }
 }
 
 /// A `ClusterState` kept up to date service by service, with what each service's objects had
@@ -293,6 +325,8 @@ impl ClusterState {
 pub struct LiveState {
     pub state: ClusterState,
     rejected: BTreeMap<ServiceRef, Vec<Rejected>>,
+    /// What the ServiceCIDR objects had rejected.
+    rejected_cidrs: Vec<Rejected>,
 }
 
 impl LiveState {
@@ -311,9 +345,15 @@ impl LiveState {
         }
     }
 
+    /// Re-reads the service CIDRs from every ServiceCIDR object (see
+    /// `ClusterState::update_service_cidrs`).
+    pub fn update_service_cidrs(&mut self, objects: &[ServiceCIDR]) {
+        self.rejected_cidrs = self.state.update_service_cidrs(objects);
+    }
+
     /// Everything the current objects had rejected.
     pub fn rejected(&self) -> impl Iterator<Item = &Rejected> {
-        self.rejected.values().flatten()
+        self.rejected.values().flatten().chain(&self.rejected_cidrs)
     }
 }
 
@@ -710,6 +750,43 @@ mod tests {
             assert_eq!(eps.len(), 1);
             assert!(eps[0].ready && !eps[0].terminating, "{eps:?}");
         }
+    }
+
+    /// Every ServiceCIDR counts, one being deleted too (its ClusterIPs stay allocated until it
+    /// is gone); ranges are canonical, sorted and listed once; a bad CIDR costs only itself.
+    #[test]
+    fn service_cidrs_are_the_union_of_every_objects_valid_ranges() {
+        let objects: Vec<ServiceCIDR> = serde_json::from_value(serde_json::json!([
+            {"metadata": {"name": "kubernetes"},
+             "spec": {"cidrs": ["10.96.0.0/16", "fd00:10:96::/112"]}},
+            {"metadata": {"name": "leaving", "deletionTimestamp": "2026-11-25T10:00:00Z",
+                          "finalizers": ["networking.k8s.io/service-cidr-finalizer"]},
+             "spec": {"cidrs": ["10.100.0.1/16", "10.96.0.0/16"]}},
+            {"metadata": {"name": "typo"}, "spec": {"cidrs": ["10.200.0.0/33", "10.201.0.0/16"]}},
+            {"metadata": {"name": "empty"}, "spec": {}},
+        ]))
+        .unwrap();
+        let mut state = ClusterState::default();
+        let rejected = state.update_service_cidrs(&objects);
+        let ranges: Vec<String> = state.service_cidrs.iter().map(|c| c.to_string()).collect();
+        assert_eq!(
+            ranges,
+            [
+                "10.96.0.0/16",
+                "10.100.0.0/16",
+                "10.201.0.0/16",
+                "fd00:10:96::/112"
+            ]
+        );
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+        assert_eq!(
+            (rejected[0].kind, rejected[0].name.as_str()),
+            ("ServiceCIDR", "typo")
+        );
+        assert!(rejected[0].reason.contains("10.200.0.0/33"), "{rejected:?}");
+
+        assert!(state.update_service_cidrs(&[]).is_empty());
+        assert!(state.service_cidrs.is_empty(), "replaced, not merged");
     }
 
     /// A bad endpoint or port costs only itself: the slice's good endpoints are still used, and

@@ -631,7 +631,8 @@ impl Builder<'_> {
             ],
             Some("reject traffic to an active ClusterIP on a port no service uses".into()),
         )];
-        for cidr in self.config.service_cidrs.iter().filter(|c| f.has_net(c)) {
+        let service_cidrs = dropped_service_cidrs(self.state, self.config);
+        for cidr in service_cidrs.iter().filter(|c| f.has_net(c)) {
             checks.push(rule(
                 vec![
                     m(f.daddr(), CmpOp::Eq, net_value(*cidr)),
@@ -1481,6 +1482,17 @@ impl Builder<'_> {
     }
 }
 
+/// The ClusterIP ranges whose unallocated addresses are dropped: `--service-cidr` (or the
+/// configuration file's field) when the operator gave any, whatever the cluster says; else the
+/// ranges of the cluster's ServiceCIDR objects, as kube-proxy takes them.
+pub fn dropped_service_cidrs<'a>(state: &'a ClusterState, config: &'a ProxyConfig) -> &'a [IpNet] {
+    if config.service_cidrs.is_empty() {
+        &state.service_cidrs
+    } else {
+        &config.service_cidrs
+    }
+}
+
 /// The name and comment of our table of `fam`, without contents.
 pub fn table_head(config: &ProxyConfig, fam: IpFamily) -> Table {
     Table {
@@ -1515,7 +1527,7 @@ impl<'a> FragmentBuilder<'a> {
     }
 
     /// Base chains, fixed chains, the shared sets and the NodePort addresses: everything that
-    /// depends on the node and the configuration only.
+    /// depends on the node, the configuration and the service CIDRs only.
     pub fn skeleton(&self) -> Fragment {
         let mut blocks = BlockAllocator::new(BTreeMap::new());
         let mut b = self.builder(&mut blocks);

@@ -5,15 +5,21 @@
 //!
 //! Guarantee: after any sequence of plans, the planned tables equal what `build_after` makes of
 //! the same state with the same endpoint-map blocks (the property tests check this).
+//!
+//! What every fragment depends on (configuration, node, families) replans everything when it
+//! changes. The service CIDRs are the exception: only the skeleton's drop rules read them, so a
+//! ServiceCIDR change replans the skeleton alone and changes only its chains that differ.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use ipnet::IpNet;
+
 use super::build::{
-    BlockAllocator, EndpointBlocks, Fragment, FragmentBuilder, IpFamily, assemble, families,
-    table_head,
+    BlockAllocator, EndpointBlocks, Fragment, FragmentBuilder, IpFamily, assemble,
+    dropped_service_cidrs, families, table_head,
 };
 use super::config::ProxyConfig;
 use super::names::is_endpoint_map;
@@ -44,6 +50,8 @@ impl Context {
 #[derive(Debug, Clone, Default)]
 pub struct Planner {
     context: Option<Context>,
+    /// The service CIDRs the skeletons were planned with.
+    service_cidrs: Vec<IpNet>,
     tables: Vec<FamilyPlan>,
     /// A digest of each planned service port's inputs (the port and its endpoints).
     inputs: BTreeMap<Arc<ServicePortName>, u64>,
@@ -84,27 +92,32 @@ impl Planner {
     /// Plans `state` and returns how the tables change from the last plan. Only the services in
     /// `scope` are looked at (`None`: every service is compared with its last plan, which costs
     /// a digest of each). A change of node facts or configuration replans everything, and the
-    /// changes are then whole tables.
+    /// changes are then whole tables; a change of the service CIDRs replans the skeleton.
     pub fn changes(
         &mut self,
         state: &ClusterState,
         config: &ProxyConfig,
         scope: Option<&BTreeSet<ServiceRef>>,
     ) -> Vec<TableChange> {
-        if self.context.as_ref() != Some(&Context::of(state, config)) {
+        let mut skeletons = None;
+        if self.context.as_ref() == Some(&Context::of(state, config)) {
+            skeletons = self.new_skeletons(state, config);
+        }
+        let Some(skeletons) = skeletons else {
             let before = self.tables();
             self.start_blocks = self.blocks();
             self.replan(state, config);
             return whole_table_changes(before, self.tables());
-        }
+        };
         let changed = self.changed_services(state, scope);
-        if changed.is_empty() {
+        if changed.is_empty() && skeletons.is_empty() {
             return Vec::new();
         }
+        let mut skeletons = skeletons.into_iter();
         self.tables
             .iter_mut()
             .filter_map(|t| {
-                let (before, after) = t.update(&changed, state, config);
+                let (before, after) = t.update(&changed, skeletons.next(), state, config);
                 (before != after).then_some(TableChange {
                     family: t.head.family,
                     before: Some(before),
@@ -124,8 +137,34 @@ impl Planner {
         )
     }
 
+    /// The skeleton of each table, in table order, replanned if the service CIDRs changed since
+    /// the last plan (none otherwise). `None` when more than chains of a skeleton changed: only
+    /// a whole plan can tell which fragment then holds an element, so the caller replans
+    /// everything.
+    fn new_skeletons(
+        &mut self,
+        state: &ClusterState,
+        config: &ProxyConfig,
+    ) -> Option<Vec<Fragment>> {
+        let cidrs = dropped_service_cidrs(state, config);
+        if cidrs == self.service_cidrs.as_slice() {
+            return Some(Vec::new());
+        }
+        let mut skeletons = Vec::new();
+        for t in &self.tables {
+            let skeleton = FragmentBuilder::new(config, state, t.fam).skeleton();
+            if skeleton.sets != t.skeleton.sets || skeleton.elements != t.skeleton.elements {
+                return None;
+            }
+            skeletons.push(skeleton);
+        }
+        self.service_cidrs = cidrs.to_vec();
+        Some(skeletons)
+    }
+
     fn replan(&mut self, state: &ClusterState, config: &ProxyConfig) {
         let context = Context::of(state, config);
+        self.service_cidrs = dropped_service_cidrs(state, config).to_vec();
         let names: Vec<Arc<ServicePortName>> =
             state.services.keys().cloned().map(Arc::new).collect();
         self.tables = context
@@ -345,11 +384,13 @@ impl FamilyPlan {
         )
     }
 
-    /// Replans the services `changed`; returns the parts of the table they touch, before and
-    /// after.
+    /// Replans the services `changed` and takes `skeleton` (if given) as the new skeleton, whose
+    /// sets and elements must equal the old one's; returns the parts of the table they touch,
+    /// before and after.
     fn update(
         &mut self,
         changed: &[Arc<ServicePortName>],
+        skeleton: Option<Fragment>,
         state: &ClusterState,
         config: &ProxyConfig,
     ) -> (Table, Table) {
@@ -414,6 +455,18 @@ impl FamilyPlan {
         after.winners(self, &keys);
         for chain in &gone_chains {
             self.blocks.release(chain);
+        }
+        if let Some(skeleton) = skeleton {
+            let old = std::mem::replace(&mut self.skeleton, skeleton);
+            let differs = |a: &Fragment, b: &Fragment| {
+                a.chains
+                    .iter()
+                    .filter(|c| !b.chains.contains(c))
+                    .cloned()
+                    .collect::<Vec<_>>()
+            };
+            before.chains.extend(differs(&old, &self.skeleton));
+            after.chains.extend(differs(&self.skeleton, &old));
         }
         (before.into_table(&self.head), after.into_table(&self.head))
     }
@@ -548,3 +601,7 @@ impl Part {
         t
     }
 }
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

@@ -1,6 +1,6 @@
 //! Watching the Kubernetes API with kube-rs: Services and EndpointSlices with kube-proxy's label
-//! selector, and this node's Node by name. Every event lands in the shared `ClusterStore` and
-//! wakes the sync loop.
+//! selector, this node's Node by name, and every ServiceCIDR. Every event lands in the shared
+//! `ClusterStore` and wakes the sync loop.
 //!
 //! Guarantees: a watch error (API down, 410 Expired, a dropped stream) is logged and retried
 //! with backoff, never fatal, and never empties the store: a re-list replaces a kind's objects
@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio::sync::Notify;
@@ -65,7 +66,7 @@ pub fn label_selector(service_proxy_name: Option<&str>) -> String {
     format!("{proxy},!{HEADLESS_LABEL}")
 }
 
-/// Runs the three watchers until the returned tasks are aborted.
+/// Runs the four watchers until the returned tasks are aborted.
 pub fn spawn_watchers(
     client: Client,
     node_name: &str,
@@ -92,11 +93,19 @@ pub fn spawn_watchers(
             ClusterStore::apply_endpoint_slice,
         )),
         tokio::spawn(watch(
-            Api::<Node>::all(client),
+            Api::<Node>::all(client.clone()),
             node,
+            store.clone(),
+            wake.clone(),
+            ClusterStore::apply_node,
+        )),
+        // All of them, as kube-proxy: together they are the cluster's ClusterIP ranges.
+        tokio::spawn(watch(
+            Api::<ServiceCIDR>::all(client),
+            watcher::Config::default(),
             store,
             wake,
-            ClusterStore::apply_node,
+            ClusterStore::apply_service_cidr,
         )),
     ]
 }
@@ -117,9 +126,12 @@ async fn watch<K>(
 {
     let kind = K::kind(&());
     let mut events = watcher(api, config).default_backoff().boxed();
+    // The lasting refusal last reported, so that it is not repeated at every retry.
+    let mut refused = None;
     while let Some(event) = events.next().await {
         match event {
             Ok(event) => {
+                refused = None;
                 if let watcher::Event::InitDone = event {
                     tracing::info!(%kind, "listed");
                 }
@@ -129,14 +141,59 @@ async fn watch<K>(
                 }
             }
             // The watcher re-lists or resumes by itself; the store keeps the last good state.
-            Err(e) => tracing::warn!(%kind, error = %e, "watch failed; retrying with backoff"),
+            Err(e) => match lasting_refusal(&e) {
+                Some(code) if refused == Some(code) => {
+                    tracing::debug!(%kind, error = %e, "watch still refused; retrying")
+                }
+                Some(code) => {
+                    refused = Some(code);
+                    tracing::warn!(%kind, error = %e, "the API server does not serve this kind (ServiceCIDRs: before Kubernetes 1.33) or does not let us read it; retrying with backoff, logged again only once it answers otherwise");
+                }
+                None => {
+                    refused = None;
+                    tracing::warn!(%kind, error = %e, "watch failed; retrying with backoff");
+                }
+            },
         }
     }
+}
+
+/// The HTTP code of a refusal that retrying will not change soon: 404 (the API server does not
+/// serve the kind) or 403 (our role does not grant it).
+fn lasting_refusal(e: &watcher::Error) -> Option<u16> {
+    let code = match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status)) => status.code,
+        watcher::Error::WatchError(status) => status.code,
+        _ => return None,
+    };
+    matches!(code, 403 | 404).then_some(code)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_not_found_and_forbidden_are_lasting_refusals() {
+        use kube::core::Status;
+        let api = |code| kube::Error::Api(Status::failure("no", "x").with_code(code).boxed());
+        let list = |code| watcher::Error::InitialListFailed(api(code));
+        assert_eq!(lasting_refusal(&list(404)), Some(404));
+        assert_eq!(lasting_refusal(&list(403)), Some(403));
+        assert_eq!(
+            lasting_refusal(&watcher::Error::WatchStartFailed(api(404))),
+            Some(404)
+        );
+        assert_eq!(
+            lasting_refusal(&list(503)),
+            None,
+            "an outage is reported each time"
+        );
+        let expired =
+            watcher::Error::WatchError(Status::failure("old", "Expired").with_code(410).boxed());
+        assert_eq!(lasting_refusal(&expired), None);
+    }
 
     #[test]
     fn the_selector_is_kube_proxys() {

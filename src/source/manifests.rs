@@ -1,4 +1,4 @@
-//! Reads Services, EndpointSlices and Nodes from YAML files as `kubectl get -o yaml` prints them.
+//! Reads Services, EndpointSlices, Nodes and ServiceCIDRs from YAML files as `kubectl get -o yaml` prints them.
 //!
 //! Guarantees: files are read in sorted name order, documents in file order and `List` items in
 //! list order, so the same directory always yields the same `Manifests`. A malformed document is
@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use serde_yaml::Value;
 
 /// The objects the proxy cares about, in the order they were read.
@@ -18,6 +19,7 @@ pub struct Manifests {
     pub services: Vec<Service>,
     pub endpoint_slices: Vec<EndpointSlice>,
     pub nodes: Vec<Node>,
+    pub service_cidrs: Vec<ServiceCIDR>,
 }
 
 /// A document (or `List` item) that was skipped, and why.
@@ -247,6 +249,9 @@ fn parse_object(
             serde_yaml::from_value(value).map(|s| out.endpoint_slices.push(s))
         }
         ("v1", "Node") => serde_yaml::from_value(value).map(|n| out.nodes.push(n)),
+        ("networking.k8s.io/v1", "ServiceCIDR") => {
+            serde_yaml::from_value(value).map(|c| out.service_cidrs.push(c))
+        }
         _ => {
             tracing::debug!(
                 file = %at.file.display(),
@@ -419,6 +424,35 @@ items:
         parse_file(Path::new("nodes.yaml"), text, &mut m, &mut warnings);
         assert_eq!(warnings, vec![]);
         assert_eq!(names(&m.nodes), ["node-b", "node-c"]);
+    }
+
+    #[test]
+    fn service_cidrs_are_read_as_objects_and_in_typed_lists() {
+        let text = "\
+apiVersion: networking.k8s.io/v1
+kind: ServiceCIDR
+metadata: {name: kubernetes}
+spec:
+  cidrs: [10.96.0.0/16, fd00:10:96::/112]
+---
+apiVersion: networking.k8s.io/v1
+kind: ServiceCIDRList
+items:
+- metadata: {name: extra}
+  spec: {cidrs: [10.97.0.0/16]}
+---
+apiVersion: networking.k8s.io/v1beta1
+kind: ServiceCIDR
+metadata: {name: beta-is-not-read}
+spec: {cidrs: [10.98.0.0/16]}
+";
+        let mut m = Manifests::default();
+        let mut warnings = Vec::new();
+        parse_file(Path::new("cidrs.yaml"), text, &mut m, &mut warnings);
+        assert_eq!(warnings, vec![]);
+        assert_eq!(names(&m.service_cidrs), ["kubernetes", "extra"]);
+        let cidrs = m.service_cidrs[0].spec.as_ref().unwrap().cidrs.clone();
+        assert_eq!(cidrs.unwrap(), ["10.96.0.0/16", "fd00:10:96::/112"]);
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The daemon's copy of the cluster: Services, EndpointSlices and this node's Node, kept up to
-//! date from watch events. A re-list (after an outage, a 410 Expired or a watch restart)
+//! The daemon's copy of the cluster: Services, EndpointSlices, this node's Node and the
+//! ServiceCIDRs, kept up to date from watch events. A re-list (after an outage, a 410 Expired or a watch restart)
 //! replaces a kind's objects only once the list is complete, so a half-read list never reaches
 //! the planner and the last good state stays programmed until fresh state arrives.
 
@@ -9,6 +9,7 @@ use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::runtime::watcher::Event;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -42,6 +43,12 @@ impl Kept for EndpointSlice {
 }
 
 impl Kept for Node {
+    fn service(&self) -> Option<ServiceRef> {
+        None
+    }
+}
+
+impl Kept for ServiceCIDR {
     fn service(&self) -> Option<ServiceRef> {
         None
     }
@@ -220,14 +227,17 @@ fn key<K: kube::Resource>(obj: &K) -> String {
     )
 }
 
-/// Services, EndpointSlices and Nodes (the watch selects only ours), plus the change-trigger
-/// times of slices not yet programmed and the services whose objects changed since the last
-/// sync took them.
+/// Services, EndpointSlices, Nodes (the watch selects only ours) and ServiceCIDRs, plus the
+/// change-trigger times of slices not yet programmed and the services whose objects changed
+/// since the last sync took them.
 #[derive(Debug, Default)]
 pub struct ClusterStore {
     pub services: KindStore<Service>,
     pub endpoint_slices: KindStore<EndpointSlice>,
     pub nodes: KindStore<Node>,
+    pub service_cidrs: KindStore<ServiceCIDR>,
+    /// Whether a ServiceCIDR changed since the last `update_model`.
+    service_cidrs_changed: bool,
     /// Trigger times of EndpointSlice changes received since the last sync took them.
     pending_triggers: Vec<SystemTime>,
     /// The store keys of each service's objects, so a sync converts only changed services.
@@ -312,9 +322,17 @@ impl ClusterStore {
         self.nodes.apply(event)
     }
 
-    /// True once every kind has been listed completely at least once: syncing before that
-    /// would program a partial cluster (e.g. Services without their endpoints, which rejects
-    /// their traffic).
+    pub fn apply_service_cidr(&mut self, event: Event<ServiceCIDR>) -> Change {
+        let changed = &mut self.service_cidrs_changed;
+        self.service_cidrs
+            .apply_observed(event, |_, _, _| *changed = true)
+    }
+
+    /// True once every kind that decides where traffic goes has been listed completely at
+    /// least once: syncing before that would program a partial cluster (e.g. Services without
+    /// their endpoints, which rejects their traffic). ServiceCIDRs are not waited for, as
+    /// kube-proxy does not: they only add the drop of unallocated ClusterIPs, and an API server
+    /// that does not serve them (before Kubernetes 1.33) must not keep the node unprogrammed.
     pub fn synced(&self) -> bool {
         self.services.synced() && self.endpoint_slices.synced() && self.nodes.synced()
     }
@@ -336,6 +354,10 @@ impl ClusterStore {
             live.update_service(service, &services, &slices);
         }
         live.state.node = self.node(hostname).as_ref().map(NodeInfo::of);
+        if std::mem::take(&mut self.service_cidrs_changed) {
+            let objects: Vec<ServiceCIDR> = self.service_cidrs.objects().collect();
+            live.update_service_cidrs(&objects);
+        }
         changed
     }
 
@@ -373,6 +395,7 @@ impl ClusterStore {
             services: self.services.objects().collect(),
             endpoint_slices: self.endpoint_slices.objects().collect(),
             node: self.node(hostname),
+            service_cidrs: self.service_cidrs.objects().collect(),
         }
     }
 
@@ -427,6 +450,7 @@ impl ClusterStore {
             ClusterStore::apply_node,
             inputs.node.into_iter().collect(),
         );
+        whole(self, ClusterStore::apply_service_cidr, inputs.service_cidrs);
     }
 }
 
@@ -555,6 +579,61 @@ mod tests {
         store.apply_node(Event::Init);
         store.apply_node(Event::InitDone);
         assert!(store.synced());
+    }
+
+    fn service_cidr(name: &str, cidrs: &[&str]) -> ServiceCIDR {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name}, "spec": {"cidrs": cidrs}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn service_cidrs_reach_the_model_as_they_change_and_never_hold_back_the_first_sync() {
+        let mut store = ClusterStore::default();
+        store.apply_service(Event::Init);
+        store.apply_service(Event::InitDone);
+        store.apply_endpoint_slice(Event::Init);
+        store.apply_endpoint_slice(Event::InitDone);
+        store.apply_node(Event::Init);
+        store.apply_node(Event::InitDone);
+        assert!(store.synced(), "ServiceCIDRs are not waited for");
+
+        let mut live = LiveState::default();
+        let kubernetes = service_cidr("kubernetes", &["fd00:96::/112", "10.96.0.0/16"]);
+        store.apply_service_cidr(Event::Init);
+        store.apply_service_cidr(Event::InitApply(kubernetes.clone()));
+        store.update_model(&mut live, "node-a");
+        assert!(live.state.service_cidrs.is_empty(), "a list in progress");
+        assert_eq!(store.apply_service_cidr(Event::InitDone), Change::Changed);
+        store.update_model(&mut live, "node-a");
+        let shown = |live: &LiveState| -> Vec<String> {
+            live.state
+                .service_cidrs
+                .iter()
+                .map(|c| c.to_string())
+                .collect()
+        };
+        assert_eq!(shown(&live), ["10.96.0.0/16", "fd00:96::/112"]);
+
+        let bad = service_cidr("bad", &["not-a-cidr", "10.96.0.0/16", "10.97.0.0/16"]);
+        store.apply_service_cidr(Event::Apply(bad.clone()));
+        store.update_model(&mut live, "node-a");
+        assert_eq!(
+            shown(&live),
+            ["10.96.0.0/16", "10.97.0.0/16", "fd00:96::/112"]
+        );
+        let rejected: Vec<_> = live.rejected().map(|r| (r.kind, r.name.as_str())).collect();
+        assert_eq!(rejected, [("ServiceCIDR", "bad")]);
+
+        // A range two objects list stays while one of them does.
+        store.apply_service_cidr(Event::Delete(kubernetes));
+        store.update_model(&mut live, "node-a");
+        assert_eq!(shown(&live), ["10.96.0.0/16", "10.97.0.0/16"]);
+        store.apply_service_cidr(Event::Delete(bad));
+        store.update_model(&mut live, "node-a");
+        assert!(live.state.service_cidrs.is_empty());
+        assert_eq!(live.rejected().count(), 0);
     }
 
     #[test]

@@ -148,7 +148,11 @@ fn route(path: &str) -> Option<Route> {
         _ => {}
     }
     for kind in Kind::ALL {
-        let Some(rest) = path.strip_prefix(kind.api_prefix()) else {
+        // The prefix must end at a segment: `/apis/GROUP/v1beta1` is another version.
+        let Some(rest) = path
+            .strip_prefix(kind.api_prefix())
+            .filter(|rest| rest.starts_with('/'))
+        else {
             continue;
         };
         let segments: Vec<&str> = rest.split('/').skip(1).collect();
@@ -750,6 +754,28 @@ mod tests {
                 name: "node-1".into()
             })
         );
+        assert_eq!(
+            route("/apis/networking.k8s.io/v1/servicecidrs"),
+            Some(Route::Collection {
+                kind: Kind::ServiceCIDR,
+                namespace: None
+            })
+        );
+        assert_eq!(
+            route("/apis/networking.k8s.io/v1/servicecidrs/kubernetes"),
+            Some(Route::Object {
+                kind: Kind::ServiceCIDR,
+                namespace: None,
+                name: "kubernetes".into()
+            })
+        );
+        assert_eq!(
+            route("/apis/networking.k8s.io/v1/namespaces/x/servicecidrs"),
+            None,
+            "cluster-scoped"
+        );
+        assert_eq!(route("/apis/networking.k8s.io/v1beta1/servicecidrs"), None);
+        assert_eq!(route("/api/v1beta1/services"), None);
         assert_eq!(route("/api/v1/namespaces/x/nodes"), None);
         assert_eq!(route("/api/v1/services/web"), None);
         assert_eq!(route("/api/v1/pods"), None);

@@ -1,7 +1,7 @@
 //! A Kubernetes API test server that kube-rs cannot tell from a kube-apiserver for what kubenft
-//! uses: list and watch of Services, EndpointSlices and Nodes over plain HTTP on 127.0.0.1, with
-//! an etcd-like global resourceVersion, selectors, paging, bookmarks, streaming lists, expired
-//! revisions reported in-stream, and fault injection for tests.
+//! uses: list and watch of Services, EndpointSlices, Nodes and ServiceCIDRs over plain HTTP on
+//! 127.0.0.1, with an etcd-like global resourceVersion, selectors, paging, bookmarks, streaming
+//! lists, expired revisions reported in-stream, and fault injection for tests.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), kubenft_testkit::TestkitError> {
@@ -300,8 +300,8 @@ impl TestApiServer {
         std::fs::rename(&aside, path).map_err(error)
     }
 
-    /// Creates or replaces an object (a k8s-openapi Service, EndpointSlice or Node, or a
-    /// `serde_json::Value` with apiVersion and kind) and returns it as stored, with the
+    /// Creates or replaces an object (a k8s-openapi Service, EndpointSlice, Node or ServiceCIDR,
+    /// or a `serde_json::Value` with apiVersion and kind) and returns it as stored, with the
     /// server-set resourceVersion, uid and creationTimestamp. Writing an identical object is a
     /// no-op, as on a real server.
     pub fn apply<T: Serialize + DeserializeOwned>(&self, object: &T) -> Result<T, TestkitError> {

@@ -56,8 +56,8 @@ enum Command {
         /// Port to listen on (0: an ephemeral port).
         #[arg(long, default_value_t = 0)]
         port: u16,
-        /// YAML or JSON manifests (multi-document allowed) of Services, EndpointSlices and
-        /// Nodes to load before serving.
+        /// YAML or JSON manifests (multi-document allowed) of Services, EndpointSlices, Nodes
+        /// and ServiceCIDRs to load before serving.
         #[arg(long = "load")]
         manifests: Vec<PathBuf>,
         /// Seconds between watch bookmarks.

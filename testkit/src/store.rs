@@ -35,17 +35,25 @@ pub enum Kind {
     EndpointSlice,
     /// core/v1 Node (cluster-scoped).
     Node,
+    /// networking.k8s.io/v1 ServiceCIDR (cluster-scoped).
+    ServiceCIDR,
 }
 
 impl Kind {
     /// Every served kind, for routing.
-    pub const ALL: [Kind; 3] = [Kind::Service, Kind::EndpointSlice, Kind::Node];
+    pub const ALL: [Kind; 4] = [
+        Kind::Service,
+        Kind::EndpointSlice,
+        Kind::Node,
+        Kind::ServiceCIDR,
+    ];
 
     /// The `apiVersion` written in objects of this kind.
     pub fn api_version(self) -> &'static str {
         match self {
             Kind::Service | Kind::Node => "v1",
             Kind::EndpointSlice => "discovery.k8s.io/v1",
+            Kind::ServiceCIDR => "networking.k8s.io/v1",
         }
     }
 
@@ -55,6 +63,7 @@ impl Kind {
             Kind::Service => "Service",
             Kind::EndpointSlice => "EndpointSlice",
             Kind::Node => "Node",
+            Kind::ServiceCIDR => "ServiceCIDR",
         }
     }
 
@@ -64,12 +73,13 @@ impl Kind {
             Kind::Service => "services",
             Kind::EndpointSlice => "endpointslices",
             Kind::Node => "nodes",
+            Kind::ServiceCIDR => "servicecidrs",
         }
     }
 
     /// Whether objects live in a namespace.
     pub fn namespaced(self) -> bool {
-        !matches!(self, Kind::Node)
+        !matches!(self, Kind::Node | Kind::ServiceCIDR)
     }
 
     /// The URL prefix of the kind's API group version (`/api/v1` or `/apis/GROUP/VERSION`).
@@ -77,6 +87,7 @@ impl Kind {
         match self {
             Kind::Service | Kind::Node => "/api/v1",
             Kind::EndpointSlice => "/apis/discovery.k8s.io/v1",
+            Kind::ServiceCIDR => "/apis/networking.k8s.io/v1",
         }
     }
 
