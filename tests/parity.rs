@@ -535,6 +535,80 @@ fn external_traffic_policy_local() {
     );
 }
 
+/// externalTrafficPolicy Local on a node without a local endpoint while other nodes have
+/// some: pods and the node itself still reach every endpoint through the service's external
+/// addresses (the node masqueraded), and only traffic from outside is dropped.
+#[test]
+fn external_traffic_policy_local_without_local_endpoints() {
+    let remote_only =
+        external_policy_cluster("Local").replace("nodeName: test-node", "nodeName: host-2");
+    let flows = vec![
+        Flow::tcp(
+            "pod to cluster IP hits both endpoints, unmasqueraded",
+            POD,
+            "172.30.0.41:80",
+            reach(BOTH),
+        ),
+        Flow::tcp(
+            "pod to NodePort hits both endpoints, unmasqueraded",
+            POD,
+            "192.168.0.2:3001",
+            reach(BOTH),
+        ),
+        Flow::tcp(
+            "pod to LB IP hits both endpoints, unmasqueraded",
+            POD,
+            "1.2.3.4:80",
+            reach(BOTH),
+        ),
+        Flow::tcp(
+            "pod to external IP hits both endpoints, unmasqueraded",
+            POD,
+            "192.168.99.11:80",
+            reach(BOTH),
+        ),
+        Flow::tcp(
+            "node to NodePort hits both endpoints, masqueraded",
+            NODE_IP,
+            "192.168.0.2:3001",
+            reach_masqueraded(BOTH),
+        ),
+        Flow::tcp(
+            "node to LB IP hits both endpoints, masqueraded",
+            NODE_IP,
+            "1.2.3.4:80",
+            reach_masqueraded(BOTH),
+        ),
+        Flow::tcp(
+            "external to NodePort finds no local endpoint, dropped",
+            EXTERNAL_CLIENT,
+            "192.168.0.2:3001",
+            Expect::Drop,
+        ),
+        Flow::tcp(
+            "external to LB IP finds no local endpoint, dropped",
+            EXTERNAL_CLIENT,
+            "1.2.3.4:80",
+            Expect::Drop,
+        ),
+        Flow::tcp(
+            "external to external IP finds no local endpoint, dropped",
+            EXTERNAL_CLIENT,
+            "192.168.99.11:80",
+            Expect::Drop,
+        ),
+    ];
+    check(
+        "etpn",
+        Written::V4,
+        &[table(
+            "ExternalTrafficPolicyLocalWithoutLocalEndpoints",
+            &remote_only,
+            flows,
+        )],
+    );
+}
+
 /// externalTrafficPolicy Cluster: traffic to the service's external addresses is masqueraded
 /// and reaches every endpoint, whoever sends it.
 #[test]
@@ -1354,11 +1428,12 @@ ports: [{name: p80, port: 80, protocol: TCP}]
             "1.2.3.4:80",
             Expect::Drop,
         ),
+        // Upstream's svc2 external chain short-circuits pods to its cluster endpoints.
         t(
             "pod to svc2's LB IP, no local endpoint",
             POD,
             "1.2.3.4:80",
-            Expect::Drop,
+            reach(&["10.180.0.2:80"]),
         ),
         t(
             "external to svc2's external IP, no local endpoint",
@@ -1615,11 +1690,12 @@ ports: [{{name: p80, port: 80, protocol: TCP}}]
             &cluster("Cluster", "Local"),
             vec![
                 Flow::tcp("pod to ClusterIP", POD, "172.30.0.41:80", reach(REMOTE)),
+                // Pods short-circuit to the cluster endpoints (upstream's external chain).
                 Flow::tcp(
                     "pod to LB, no local endpoint",
                     POD,
                     "1.2.3.4:80",
-                    Expect::Drop,
+                    reach(REMOTE),
                 ),
                 Flow::tcp(
                     "external to NodePort",

@@ -1321,6 +1321,13 @@ impl Builder<'_> {
         if let Some(np) = node_port_here {
             frontends.extend(self.nodeport_ips().into_iter().map(|ip| (ip, np)));
         }
+        // Under eTP Local without a local endpoint, pods and the host still reach the cluster
+        // endpoints through the external chain's short-circuits (as upstream, whose no-endpoint
+        // drop runs after DNAT and so sees only the traffic from outside left untranslated).
+        let short_circuit_only = external_eps.is_empty()
+            && sp.external_policy == TrafficPolicy::Local
+            && !cluster.is_empty();
+        let external_chain_needed = !external_eps.is_empty() || short_circuit_only;
         if external_eps.is_empty() {
             let (verdict, why) = no_endpoints;
             for ip in &external_ips {
@@ -1339,7 +1346,8 @@ impl Builder<'_> {
                     Some(format!("{label} {why}")),
                 );
             }
-        } else if let Some(slots) = shared {
+        }
+        if let (true, Some(slots)) = (external_chain_needed, shared) {
             // externalTrafficPolicy Cluster: the shared external pick chain masquerades and
             // draws among the cluster endpoints, keyed by the address the traffic arrived at.
             self.fill_slots(sp, slots.external, &frontends, external_eps);
@@ -1357,7 +1365,7 @@ impl Builder<'_> {
                     Some(comment),
                 );
             }
-        } else {
+        } else if external_chain_needed {
             // The cluster endpoints' chain, unless the internal chain is it.
             if internal_chain != svc_chain && !cluster.is_empty() {
                 let dispatch = self.dispatch(sp, &svc_chain, cluster);
@@ -1394,15 +1402,21 @@ impl Builder<'_> {
                         Some("short-circuit host traffic".into()),
                     ));
                 }
-                let local_chain = local_chain(&sp.name);
-                // Under iTP Local too, the internal chain picks among the local endpoints.
-                if internal_chain != local_chain {
-                    let dispatch = self.dispatch(sp, &local_chain, local);
-                    self.chain(&local_chain, None, Some(&label), dispatch);
+                // Traffic from outside takes the local endpoints; without any it falls through
+                // to the no-endpoint drop.
+                if !local.is_empty() {
+                    let local_chain = local_chain(&sp.name);
+                    // Under iTP Local too, the internal chain picks among the local endpoints.
+                    if internal_chain != local_chain {
+                        let dispatch = self.dispatch(sp, &local_chain, local);
+                        self.chain(&local_chain, None, Some(&label), dispatch);
+                    }
+                    rules.push(rule(vec![goto(&local_chain)], None));
                 }
-                rules.push(rule(vec![goto(&local_chain)], None));
             }
             self.chain(&ext_chain, None, Some(&label), rules);
+            // The fallback serves what the chain serves traffic from outside: nothing without
+            // a local endpoint, so that traffic is not translated by `pick-retry` either.
             self.fallback(sp, &frontends, external_eps);
             for ip in &external_ips {
                 self.element(

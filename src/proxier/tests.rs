@@ -227,12 +227,16 @@ fn terminating_endpoints_serve_only_when_none_is_ready() {
     assert!(endpoints[0].contains("10.244.0.11"));
 }
 
+/// eTP Local on a node without a local endpoint, as upstream: the external chain still
+/// short-circuits pods and the (masqueraded) host to the cluster endpoints, and only traffic
+/// from outside, left untranslated, meets the no-endpoint drop.
 #[test]
-fn external_traffic_policy_local_without_local_endpoints_drops_node_port_traffic() {
+fn external_traffic_policy_local_without_local_endpoints_serves_only_pods_and_the_host() {
     let svc = service(
         "
 metadata: {name: web, namespace: default}
-spec: {type: NodePort, clusterIP: 10.96.0.10, externalTrafficPolicy: Local, ports: [{name: http, port: 80, nodePort: 30080, protocol: TCP}]}
+spec: {type: LoadBalancer, clusterIP: 10.96.0.10, externalTrafficPolicy: Local, ports: [{name: http, port: 80, nodePort: 30080, protocol: TCP}]}
+status: {loadBalancer: {ingress: [{ip: 198.51.100.10}]}}
 ",
     );
     let remote_only = "[{addresses: [10.244.1.12], nodeName: node-b, conditions: {ready: true}}]";
@@ -246,9 +250,64 @@ spec: {type: NodePort, clusterIP: 10.96.0.10, externalTrafficPolicy: Local, port
         verdict_for(&t.sets["no-endpoint-nodeports"], &Value::Proto(6)),
         Some(Verdict::Drop)
     );
-    assert!(t.sets["service-nodeports"].elements.is_empty());
-    // Cluster traffic still reaches the remote endpoint.
-    assert!(verdict_for(&t.sets["service-ips"], &ip("10.96.0.10")).is_some());
+    assert_eq!(
+        verdict_for(&t.sets["no-endpoint-services"], &ip("198.51.100.10")),
+        Some(Verdict::Drop)
+    );
+    let Some(Verdict::Jump(external)) = verdict_for(&t.sets["service-nodeports"], &Value::Proto(6))
+    else {
+        panic!("the NodePort has no external chain")
+    };
+    assert_eq!(
+        verdict_for(&t.sets["service-ips"], &ip("198.51.100.10")),
+        Some(Verdict::Jump(external.clone()))
+    );
+    // Cluster traffic reaches the remote endpoint, and so do the short-circuits.
+    let cluster = chain_for(t, &ip("10.96.0.10")).expect("ClusterIP chain");
+    let rules = &t.chains[&external].rules;
+    let gotos: Vec<&Verdict> = rules
+        .iter()
+        .filter_map(|r| match r.stmts.last() {
+            Some(Stmt::Verdict(v)) => Some(v),
+            _ => None,
+        })
+        .collect();
+    let pod_source = rules[0].stmts[0].clone();
+    let host_source = Stmt::Match {
+        left: Selector::FibSaddrType,
+        mask: None,
+        op: CmpOp::Eq,
+        right: Value::AddrType(crate::nft::model::AddrType::Local),
+    };
+    assert_eq!(
+        gotos,
+        [
+            &Verdict::Goto(cluster.clone()),
+            &Verdict::Jump("mark-for-masquerade".into()),
+            &Verdict::Goto(cluster.clone()),
+        ],
+        "pods, the host masqueraded, and nothing for traffic from outside"
+    );
+    assert!(
+        matches!(
+            pod_source,
+            Stmt::Match {
+                left: Selector::IpSaddr,
+                ..
+            }
+        ),
+        "{pod_source:?}"
+    );
+    assert_eq!(rules[1].stmts[0], host_source);
+    assert_eq!(rules[2].stmts[0], host_source);
+    assert!(!t.chains.keys().any(|c| c.starts_with("local-")));
+    // Traffic from outside gets no endpoint from `pick-retry` either.
+    assert_eq!(fallback_of(t, "198.51.100.10", 80), None);
+    assert_eq!(fallback_of(t, "10.0.0.10", 30080), None);
+    assert_eq!(
+        fallback_of(t, "10.96.0.10", 80).as_deref(),
+        Some("10.244.1.12:8080")
+    );
     assert!(
         t.sets["nodeport-ips"]
             .elements
