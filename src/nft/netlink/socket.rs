@@ -443,7 +443,8 @@ impl NetlinkSocket {
                 tv_usec: 0,
             },
             |d| libc::timeval {
-                tv_sec: d.as_secs() as libc::time_t,
+                // Inferred, not `libc::time_t`: musl deprecates naming that type.
+                tv_sec: d.as_secs() as _,
                 tv_usec: d.subsec_micros() as libc::suseconds_t,
             },
         );
