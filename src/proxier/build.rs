@@ -950,24 +950,7 @@ impl Builder<'_> {
     }
 
     fn node_ips(&self) -> Vec<IpAddr> {
-        let from_config: Vec<IpAddr> = self
-            .config
-            .node_ips
-            .iter()
-            .copied()
-            .filter(|ip| self.fam.has(ip))
-            .collect();
-        if !from_config.is_empty() {
-            return from_config;
-        }
-        self.state
-            .node
-            .iter()
-            .flat_map(|n| &n.internal_ips)
-            .copied()
-            .filter(|ip| self.fam.has(ip))
-            .take(1)
-            .collect()
+        self.config.node_ips_of(self.fam, self.state.node.as_ref())
     }
 
     fn nodeport_ips(&self) -> Vec<IpAddr> {
