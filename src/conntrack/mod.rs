@@ -22,6 +22,7 @@ use netlink_packet_netfilter::conntrack::{
 };
 
 use crate::nft::netlink::socket::{Message, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NfHeader};
+use crate::nft::netlink::sys::NLA_F_NESTED;
 use crate::nft::netlink::{NetlinkSocket, SocketError};
 
 /// Transport protocol of a flow.
@@ -142,8 +143,6 @@ const IPCTNL_MSG_CT_DELETE: u16 = 2;
 const CTA_ID: u16 = 12;
 const CTA_ZONE: u16 = 18;
 const CTA_FILTER: u16 = 25;
-/// The kernel parses `CTA_FILTER` strictly: it must be flagged as nested.
-const NLA_F_NESTED: u16 = 0x8000;
 const CTA_FILTER_ORIG_FLAGS: u16 = 1;
 const CTA_FILTER_FLAG_CTA_PROTO_NUM: u32 = 1 << 3;
 const AF_UNSPEC: u8 = 0;
@@ -184,7 +183,8 @@ impl DumpScope {
             )])]);
         let mut bytes = vec![0u8; orig.buffer_len()];
         orig.emit(&mut bytes);
-        // Written by hand: the attribute types this crate emits cannot carry NLA_F_NESTED.
+        // Written by hand: the attribute types this crate emits cannot carry NLA_F_NESTED, and
+        // the kernel parses CTA_FILTER strictly: it must be flagged as nested.
         let flags = CTA_FILTER_FLAG_CTA_PROTO_NUM.to_ne_bytes();
         let inner_len = 4 + flags.len() as u16;
         for field in [
