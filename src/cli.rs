@@ -6,13 +6,10 @@
 
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::networking::v1::ServiceCIDR;
-
 use crate::config::Config;
 use crate::model::{ClusterState, NodeInfo};
 use crate::proxier::{IpFamily, ProxyConfig, families};
+use crate::source::Inputs;
 use crate::source::local_addrs::{self, LocalAddrError};
 use crate::source::manifests::{self, ManifestError};
 
@@ -47,17 +44,6 @@ pub enum CliError {
     #[cfg(not(feature = "daemon"))]
     #[error("run: this kubenft was built without the daemon (feature `daemon`)")]
     NoDaemon,
-}
-
-/// The objects a build starts from.
-#[derive(Debug, Clone, Default)]
-pub struct Inputs {
-    pub services: Vec<Service>,
-    pub endpoint_slices: Vec<EndpointSlice>,
-    /// The Node named like this host, when the manifests have one.
-    pub node: Option<Node>,
-    /// Every ServiceCIDR: the ClusterIP ranges whose unallocated addresses are dropped.
-    pub service_cidrs: Vec<ServiceCIDR>,
 }
 
 /// Loads `path`, logs each skipped document as a warning, and picks this node's Node object.

@@ -7,3 +7,18 @@ pub mod local_addrs;
 pub mod manifests;
 #[cfg(feature = "daemon")]
 pub mod store;
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
+
+/// The objects a build starts from.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    pub services: Vec<Service>,
+    pub endpoint_slices: Vec<EndpointSlice>,
+    /// The Node named like this host, when the manifests have one.
+    pub node: Option<Node>,
+    /// Every ServiceCIDR: the ClusterIP ranges whose unallocated addresses are dropped.
+    pub service_cidrs: Vec<ServiceCIDR>,
+}

@@ -14,7 +14,7 @@ use kube::runtime::watcher::Event;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::cli::Inputs;
+use super::Inputs;
 use crate::model::{LiveState, NodeInfo, ServiceRef, service_ref, slice_service_ref};
 
 /// EndpointSlice annotation: when the change that this slice reflects happened (kube-proxy's

@@ -1,0 +1,457 @@
+//! Builds the desired table of one IP family from the cluster state. Pure and deterministic:
+//! the same input gives the same table, byte for byte once rendered.
+
+mod blocks;
+mod endpoints;
+mod fragment;
+mod pick;
+mod service;
+mod skeleton;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use super::config::{DetectLocal, ProxyConfig};
+use super::endpoints::categorize;
+use super::names::*;
+use crate::model::{ClusterState, Endpoint, ServicePort, TrafficPolicy};
+use crate::nft::model::*;
+
+pub use blocks::{BlockAllocator, EndpointBlocks};
+pub use fragment::{Fragment, assemble};
+
+/// Up to this many endpoints, a ClientIP-affinity service picks one by a cascade of rules
+/// rather than a map: a new connection walks n/2 rules on average (tens of nanoseconds each,
+/// first packet only), while each map would slow every commit of the whole table.
+pub const CASCADE_MAX_ENDPOINTS: usize = 128;
+
+/// Slots per block of the endpoint map. A chain draws `numgen random mod SLOTS_PER_BLOCK` in its
+/// own block and endpoint i of n owns slots `[i·S/n, (i+1)·S/n)`, so each endpoint's share is
+/// 1/n within n/65536 (0.015% of the share at 10 endpoints, 1.5% at 1,000), and the rule never
+/// changes when endpoints come and go: only map elements do.
+pub const SLOTS_PER_BLOCK: u32 = 1 << 16;
+/// Services without ClientIP affinity, with externalTrafficPolicy Cluster if reached from
+/// outside, and with up to this many endpoints, pick one through the shared `pick-M` and
+/// `external-pick-M` chains and their slot map (see `names::pick_chain`) instead of chains of
+/// their own.
+pub const MAX_SHARED_PICK_ENDPOINTS: u32 = 4096;
+/// Draws a `pick-M` chain makes (M ≥ 4). With n endpoints in slots `0..n`, n > M/2, so each
+/// draw hits with probability n/M > ½ and a hit is uniform over the endpoints; a miss falls
+/// through to the next draw. The last draw is among the first M/2 slots, which are always
+/// full, so every connection gets an endpoint; it is reached with probability below 2^-11,
+/// which skews the shares by less than 0.05%.
+pub const SLOT_DRAWS: usize = 12;
+/// Blocks in the 32-bit slot space. Chains past this many (per family) fall back to a cascade of
+/// endpoint chains, as ClientIP-affinity services use.
+pub const MAX_BLOCKS: u32 = (1u64 << 32).div_ceil(SLOTS_PER_BLOCK as u64) as u32;
+
+/// The IP family a table serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpFamily {
+    V4,
+    V6,
+}
+
+impl IpFamily {
+    pub fn of(ip: &IpAddr) -> IpFamily {
+        if ip.is_ipv4() {
+            IpFamily::V4
+        } else {
+            IpFamily::V6
+        }
+    }
+    fn has(self, ip: &IpAddr) -> bool {
+        IpFamily::of(ip) == self
+    }
+    fn has_net(self, net: &IpNet) -> bool {
+        self.has(&net.addr())
+    }
+    fn saddr(self) -> Selector {
+        if self == IpFamily::V4 {
+            Selector::IpSaddr
+        } else {
+            Selector::Ip6Saddr
+        }
+    }
+    fn daddr(self) -> Selector {
+        if self == IpFamily::V4 {
+            Selector::IpDaddr
+        } else {
+            Selector::Ip6Daddr
+        }
+    }
+    fn addr_type(self) -> DataType {
+        if self == IpFamily::V4 {
+            DataType::Ipv4Addr
+        } else {
+            DataType::Ipv6Addr
+        }
+    }
+    pub fn table_family(self) -> Family {
+        if self == IpFamily::V4 {
+            Family::Ip
+        } else {
+            Family::Ip6
+        }
+    }
+}
+
+pub fn ip_value(ip: IpAddr) -> Value {
+    match ip {
+        IpAddr::V4(a) => Value::Ipv4(a),
+        IpAddr::V6(a) => Value::Ipv6(a),
+    }
+}
+
+pub fn net_value(net: IpNet) -> Value {
+    match net {
+        IpNet::V4(n) if n.prefix_len() == 32 => Value::Ipv4(n.addr()),
+        IpNet::V6(n) if n.prefix_len() == 128 => Value::Ipv6(n.addr()),
+        IpNet::V4(n) => Value::Ipv4Net(n),
+        IpNet::V6(n) => Value::Ipv6Net(n),
+    }
+}
+
+fn m(left: Selector, op: CmpOp, right: Value) -> Stmt {
+    Stmt::Match {
+        left,
+        mask: None,
+        op,
+        right,
+    }
+}
+
+fn jump(c: &str) -> Stmt {
+    Stmt::Verdict(Verdict::Jump(c.into()))
+}
+
+fn goto(c: &str) -> Stmt {
+    Stmt::Verdict(Verdict::Goto(c.into()))
+}
+
+fn ct_new() -> Stmt {
+    m(Selector::CtState, CmpOp::Eq, Value::CtState(CtState::NEW))
+}
+
+fn rule(stmts: Vec<Stmt>, comment: Option<String>) -> Rule {
+    Rule {
+        stmts,
+        comment,
+        handle: None,
+    }
+}
+
+fn map(name: &str, key: Vec<DataType>, verdicts: bool, comment: &str) -> Set {
+    Set {
+        name: name.into(),
+        key,
+        data: if verdicts {
+            vec![DataType::Verdict]
+        } else {
+            Vec::new()
+        },
+        interval: false,
+        dynamic: false,
+        timeout: None,
+        comment: Some(comment.into()),
+        elements: Vec::new(),
+    }
+}
+struct Builder<'a> {
+    fam: IpFamily,
+    config: &'a ProxyConfig,
+    state: &'a ClusterState,
+    blocks: &'a mut BlockAllocator,
+    out: Fragment,
+}
+
+impl Builder<'_> {
+    fn chain(
+        &mut self,
+        name: &str,
+        base: Option<(ChainType, Hook, i32)>,
+        comment: Option<&str>,
+        rules: Vec<Rule>,
+    ) {
+        let base = base.map(|(kind, hook, priority)| BaseChain {
+            kind,
+            hook,
+            priority,
+            policy: Policy::Accept,
+        });
+        let chain = Chain {
+            name: name.into(),
+            base,
+            comment: comment.map(str::to_owned),
+            rules,
+        };
+        match self.out.chains.iter_mut().find(|c| c.name == name) {
+            Some(c) => *c = chain,
+            None => self.out.chains.push(chain),
+        }
+    }
+
+    fn element(
+        &mut self,
+        set: &str,
+        key: Vec<Value>,
+        data: Option<Verdict>,
+        comment: Option<String>,
+    ) {
+        self.out.push_element(
+            set,
+            Element {
+                key,
+                data: data.map(MapData::Verdict),
+                comment,
+            },
+        );
+    }
+
+    /// `<daddr> . l4proto . dport vmap @map`: dispatch by destination address and port.
+    fn by_destination(&self, map: &str) -> Rule {
+        let key = vec![self.fam.daddr(), Selector::L4Proto, Selector::ThDport];
+        rule(
+            vec![Stmt::VMap {
+                key,
+                map: MapRef::Named(map.into()),
+            }],
+            None,
+        )
+    }
+
+    /// `<daddr> @nodeport-ips l4proto . dport vmap @map`: dispatch NodePort traffic by port.
+    fn by_node_port(&self, map: &str) -> Rule {
+        let lookup = Stmt::Lookup {
+            key: vec![self.fam.daddr()],
+            set: NODEPORT_IPS.into(),
+            negate: false,
+        };
+        let vmap = Stmt::VMap {
+            key: vec![Selector::L4Proto, Selector::ThDport],
+            map: MapRef::Named(map.into()),
+        };
+        rule(vec![lookup, vmap], None)
+    }
+
+    /// The packet's `daddr . l4proto . dport`, as the dispatch sets and maps key it.
+    fn frontend(&self) -> Vec<Selector> {
+        vec![self.fam.daddr(), Selector::L4Proto, Selector::ThDport]
+    }
+
+    /// The types of `frontend()`: `address . inet_proto . inet_service`.
+    fn frontend_types(&self) -> Vec<DataType> {
+        vec![
+            self.fam.addr_type(),
+            DataType::InetProto,
+            DataType::InetService,
+        ]
+    }
+
+    /// A map of this family whose data is an endpoint's `address . port`.
+    fn endpoint_data_map(&self, name: &str, key: Vec<DataType>, comment: &str) -> Set {
+        let mut s = map(name, key, false, comment);
+        s.data = vec![self.fam.addr_type(), DataType::InetService];
+        s
+    }
+
+    /// `goto chain` for a packet whose `frontend()` is in `set`.
+    fn frontend_in(&self, set: &str, chain: &str, comment: Option<String>) -> Rule {
+        rule(
+            vec![
+                Stmt::Lookup {
+                    key: self.frontend(),
+                    set: set.into(),
+                    negate: false,
+                },
+                goto(chain),
+            ],
+            comment,
+        )
+    }
+
+    /// Whether ClusterIP traffic is marked for masquerading, and on which condition besides its
+    /// destination: every connection with `--masquerade-all` (`Some(None)`), else those not from
+    /// a local pod (`None` when local traffic cannot be told apart).
+    fn cluster_masquerade(&self) -> Option<Option<Stmt>> {
+        if self.config.masquerade_all {
+            Some(None)
+        } else {
+            self.not_local().map(Some)
+        }
+    }
+
+    /// Each of `eps` reaching itself through a service is masqueraded (`hairpin-endpoints`).
+    fn hairpin(&mut self, eps: &[Endpoint]) {
+        for ep in eps {
+            self.element(
+                HAIRPIN_ENDPOINTS,
+                vec![ip_value(ep.ip), ip_value(ep.ip)],
+                None,
+                None,
+            );
+        }
+    }
+
+    fn node_ips(&self) -> Vec<IpAddr> {
+        self.config.node_ips_of(self.fam, self.state.node.as_ref())
+    }
+
+    fn nodeport_ips(&self) -> Vec<IpAddr> {
+        self.config.nodeport_ips(self.fam, self.state.node.as_ref())
+    }
+
+    /// "Not from a local pod", as a match; None when local traffic cannot be told apart.
+    fn not_local(&self) -> Option<Stmt> {
+        let f = self.fam;
+        match &self.config.detect_local {
+            DetectLocal::ClusterCidr => self
+                .config
+                .cluster_cidrs
+                .iter()
+                .find(|c| f.has_net(c))
+                .map(|c| m(f.saddr(), CmpOp::Ne, net_value(*c))),
+            DetectLocal::NodeCidr => self
+                .state
+                .node
+                .as_ref()
+                .and_then(|n| n.pod_cidrs.iter().find(|c| f.has_net(c)))
+                .map(|c| m(f.saddr(), CmpOp::Ne, net_value(*c))),
+            DetectLocal::BridgeInterface(name) => {
+                Some(m(Selector::IifName, CmpOp::Ne, Value::IfName(name.clone())))
+            }
+            DetectLocal::InterfaceNamePrefix(prefix) => Some(m(
+                Selector::IifName,
+                CmpOp::Ne,
+                Value::IfName(format!("{prefix}*")),
+            )),
+        }
+    }
+
+    fn is_local(&self) -> Option<Stmt> {
+        self.not_local().map(|s| match s {
+            Stmt::Match {
+                left, mask, right, ..
+            } => Stmt::Match {
+                left,
+                mask,
+                op: CmpOp::Eq,
+                right,
+            },
+            other => other,
+        })
+    }
+}
+
+/// The ClusterIP ranges whose unallocated addresses are dropped: `--service-cidr` (or the
+/// configuration file's field) when the operator gave any, whatever the cluster says; else the
+/// ranges of the cluster's ServiceCIDR objects, as kube-proxy takes them.
+pub fn dropped_service_cidrs<'a>(state: &'a ClusterState, config: &'a ProxyConfig) -> &'a [IpNet] {
+    if config.service_cidrs.is_empty() {
+        &state.service_cidrs
+    } else {
+        &config.service_cidrs
+    }
+}
+
+/// The name and comment of our table of `fam`, without contents.
+pub fn table_head(config: &ProxyConfig, fam: IpFamily) -> Table {
+    Table {
+        family: fam.table_family(),
+        name: config.table_name.clone(),
+        comment: Some("rules for kubenft, the Kubernetes service proxy".into()),
+        ..Table::default()
+    }
+}
+
+/// Builds fragments of one family's table. Blocks of the endpoint map persist in the allocator
+/// across fragments (and, in the incremental planner, across plans).
+pub struct FragmentBuilder<'a> {
+    fam: IpFamily,
+    config: &'a ProxyConfig,
+    state: &'a ClusterState,
+}
+
+impl<'a> FragmentBuilder<'a> {
+    pub fn new(config: &'a ProxyConfig, state: &'a ClusterState, fam: IpFamily) -> Self {
+        FragmentBuilder { fam, config, state }
+    }
+
+    fn builder<'b>(&'b self, blocks: &'b mut BlockAllocator) -> Builder<'b> {
+        Builder {
+            fam: self.fam,
+            config: self.config,
+            state: self.state,
+            blocks,
+            out: Fragment::default(),
+        }
+    }
+
+    /// Base chains, fixed chains, the shared sets and the NodePort addresses: everything that
+    /// depends on the node, the configuration and the service CIDRs only.
+    pub fn skeleton(&self) -> Fragment {
+        let mut blocks = BlockAllocator::new(BTreeMap::new());
+        let mut b = self.builder(&mut blocks);
+        b.skeleton();
+        for ip in b.nodeport_ips() {
+            b.element(NODEPORT_IPS, vec![ip_value(ip)], None, None);
+        }
+        b.out.dedup_keys();
+        b.out
+    }
+
+    /// What `sp` adds to the table (empty for a service of the other family only).
+    pub fn service(&self, sp: &ServicePort, blocks: &mut BlockAllocator) -> Fragment {
+        let mut b = self.builder(blocks);
+        b.service(sp);
+        b.out.dedup_keys();
+        b.out
+    }
+}
+
+/// The table of one family; chains keep the endpoint-map blocks `previous` gave them.
+pub fn build_family(
+    state: &ClusterState,
+    config: &ProxyConfig,
+    fam: IpFamily,
+    previous: &EndpointBlocks,
+) -> Table {
+    let mut blocks = BlockAllocator::new(previous.of_family(fam.table_family()));
+    let fragments = FragmentBuilder::new(config, state, fam);
+    let skeleton = fragments.skeleton();
+    let services = state
+        .services
+        .values()
+        .map(|sp| fragments.service(sp, &mut blocks));
+    assemble(
+        &table_head(config, fam),
+        std::iter::once(skeleton).chain(services),
+    )
+}
+
+/// Which families to build: every family the kernel supports, whatever addresses the node has
+/// (kube-proxy too runs both whenever the kernel has them; a family without a node IP only
+/// changes where its NodePorts are accepted), and the node's primary family in any case: its
+/// first node IP's, else its first configured CIDR's, else IPv4.
+pub fn families(state: &ClusterState, config: &ProxyConfig) -> Vec<IpFamily> {
+    let primary = config
+        .node_ips
+        .iter()
+        .chain(state.node.iter().flat_map(|n| &n.internal_ips))
+        .copied()
+        .chain(
+            config
+                .cluster_cidrs
+                .iter()
+                .chain(&config.service_cidrs)
+                .map(|c| c.addr()),
+        )
+        .next()
+        .map_or(IpFamily::V4, |ip| IpFamily::of(&ip));
+    [IpFamily::V4, IpFamily::V6]
+        .into_iter()
+        .filter(|f| *f == primary || config.supported_families.contains(f))
+        .collect()
+}

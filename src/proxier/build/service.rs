@@ -1,0 +1,366 @@
+//! What one service port adds to a table: its addresses in the dispatch maps, and its chains.
+
+use super::pick::SlotCounts;
+use super::*;
+
+/// What the parts of one service port's rules share: its endpoints by traffic policy, the
+/// names of its chains, and the values its map elements are made of.
+struct PortRules<'a> {
+    sp: &'a ServicePort,
+    /// Its ClusterIPs of the table's family (never empty).
+    cluster_ips: Vec<IpAddr>,
+    /// The endpoints ClusterIP traffic goes to (internalTrafficPolicy).
+    internal: &'a [Endpoint],
+    /// The endpoints external traffic goes to (externalTrafficPolicy).
+    external: &'a [Endpoint],
+    /// The endpoints of the Cluster policy; they also serve pods and the host under eTP Local.
+    cluster: &'a [Endpoint],
+    /// This node's endpoints, for the Local policy.
+    local: &'a [Endpoint],
+    proto: Value,
+    port: Value,
+    label: String,
+    /// `service-…`, the chain picking among the cluster endpoints.
+    svc_chain: String,
+    /// The chain ClusterIP traffic goes to: `svc_chain`, or `local-…` under iTP Local.
+    internal_chain: String,
+    /// Where traffic finds no endpoint of its policy, and the comment saying so.
+    no_endpoints: (Verdict, &'static str),
+    /// The shared pick chains' slot counts, when the port may use them.
+    shared: Option<SlotCounts>,
+}
+
+impl Builder<'_> {
+    pub(super) fn service(&mut self, sp: &ServicePort) {
+        let f = self.fam;
+        let cluster_ips: Vec<IpAddr> = sp
+            .cluster_ips
+            .iter()
+            .copied()
+            .filter(|ip| f.has(ip))
+            .collect();
+        if cluster_ips.is_empty() {
+            return; // a single-stack service of the other family
+        }
+        let all: Vec<Endpoint> = self
+            .state
+            .endpoints
+            .get(&sp.name)
+            .into_iter()
+            .flatten()
+            .filter(|e| f.has(&e.ip))
+            .cloned()
+            .collect();
+        let node = self.state.node.as_ref();
+        let hostname = self.config.hostname.as_str();
+        let eps = categorize(sp, &all, hostname, node.and_then(|n| n.zone.as_deref()));
+        // ClusterIP traffic follows internalTrafficPolicy, external traffic
+        // externalTrafficPolicy; `cluster` also serves pods and the host under eTP Local.
+        let internal = eps.internal(sp);
+        let external = eps.external(sp);
+        let svc_chain = service_chain(&sp.name);
+        // Chains of its own, named as kube-proxy names them: `service-…` picks among the
+        // cluster endpoints, `local-…` among the local ones, and ClusterIPs go to the one of
+        // their policy. (Without external traffic, `service-…` is free to serve a Local
+        // internal policy itself.)
+        let internal_chain = if sp.internal_policy == TrafficPolicy::Local && sp.has_external() {
+            local_chain(&sp.name)
+        } else {
+            svc_chain.clone()
+        };
+        // Where traffic finds no endpoint of its policy: dropped if endpoints exist elsewhere
+        // (a Local policy), rejected if none exists at all.
+        let no_endpoints = if eps.has_any {
+            (Verdict::Drop, "has no local endpoints")
+        } else {
+            (Verdict::Goto(REJECT_CHAIN.into()), "has no endpoints")
+        };
+        let p = PortRules {
+            sp,
+            cluster_ips,
+            internal,
+            external,
+            cluster: eps.cluster.as_deref().unwrap_or_default(),
+            local: eps.local.as_deref().unwrap_or_default(),
+            proto: Value::Proto(sp.name.protocol.number()),
+            port: Value::Port(sp.port),
+            label: sp.name.to_string(),
+            svc_chain,
+            internal_chain,
+            no_endpoints,
+            shared: self.shared_pick(sp, internal.len(), external.len()),
+        };
+
+        self.cluster_ip_rules(&p);
+        if !sp.has_external() {
+            return;
+        }
+        self.external_rules(&p);
+        self.source_ranges(&p);
+    }
+
+    /// ClusterIP traffic: through a shared pick chain, a chain of the port's own, or to the
+    /// no-endpoint verdict.
+    fn cluster_ip_rules(&mut self, p: &PortRules) {
+        let f = self.fam;
+        let (sp, label) = (p.sp, &p.label);
+        for ip in &p.cluster_ips {
+            self.element(CLUSTER_IPS, vec![ip_value(*ip)], None, None);
+        }
+        let cluster_frontends: Vec<(IpAddr, u16)> =
+            p.cluster_ips.iter().map(|ip| (*ip, sp.port)).collect();
+        if let (false, Some(slots)) = (p.internal.is_empty(), p.shared) {
+            // The shared pick chain masquerades off-cluster sources and draws a slot.
+            self.fill_slots(sp, slots.internal, &cluster_frontends, p.internal);
+            self.hairpin(p.internal);
+            for ip in &p.cluster_ips {
+                self.element(
+                    &pick_set(slots.internal),
+                    vec![ip_value(*ip), p.proto.clone(), p.port.clone()],
+                    None,
+                    Some(label.clone()),
+                );
+            }
+        } else if !p.internal.is_empty() {
+            // The internal chain: masquerade off-cluster sources, then pick an endpoint.
+            let mut rules = Vec::new();
+            for ip in &p.cluster_ips {
+                if let Some(cond) = self.cluster_masquerade() {
+                    let mut s = vec![m(f.daddr(), CmpOp::Eq, ip_value(*ip))];
+                    s.extend(cond);
+                    s.push(jump(MARK_FOR_MASQUERADE));
+                    rules.push(rule(s, None));
+                }
+            }
+            rules.extend(self.dispatch(sp, &p.internal_chain, p.internal));
+            self.chain(&p.internal_chain, None, Some(label), rules);
+            self.fallback(sp, &cluster_frontends, p.internal);
+            for ip in &p.cluster_ips {
+                self.element(
+                    SERVICE_IPS,
+                    vec![ip_value(*ip), p.proto.clone(), p.port.clone()],
+                    Some(Verdict::Jump(p.internal_chain.clone())),
+                    Some(label.clone()),
+                );
+            }
+        } else {
+            let (verdict, why) = p.no_endpoints.clone();
+            for ip in &p.cluster_ips {
+                self.element(
+                    NO_ENDPOINT_SERVICES,
+                    vec![ip_value(*ip), p.proto.clone(), p.port.clone()],
+                    Some(verdict.clone()),
+                    Some(format!("{label} {why}")),
+                );
+            }
+        }
+    }
+
+    /// External traffic (NodePorts, external IPs, load-balancer IPs): through a shared
+    /// external pick chain, the port's `external-…` chain, or to the no-endpoint verdict.
+    fn external_rules(&mut self, p: &PortRules) {
+        let f = self.fam;
+        let (sp, label) = (p.sp, &p.label);
+        let external_ips: Vec<IpAddr> = sp
+            .external_ips
+            .iter()
+            .chain(&sp.load_balancer_ips)
+            .copied()
+            .filter(|ip| f.has(ip))
+            .collect();
+        let node_port_here = sp.node_port.filter(|_| !self.nodeport_ips().is_empty());
+        // Where external traffic arrives: each external or LB IP with the service port, then
+        // each NodePort address with the NodePort.
+        let mut frontends: Vec<(IpAddr, u16)> =
+            external_ips.iter().map(|ip| (*ip, sp.port)).collect();
+        if let Some(np) = node_port_here {
+            frontends.extend(self.nodeport_ips().into_iter().map(|ip| (ip, np)));
+        }
+        // Under eTP Local without a local endpoint, pods and the host still reach the cluster
+        // endpoints through the external chain's short-circuits (as upstream, whose no-endpoint
+        // drop runs after DNAT and so sees only the traffic from outside left untranslated).
+        let short_circuit_only = p.external.is_empty()
+            && sp.external_policy == TrafficPolicy::Local
+            && !p.cluster.is_empty();
+        let external_chain_needed = !p.external.is_empty() || short_circuit_only;
+        if p.external.is_empty() {
+            let (verdict, why) = p.no_endpoints.clone();
+            for ip in &external_ips {
+                self.element(
+                    NO_ENDPOINT_SERVICES,
+                    vec![ip_value(*ip), p.proto.clone(), p.port.clone()],
+                    Some(verdict.clone()),
+                    Some(format!("{label} {why}")),
+                );
+            }
+            if let Some(np) = node_port_here {
+                self.element(
+                    NO_ENDPOINT_NODEPORTS,
+                    vec![p.proto.clone(), Value::Port(np)],
+                    Some(verdict),
+                    Some(format!("{label} {why}")),
+                );
+            }
+        }
+        if let (true, Some(slots)) = (external_chain_needed, p.shared) {
+            // externalTrafficPolicy Cluster: the shared external pick chain masquerades and
+            // draws among the cluster endpoints, keyed by the address the traffic arrived at.
+            self.fill_slots(sp, slots.external, &frontends, p.external);
+            self.hairpin(p.external);
+            for (i, (ip, port)) in frontends.into_iter().enumerate() {
+                let comment = if i < external_ips.len() {
+                    format!("{label} external IP")
+                } else {
+                    format!("{label} NodePort")
+                };
+                self.element(
+                    &external_pick_set(slots.external),
+                    vec![ip_value(ip), p.proto.clone(), Value::Port(port)],
+                    None,
+                    Some(comment),
+                );
+            }
+        } else if external_chain_needed {
+            let ext_chain = external_chain(&sp.name);
+            let rules = self.external_chain_rules(p);
+            self.chain(&ext_chain, None, Some(label), rules);
+            // The fallback serves what the chain serves traffic from outside: nothing without
+            // a local endpoint, so that traffic is not translated by `pick-retry` either.
+            self.fallback(sp, &frontends, p.external);
+            for ip in &external_ips {
+                self.element(
+                    SERVICE_IPS,
+                    vec![ip_value(*ip), p.proto.clone(), p.port.clone()],
+                    Some(Verdict::Jump(ext_chain.clone())),
+                    Some(format!("{label} external IP")),
+                );
+            }
+            if let Some(np) = node_port_here {
+                self.element(
+                    SERVICE_NODEPORTS,
+                    vec![p.proto.clone(), Value::Port(np)],
+                    Some(Verdict::Jump(ext_chain.clone())),
+                    Some(label.clone()),
+                );
+            }
+        }
+    }
+
+    /// The rules of the port's `external-…` chain, after creating the endpoint chains they go
+    /// to that the internal chain is not.
+    fn external_chain_rules(&mut self, p: &PortRules) -> Vec<Rule> {
+        let (sp, label, svc_chain) = (p.sp, &p.label, &p.svc_chain);
+        // The cluster endpoints' chain, unless the internal chain is it.
+        if p.internal_chain != *svc_chain && !p.cluster.is_empty() {
+            let dispatch = self.dispatch(sp, svc_chain, p.cluster);
+            self.chain(svc_chain, None, Some(label), dispatch);
+        }
+        let mut rules = Vec::new();
+        if sp.external_policy == TrafficPolicy::Cluster {
+            rules.push(rule(
+                vec![jump(MARK_FOR_MASQUERADE)],
+                Some("masquerade traffic from outside the cluster".into()),
+            ));
+            rules.push(rule(vec![goto(svc_chain)], None));
+            return rules;
+        }
+        // Pods and the node itself may use every endpoint; the node's own traffic is
+        // masqueraded so replies come back through it.
+        if let (Some(local_pod), false) = (self.is_local(), p.cluster.is_empty()) {
+            rules.push(rule(
+                vec![local_pod, goto(svc_chain)],
+                Some("short-circuit pod traffic".into()),
+            ));
+        }
+        if !p.cluster.is_empty() {
+            let host = m(
+                Selector::FibSaddrType,
+                CmpOp::Eq,
+                Value::AddrType(AddrType::Local),
+            );
+            rules.push(rule(
+                vec![host.clone(), jump(MARK_FOR_MASQUERADE)],
+                Some("masquerade host traffic".into()),
+            ));
+            rules.push(rule(
+                vec![host, goto(svc_chain)],
+                Some("short-circuit host traffic".into()),
+            ));
+        }
+        // Traffic from outside takes the local endpoints; without any it falls through
+        // to the no-endpoint drop.
+        if !p.local.is_empty() {
+            let local_chain = local_chain(&sp.name);
+            // Under iTP Local too, the internal chain picks among the local endpoints.
+            if p.internal_chain != local_chain {
+                let dispatch = self.dispatch(sp, &local_chain, p.local);
+                self.chain(&local_chain, None, Some(label), dispatch);
+            }
+            rules.push(rule(vec![goto(&local_chain)], None));
+        }
+        rules
+    }
+
+    /// LoadBalancerSourceRanges: only listed sources reach the load-balancer IPs.
+    fn source_ranges(&mut self, p: &PortRules) {
+        let f = self.fam;
+        let (sp, label) = (p.sp, &p.label);
+        let lb_ips: Vec<IpAddr> = sp
+            .load_balancer_ips
+            .iter()
+            .copied()
+            .filter(|ip| f.has(ip))
+            .collect();
+        if sp.source_ranges.is_empty() || lb_ips.is_empty() {
+            return;
+        }
+        let fw = firewall_chain(&sp.name);
+        let ranges: Vec<IpNet> = sp
+            .source_ranges
+            .iter()
+            .copied()
+            .filter(|r| f.has_net(r))
+            .collect();
+        let mut rules: Vec<Rule> = ranges
+            .iter()
+            .map(|r| {
+                rule(
+                    vec![
+                        m(f.saddr(), CmpOp::Eq, net_value(*r)),
+                        Stmt::Verdict(Verdict::Return),
+                    ],
+                    None,
+                )
+            })
+            .collect();
+        // A node inside an allowed range may reach the LB through its own IPs (hairpin).
+        if self
+            .node_ips()
+            .iter()
+            .any(|ip| ranges.iter().any(|r| r.contains(ip)))
+        {
+            for ip in &lb_ips {
+                rules.push(rule(
+                    vec![
+                        m(f.saddr(), CmpOp::Eq, ip_value(*ip)),
+                        Stmt::Verdict(Verdict::Return),
+                    ],
+                    None,
+                ));
+            }
+        }
+        rules.push(rule(
+            vec![Stmt::Verdict(Verdict::Drop)],
+            Some("source not in loadBalancerSourceRanges".into()),
+        ));
+        self.chain(&fw, None, Some(label), rules);
+        for ip in &lb_ips {
+            self.element(
+                FIREWALL_IPS,
+                vec![ip_value(*ip), p.proto.clone(), p.port.clone()],
+                Some(Verdict::Goto(fw.clone())),
+                Some(label.clone()),
+            );
+        }
+    }
+}
