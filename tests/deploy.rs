@@ -17,7 +17,7 @@ use manifests::{documents, one};
 fn kustomization_lists_every_manifest_and_each_parses_as_its_kind() {
     let kustomization = &documents("kustomization.yaml")[0];
     let listed: BTreeSet<String> = kustomization["resources"]
-        .as_sequence()
+        .as_array()
         .unwrap()
         .iter()
         .map(|v| v.as_str().unwrap().to_string())

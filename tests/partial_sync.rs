@@ -19,7 +19,7 @@ fn objects(services: usize, extra_endpoint: bool) -> (Vec<Service>, Vec<Endpoint
     for i in 0..services {
         let (hi, lo) = (i / 250, i % 250);
         svcs.push(
-            serde_yaml::from_str(&format!(
+            serde_saphyr::from_str(&format!(
                 "metadata: {{name: svc-{i}, namespace: bench}}\nspec: {{clusterIP: 10.96.{hi}.{}, ports: [{{name: http, port: 80, protocol: TCP}}]}}",
                 lo + 1
             ))
@@ -39,7 +39,7 @@ fn objects(services: usize, extra_endpoint: bool) -> (Vec<Service>, Vec<Endpoint
             );
         }
         slices.push(
-            serde_yaml::from_str(&format!(
+            serde_saphyr::from_str(&format!(
                 "metadata: {{name: svc-{i}-x, namespace: bench, labels: {{kubernetes.io/service-name: svc-{i}}}}}\naddressType: IPv4\nports: [{{name: http, port: 8080, protocol: TCP}}]\nendpoints: [{}]",
                 eps.join(", ")
             ))
@@ -50,7 +50,7 @@ fn objects(services: usize, extra_endpoint: bool) -> (Vec<Service>, Vec<Endpoint
 }
 
 fn tables(services: usize, extra: bool) -> Vec<Table> {
-    let node: Node = serde_yaml::from_str(
+    let node: Node = serde_saphyr::from_str(
         "metadata: {name: node-a}\nstatus: {addresses: [{type: InternalIP, address: 10.0.0.1}]}",
     )
     .unwrap();

@@ -18,7 +18,6 @@ use kubenft::nft::model::Table;
 use kubenft::nft::netlink::Nftables;
 use kubenft::proxier::ProxyConfig;
 use kubenft::sync::{Observed, reconcile_transaction};
-use serde::Deserialize;
 
 const CLUSTER: &str = r#"
 apiVersion: v1
@@ -156,12 +155,11 @@ fn plan(yaml: &str) -> Vec<Table> {
         Vec::<EndpointSlice>::new(),
         Vec::<Node>::new(),
     );
-    for doc in serde_yaml::Deserializer::from_str(yaml) {
-        let v = serde_yaml::Value::deserialize(doc).unwrap();
+    for v in serde_saphyr::from_multiple::<serde_json::Value>(yaml).unwrap() {
         match v["kind"].as_str() {
-            Some("Service") => services.push(serde_yaml::from_value(v).unwrap()),
-            Some("EndpointSlice") => slices.push(serde_yaml::from_value(v).unwrap()),
-            Some("Node") => nodes.push(serde_yaml::from_value(v).unwrap()),
+            Some("Service") => services.push(serde_json::from_value(v).unwrap()),
+            Some("EndpointSlice") => slices.push(serde_json::from_value(v).unwrap()),
+            Some("Node") => nodes.push(serde_json::from_value(v).unwrap()),
             _ => {}
         }
     }

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use kubenft::netns::Netns;
 use kubenft_testkit::{Kind, TestApiServer};
-use serde::Deserialize as _;
 
 use crate::synthetic::{self, manifests};
 
@@ -112,9 +111,9 @@ impl ApiServer {
     /// Stores every object of the synthetic cluster's manifests.
     fn load(&self, services: usize, endpoints: usize) -> Result<(), String> {
         for (name, text) in manifests(services, endpoints) {
-            for document in serde_yaml::Deserializer::from_str(&text) {
-                let value =
-                    serde_json::Value::deserialize(document).map_err(|e| format!("{name}: {e}"))?;
+            let documents = serde_saphyr::from_multiple::<serde_json::Value>(&text)
+                .map_err(|e| format!("{name}: {e}"))?;
+            for value in documents {
                 if value.is_null() {
                     continue;
                 }

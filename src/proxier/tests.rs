@@ -14,11 +14,11 @@ status: {addresses: [{type: InternalIP, address: 10.0.0.10}, {type: InternalIP, 
 ";
 
 fn service(yaml: &str) -> Service {
-    serde_yaml::from_str(yaml).unwrap()
+    serde_saphyr::from_str(yaml).unwrap()
 }
 
 fn slice(service: &str, family: &str, port: u16, endpoints: &str) -> EndpointSlice {
-    serde_yaml::from_str(&format!(
+    serde_saphyr::from_str(&format!(
         "metadata: {{name: {service}-x, namespace: default, labels: {{kubernetes.io/service-name: {service}}}}}
 addressType: {family}
 ports: [{{name: http, port: {port}, protocol: TCP}}]
@@ -40,7 +40,7 @@ fn config() -> ProxyConfig {
 }
 
 fn plan(services: &[Service], slices: &[EndpointSlice], config: &ProxyConfig) -> Vec<Table> {
-    let node: Node = serde_yaml::from_str(NODE).unwrap();
+    let node: Node = serde_saphyr::from_str(NODE).unwrap();
     let (state, rejected) = ClusterState::from_objects(services, slices, Some(&node));
     assert!(rejected.is_empty(), "{rejected:?}");
     build(&state, config)
@@ -420,7 +420,7 @@ fn a_malformed_service_is_rejected_and_the_others_still_planned() {
     let bad = service(
         "metadata: {name: bad, namespace: default}\nspec: {clusterIP: not-an-ip, ports: [{port: 80}]}",
     );
-    let node: Node = serde_yaml::from_str(NODE).unwrap();
+    let node: Node = serde_saphyr::from_str(NODE).unwrap();
     let (state, rejected) = ClusterState::from_objects(
         &[bad, service(WEB)],
         &[slice("web", "IPv4", 8080, TWO_READY)],
@@ -436,7 +436,7 @@ fn a_malformed_service_is_rejected_and_the_others_still_planned() {
 #[test]
 fn two_services_with_one_name_are_both_rejected_whatever_their_order() {
     let other = service(&WEB.replace("10.96.0.10", "10.96.0.99"));
-    let node: Node = serde_yaml::from_str(NODE).unwrap();
+    let node: Node = serde_saphyr::from_str(NODE).unwrap();
     for services in [[service(WEB), other.clone()], [other.clone(), service(WEB)]] {
         let (state, rejected) = ClusterState::from_objects(&services, &[], Some(&node));
         assert!(state.services.is_empty(), "neither copy is proxied");
@@ -450,7 +450,7 @@ fn headless_services_are_not_proxied() {
     let headless = service(
         "metadata: {name: h, namespace: default}\nspec: {clusterIP: None, ports: [{port: 80}]}",
     );
-    let node: Node = serde_yaml::from_str(NODE).unwrap();
+    let node: Node = serde_saphyr::from_str(NODE).unwrap();
     let (state, rejected) = ClusterState::from_objects(&[headless], &[], Some(&node));
     assert!(rejected.is_empty() && state.services.is_empty());
 }
@@ -633,7 +633,7 @@ fn external_name_services_are_not_proxied() {
     let svc = service(
         "metadata: {name: ext, namespace: default}\nspec: {type: ExternalName, externalName: example.invalid}",
     );
-    let node: Node = serde_yaml::from_str(NODE).unwrap();
+    let node: Node = serde_saphyr::from_str(NODE).unwrap();
     let (state, rejected) = ClusterState::from_objects(&[svc], &[], Some(&node));
     assert!(rejected.is_empty() && state.services.is_empty());
 }
@@ -685,7 +685,7 @@ fn a_service_keeps_its_block_when_endpoints_change_and_new_services_take_free_bl
             "metadata: {{name: api, namespace: default}}\nspec: {{type: NodePort, externalTrafficPolicy: Local, clusterIP: {ip}, ports: [{{name: http, port: 80, protocol: TCP, nodePort: 30081}}]}}"
         ))
     };
-    let node: Node = serde_yaml::from_str(NODE).unwrap();
+    let node: Node = serde_saphyr::from_str(NODE).unwrap();
     let one = "[{addresses: [10.244.0.11], conditions: {ready: true}}]";
     let (before, _) = ClusterState::from_objects(
         &[service(WEB_NODEPORT), api("10.96.0.11")],
@@ -797,7 +797,7 @@ fn affinity_services_pick_endpoint_chains_by_a_cascade_or_one_numgen_map() {
 
 #[test]
 fn the_incremental_planner_sends_a_new_endpoint_as_map_elements_of_its_service_only() {
-    let node: Node = serde_yaml::from_str(NODE).unwrap();
+    let node: Node = serde_saphyr::from_str(NODE).unwrap();
     let api = service(
         &WEB.replace("web", "api")
             .replace("10.96.0.10", "10.96.0.20"),
@@ -1194,7 +1194,7 @@ fn an_address_a_service_is_reached_at_twice_yields_its_elements_once() {
     let svc = service(
         "metadata: {name: web, namespace: default}\nspec: {type: LoadBalancer, clusterIP: 10.96.0.10, externalIPs: [192.0.2.10], ports: [{name: http, port: 80, protocol: TCP, nodePort: 30080}]}\nstatus: {loadBalancer: {ingress: [{ip: 192.0.2.10}]}}",
     );
-    let node: Node = serde_yaml::from_str(NODE).unwrap();
+    let node: Node = serde_saphyr::from_str(NODE).unwrap();
     let (state, _) = ClusterState::from_objects(
         &[svc],
         &[slice("web", "IPv4", 8080, TWO_READY)],

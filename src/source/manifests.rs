@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
-use serde_yaml::Value;
+use serde_json::Value;
 
 /// The objects the proxy cares about, in the order they were read.
 #[derive(Debug, Clone, Default)]
@@ -146,7 +146,7 @@ pub fn parse_file(
             document: i + 1,
             item: None,
         };
-        let value: Value = match serde_yaml::from_str(doc) {
+        let value: Value = match serde_saphyr::from_str(doc) {
             Ok(v) => v,
             Err(e) => {
                 warnings.push(at.warning(None, None, format!("invalid YAML: {e}")));
@@ -162,7 +162,7 @@ pub fn parse_file(
             // `items:` with nothing after it is YAML null: an empty list, not an error.
             let items = match value.get("items") {
                 Some(Value::Null) => Some(&no_items),
-                other => other.and_then(Value::as_sequence),
+                other => other.and_then(Value::as_array),
             };
             let Some(items) = items else {
                 warnings.push(at.warning(
@@ -181,10 +181,10 @@ pub fn parse_file(
             for (j, item) in items.iter().enumerate() {
                 at.item = Some(j);
                 let mut item = item.clone();
-                if let (Some(k), Value::Mapping(m)) = (item_kind, &mut item) {
-                    m.entry("kind".into()).or_insert_with(|| k.into());
+                if let (Some(k), Value::Object(m)) = (item_kind, &mut item) {
+                    m.entry("kind").or_insert_with(|| k.into());
                     if let Some(v) = item_api_version {
-                        m.entry("apiVersion".into()).or_insert_with(|| v.into());
+                        m.entry("apiVersion").or_insert_with(|| v.into());
                     }
                 }
                 parse_object(&at, item, out, warnings);
@@ -226,7 +226,7 @@ fn parse_object(
     out: &mut Manifests,
     warnings: &mut Vec<ManifestWarning>,
 ) {
-    if !value.is_mapping() {
+    if !value.is_object() {
         warnings.push(at.warning(None, None, "not a Kubernetes object (not a mapping)".into()));
         return;
     }
@@ -244,13 +244,13 @@ fn parse_object(
     };
     let kind = kind.to_string();
     let result = match (api_version, kind.as_str()) {
-        ("v1", "Service") => serde_yaml::from_value(value).map(|s| out.services.push(s)),
+        ("v1", "Service") => serde_json::from_value(value).map(|s| out.services.push(s)),
         ("discovery.k8s.io/v1", "EndpointSlice") => {
-            serde_yaml::from_value(value).map(|s| out.endpoint_slices.push(s))
+            serde_json::from_value(value).map(|s| out.endpoint_slices.push(s))
         }
-        ("v1", "Node") => serde_yaml::from_value(value).map(|n| out.nodes.push(n)),
+        ("v1", "Node") => serde_json::from_value(value).map(|n| out.nodes.push(n)),
         ("networking.k8s.io/v1", "ServiceCIDR") => {
-            serde_yaml::from_value(value).map(|c| out.service_cidrs.push(c))
+            serde_json::from_value(value).map(|c| out.service_cidrs.push(c))
         }
         _ => {
             tracing::debug!(

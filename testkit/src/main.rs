@@ -3,7 +3,6 @@
 
 use clap::{Parser, Subcommand};
 use kubenft_testkit::{TestApiServer, TestkitError};
-use serde::Deserialize as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -22,7 +21,7 @@ enum CliError {
     LoadParse {
         path: String,
         #[source]
-        source: serde_yaml::Error,
+        source: serde_saphyr::Error,
     },
     #[error("loading an object from {path}")]
     LoadApply {
@@ -73,12 +72,13 @@ fn load(server: &TestApiServer, path: &PathBuf) -> Result<usize, CliError> {
         source,
     })?;
     let mut count = 0;
-    for document in serde_yaml::Deserializer::from_str(&text) {
-        let value =
-            serde_json::Value::deserialize(document).map_err(|source| CliError::LoadParse {
-                path: shown.clone(),
-                source,
-            })?;
+    let documents = serde_saphyr::from_multiple::<serde_json::Value>(&text).map_err(|source| {
+        CliError::LoadParse {
+            path: shown.clone(),
+            source,
+        }
+    })?;
+    for value in documents {
         if value.is_null() {
             continue; // an empty document, e.g. after a trailing "---"
         }

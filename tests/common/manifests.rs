@@ -2,18 +2,17 @@
 
 use std::path::Path;
 
-use serde::Deserialize;
-
 /// The YAML documents of `deploy/FILE`, empty ones left out.
-pub fn documents(file: &str) -> Vec<serde_yaml::Value> {
+pub fn documents(file: &str) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("deploy")
             .join(file),
     )
     .unwrap_or_else(|e| panic!("reading deploy/{file}: {e}"));
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde_yaml::Value::deserialize(d).unwrap_or_else(|e| panic!("deploy/{file}: {e}")))
+    serde_saphyr::from_multiple::<serde_json::Value>(&text)
+        .unwrap_or_else(|e| panic!("deploy/{file}: {e}"))
+        .into_iter()
         .filter(|v| !v.is_null())
         .collect()
 }
@@ -25,5 +24,5 @@ pub fn one<T: serde::de::DeserializeOwned>(file: &str, kind: &str) -> T {
         .filter(|d| d["kind"] == kind)
         .collect();
     assert_eq!(docs.len(), 1, "deploy/{file} holds one {kind}");
-    serde_yaml::from_value(docs[0].clone()).unwrap_or_else(|e| panic!("deploy/{file} {kind}: {e}"))
+    serde_json::from_value(docs[0].clone()).unwrap_or_else(|e| panic!("deploy/{file} {kind}: {e}"))
 }
