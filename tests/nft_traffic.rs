@@ -9,9 +9,9 @@ mod common;
 
 use common::{Topology, request};
 use kubenft::netns::can_create;
-use kubenft::nft::corpus::creation_transaction;
 use kubenft::nft::model::*;
 use kubenft::nft::netlink::Nftables;
+use kubenft_nft_testkit::corpus::creation_transaction;
 
 const MASQ: u32 = 0x4000;
 

@@ -6,12 +6,12 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::model::{
+use kubenft::nft::model::{
     AddrType, BaseChain, Chain, ChainType, CmpOp, CtState, CtStatus, DataType, Element, Family,
     Hook, MapData, MapRef, MarkOp, Policy, RateUnit, RejectKind, Rule, Selector, Set, Stmt, Table,
     Value, Verdict,
 };
-use super::transaction::{Op, TableRef, Transaction};
+use kubenft::nft::transaction::{Op, TableRef, Transaction};
 
 /// The masquerade mark bit, as kube-proxy uses it.
 const MASQ_BIT: u32 = 0x4000;
@@ -2090,7 +2090,7 @@ mod tests {
         assert!(
             t.chains
                 .keys()
-                .all(|n| crate::nft::render::is_nft_identifier(n))
+                .all(|n| kubenft::nft::render::is_nft_identifier(n))
         );
     }
 
