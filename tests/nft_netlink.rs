@@ -148,7 +148,7 @@ fn a_rejected_operation_is_named_and_leaves_the_table_exactly_as_before() {
     if !root() {
         return;
     }
-    use kubenft::nft::model::{Chain, Rule, Stmt, Verdict};
+    use kubenft::nft::model::{Chain, Rule, Stmt};
     use kubenft::nft::transaction::Op;
     let table = ip_table();
     let ns = Netns::create("nlFail").unwrap();
@@ -157,21 +157,12 @@ fn a_rejected_operation_is_named_and_leaves_the_table_exactly_as_before() {
     let tref = table.table_ref();
     let good = Op::AddChain {
         table: tref.clone(),
-        chain: Chain {
-            name: "fresh".into(),
-            base: None,
-            comment: None,
-            rules: vec![],
-        },
+        chain: Chain::new("fresh"),
     };
     let bad = Op::AddRule {
         table: tref.clone(),
         chain: "fresh".into(),
-        rule: Rule {
-            stmts: vec![Stmt::Verdict(Verdict::Jump("no-such-chain".into()))],
-            comment: None,
-            handle: None,
-        },
+        rule: Rule::new(vec![Stmt::jump("no-such-chain")]),
     };
     let tx = Transaction {
         ops: vec![good.clone(), good, bad],
@@ -279,38 +270,30 @@ fn half_a_million_map_elements_apply_in_one_transaction() {
     use kubenft::nft::model::{DataType, Element, Set, Value, Verdict};
     use kubenft::nft::transaction::Op;
     use std::net::Ipv4Addr;
-    let mut table = Table {
-        family: kubenft::nft::model::Family::Ip,
-        name: "big".into(),
-        ..Table::default()
-    };
+    let mut table = Table::new(kubenft::nft::model::Family::Ip, "big");
     let elements: Vec<Element> = (0..500_000u32)
-        .map(|i| Element {
-            key: vec![
-                Value::Ipv4(Ipv4Addr::from(0x0a00_0000 + i / 2)),
-                Value::Proto(6),
-                Value::Port(80 + (i % 2) as u16),
-            ],
-            data: Some(Verdict::Drop.into()),
-            comment: None,
+        .map(|i| {
+            Element::map(
+                vec![
+                    Value::Ipv4(Ipv4Addr::from(0x0a00_0000 + i / 2)),
+                    Value::Proto(6),
+                    Value::Port(80 + (i % 2) as u16),
+                ],
+                Verdict::Drop,
+            )
         })
         .collect();
     table.sets.insert(
         "service-ips".into(),
-        Set {
-            name: "service-ips".into(),
-            key: vec![
+        Set::verdict_map(
+            "service-ips",
+            vec![
                 DataType::Ipv4Addr,
                 DataType::InetProto,
                 DataType::InetService,
             ],
-            data: vec![DataType::Verdict],
-            interval: false,
-            dynamic: false,
-            timeout: None,
-            comment: None,
-            elements,
-        },
+        )
+        .with_elements(elements),
     );
     let tx = creation_transaction(&table);
     assert!(

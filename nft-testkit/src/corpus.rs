@@ -86,94 +86,17 @@ pub fn creation_transaction(t: &Table) -> Transaction {
 // ---------------------------------------------------------------------------------------------
 // Small builders: the corpus reads as data.
 
-fn rule(stmts: Vec<Stmt>, comment: &str) -> Rule {
-    Rule {
-        stmts,
-        comment: (!comment.is_empty()).then(|| comment.to_string()),
-        handle: None,
-    }
-}
-
-fn m(left: Selector, right: Value) -> Stmt {
-    Stmt::Match {
-        left,
-        mask: None,
-        op: CmpOp::Eq,
-        right,
-    }
-}
-
-fn ne(left: Selector, right: Value) -> Stmt {
-    Stmt::Match {
-        left,
-        mask: None,
-        op: CmpOp::Ne,
-        right,
-    }
-}
-
-fn v(verdict: Verdict) -> Stmt {
-    Stmt::Verdict(verdict)
-}
-
-fn jump(c: &str) -> Verdict {
-    Verdict::Jump(c.to_string())
-}
-
-fn goto(c: &str) -> Verdict {
-    Verdict::Goto(c.to_string())
-}
-
-fn ct_new() -> Stmt {
-    m(Selector::CtState, Value::CtState(CtState::NEW))
-}
-
-fn base(kind: ChainType, hook: Hook, priority: i32) -> Option<BaseChain> {
-    Some(BaseChain {
-        kind,
-        hook,
-        priority,
-        policy: Policy::Accept,
-    })
-}
-
-fn chain(name: &str, base: Option<BaseChain>, comment: &str, rules: Vec<Rule>) -> Chain {
-    Chain {
-        name: name.to_string(),
-        base,
-        comment: (!comment.is_empty()).then(|| comment.to_string()),
-        rules,
-    }
-}
-
-fn set(name: &str, key: Vec<DataType>, data: Option<DataType>, comment: &str) -> Set {
-    Set {
-        name: name.to_string(),
-        key,
-        data: data.into_iter().collect(),
-        interval: false,
-        dynamic: false,
-        timeout: None,
-        comment: (!comment.is_empty()).then(|| comment.to_string()),
-        elements: Vec::new(),
-    }
-}
-
-fn el(key: Vec<Value>, data: Option<Verdict>, comment: &str) -> Element {
-    Element {
-        key,
-        data: data.map(MapData::Verdict),
-        comment: (!comment.is_empty()).then(|| comment.to_string()),
-    }
-}
-
 /// An interval map from numgen slots to `address . port` (the planner's endpoint map).
-fn endpoint_map(name: &str, addr: DataType, comment: &str, elements: Vec<Element>) -> Set {
-    let mut s = set(name, vec![DataType::Integer], None, comment);
-    s.data = vec![addr, DataType::InetService];
-    s.interval = true;
-    s.elements = elements;
-    s
+fn endpoint_map(name: &str, addr: DataType, elements: Vec<Element>) -> Set {
+    Set {
+        interval: true,
+        ..Set::map(
+            name,
+            vec![DataType::Integer],
+            vec![addr, DataType::InetService],
+        )
+        .with_elements(elements)
+    }
 }
 
 /// A hash map from `daddr . l4proto . dport . slot` to `address . port` (the planner's shared
@@ -188,15 +111,13 @@ fn slot_map(name: &str, daddr: DataType, elements: Vec<Element>) -> Set {
 /// A hash map from `daddr . l4proto . dport` to `address . port` (the planner's
 /// `pick-fallback`).
 fn frontend_map(name: &str, daddr: DataType, elements: Vec<Element>) -> Set {
-    let mut s = set(
+    Set::map(
         name,
         vec![daddr, DataType::InetProto, DataType::InetService],
-        None,
-        "service address . protocol . port to its first endpoint",
-    );
-    s.data = vec![daddr, DataType::InetService];
-    s.elements = elements;
-    s
+        vec![daddr, DataType::InetService],
+    )
+    .with_comment("service address . protocol . port to its first endpoint")
+    .with_elements(elements)
 }
 
 /// `frontend`'s element of a `frontend_map`, pointing at `to`.
@@ -361,418 +282,270 @@ fn kube_layout(family: Family) -> Table {
     let port_key = vec![Selector::L4Proto, Selector::ThDport];
 
     let endpoint = |name: &str, n: u8, with_affinity: bool| -> Chain {
-        let mut rules = vec![rule(
-            vec![m(a.saddr, pod_value(n)), v(jump("mark-for-masquerade"))],
-            "hairpin: the endpoint talks to itself through the service",
-        )];
+        let mut rules = vec![
+            Rule::new(vec![
+                Stmt::match_eq(a.saddr, pod_value(n)),
+                Stmt::jump("mark-for-masquerade"),
+            ])
+            .with_comment("hairpin: the endpoint talks to itself through the service"),
+        ];
         if with_affinity {
-            rules.push(rule(
-                vec![Stmt::Update {
-                    set: affinity.to_string(),
-                    key: vec![a.saddr],
-                }],
-                "",
-            ));
+            rules.push(Rule::new(vec![Stmt::Update {
+                set: affinity.to_string(),
+                key: vec![a.saddr],
+            }]));
         }
-        rules.push(rule(
-            vec![
-                m(Selector::L4Proto, tcp.clone()),
-                Stmt::Dnat {
-                    addr: pod(n),
-                    port: Some(80),
-                },
-            ],
-            "",
-        ));
-        chain(name, None, "ns1/svc1:p80 endpoint", rules)
+        rules.push(Rule::new(vec![
+            Stmt::match_eq(Selector::L4Proto, tcp.clone()),
+            Stmt::Dnat {
+                addr: pod(n),
+                port: Some(80),
+            },
+        ]));
+        Chain::new(name)
+            .with_comment("ns1/svc1:p80 endpoint")
+            .with_rules(rules)
     };
 
     let chains = vec![
-        chain(
+        Chain::base(
             "filter-prerouting-pre-dnat",
-            base(ChainType::Filter, Hook::Prerouting, -110),
-            "source ranges of load balancers, before DNAT",
-            vec![rule(vec![ct_new(), v(jump("firewall-check"))], "")],
-        ),
-        chain(
+            ChainType::Filter,
+            Hook::Prerouting,
+            -110,
+        )
+        .with_comment("source ranges of load balancers, before DNAT")
+        .with_rules(vec![Rule::new(vec![
+            Stmt::ct_new(),
+            Stmt::jump("firewall-check"),
+        ])]),
+        Chain::base(
             "filter-output-pre-dnat",
-            base(ChainType::Filter, Hook::Output, -110),
-            "",
-            vec![rule(vec![ct_new(), v(jump("firewall-check"))], "")],
-        ),
-        chain(
-            "nat-prerouting",
-            base(ChainType::Nat, Hook::Prerouting, -100),
-            "",
-            vec![rule(vec![v(jump("services"))], "dispatch to services")],
-        ),
-        chain(
-            "nat-output",
-            base(ChainType::Nat, Hook::Output, -100),
-            "",
-            vec![rule(vec![v(jump("services"))], "")],
-        ),
-        chain(
-            "filter-forward",
-            base(ChainType::Filter, Hook::Forward, 0),
-            "",
-            vec![
-                rule(vec![ct_new(), v(jump("service-endpoints-check"))], ""),
-                rule(vec![ct_new(), v(jump("cluster-ips-check"))], ""),
-            ],
-        ),
-        chain(
-            "filter-input",
-            base(ChainType::Filter, Hook::Input, 0),
-            "",
-            vec![
-                rule(vec![ct_new(), v(jump("nodeport-endpoints-check"))], ""),
-                rule(vec![ct_new(), v(jump("service-endpoints-check"))], ""),
-            ],
-        ),
-        chain(
-            "filter-output",
-            base(ChainType::Filter, Hook::Output, 0),
-            "",
-            vec![
-                rule(vec![ct_new(), v(jump("service-endpoints-check"))], ""),
-                rule(vec![ct_new(), v(jump("cluster-ips-check"))], ""),
-            ],
-        ),
-        chain(
-            "nat-postrouting",
-            base(ChainType::Nat, Hook::Postrouting, 100),
-            "",
-            vec![rule(vec![v(jump("masquerading"))], "")],
-        ),
-        chain(
-            "services",
-            None,
-            "ClusterIP, external IP and load balancer dispatch",
-            vec![
-                rule(
-                    vec![Stmt::VMap {
-                        key: svc_key.clone(),
-                        map: MapRef::Named("service-ips".into()),
-                    }],
-                    "",
-                ),
-                rule(
-                    vec![
-                        m(Selector::FibDaddrType, Value::AddrType(AddrType::Local)),
-                        Stmt::VMap {
-                            key: port_key.clone(),
-                            map: MapRef::Named("service-nodeports".into()),
-                        },
-                    ],
-                    "node ports on local addresses",
-                ),
-            ],
-        ),
-        chain(
-            "firewall-check",
-            None,
-            "",
-            vec![rule(
-                vec![Stmt::VMap {
+            ChainType::Filter,
+            Hook::Output,
+            -110,
+        )
+        .with_rules(vec![Rule::new(vec![
+            Stmt::ct_new(),
+            Stmt::jump("firewall-check"),
+        ])]),
+        Chain::base("nat-prerouting", ChainType::Nat, Hook::Prerouting, -100).with_rules(vec![
+            Rule::new(vec![Stmt::jump("services")]).with_comment("dispatch to services"),
+        ]),
+        Chain::base("nat-output", ChainType::Nat, Hook::Output, -100)
+            .with_rules(vec![Rule::new(vec![Stmt::jump("services")])]),
+        Chain::base("filter-forward", ChainType::Filter, Hook::Forward, 0).with_rules(vec![
+            Rule::new(vec![Stmt::ct_new(), Stmt::jump("service-endpoints-check")]),
+            Rule::new(vec![Stmt::ct_new(), Stmt::jump("cluster-ips-check")]),
+        ]),
+        Chain::base("filter-input", ChainType::Filter, Hook::Input, 0).with_rules(vec![
+            Rule::new(vec![Stmt::ct_new(), Stmt::jump("nodeport-endpoints-check")]),
+            Rule::new(vec![Stmt::ct_new(), Stmt::jump("service-endpoints-check")]),
+        ]),
+        Chain::base("filter-output", ChainType::Filter, Hook::Output, 0).with_rules(vec![
+            Rule::new(vec![Stmt::ct_new(), Stmt::jump("service-endpoints-check")]),
+            Rule::new(vec![Stmt::ct_new(), Stmt::jump("cluster-ips-check")]),
+        ]),
+        Chain::base("nat-postrouting", ChainType::Nat, Hook::Postrouting, 100)
+            .with_rules(vec![Rule::new(vec![Stmt::jump("masquerading")])]),
+        Chain::new("services")
+            .with_comment("ClusterIP, external IP and load balancer dispatch")
+            .with_rules(vec![
+                Rule::new(vec![Stmt::VMap {
                     key: svc_key.clone(),
-                    map: MapRef::Named("firewall-ips".into()),
-                }],
-                "",
-            )],
-        ),
-        chain(
-            "service-endpoints-check",
-            None,
-            "",
-            vec![rule(
-                vec![Stmt::VMap {
-                    key: svc_key.clone(),
-                    map: MapRef::Named("no-endpoint-services".into()),
-                }],
-                "",
-            )],
-        ),
-        chain(
-            "nodeport-endpoints-check",
-            None,
-            "",
-            vec![rule(
-                vec![
-                    m(Selector::FibDaddrType, Value::AddrType(AddrType::Local)),
+                    map: MapRef::Named("service-ips".into()),
+                }]),
+                Rule::new(vec![
+                    Stmt::match_eq(Selector::FibDaddrType, Value::AddrType(AddrType::Local)),
                     Stmt::VMap {
                         key: port_key.clone(),
-                        map: MapRef::Named("no-endpoint-nodeports".into()),
+                        map: MapRef::Named("service-nodeports".into()),
                     },
-                ],
-                "",
-            )],
-        ),
-        chain(
-            "cluster-ips-check",
-            None,
-            "",
-            vec![
-                rule(
-                    vec![
-                        Stmt::Lookup {
-                            key: vec![a.daddr],
-                            set: "cluster-ips".into(),
-                            negate: false,
-                        },
-                        v(goto("reject-chain")),
-                    ],
-                    "reject traffic to an active ClusterIP on an unused port",
-                ),
-                rule(
-                    vec![m(a.daddr, service_cidr), v(Verdict::Drop)],
-                    "drop traffic to unallocated ClusterIPs",
-                ),
-            ],
-        ),
-        chain(
-            "reject-chain",
-            None,
-            "helper for reject verdicts from maps",
-            vec![rule(vec![Stmt::Reject(RejectKind::Default)], "")],
-        ),
-        chain(
-            "mark-for-masquerade",
-            None,
-            "",
-            vec![rule(vec![Stmt::SetMark(MarkOp::Or(MASQ_BIT))], "")],
-        ),
-        chain(
-            "masquerading",
-            None,
-            "",
-            vec![
-                rule(
-                    vec![
-                        Stmt::Match {
-                            left: Selector::Mark,
-                            mask: Some(MASQ_BIT),
-                            op: CmpOp::Eq,
-                            right: Value::Mark(0),
-                        },
-                        v(Verdict::Return),
-                    ],
-                    "",
-                ),
-                rule(vec![Stmt::SetMark(MarkOp::Xor(MASQ_BIT))], ""),
-                rule(vec![Stmt::Masquerade { fully_random: true }], ""),
-            ],
-        ),
-        chain(
-            svc,
-            None,
-            "ns1/svc1:p80 cluster IP",
-            vec![
-                rule(
-                    vec![ne(a.saddr, cluster_cidr), v(jump("mark-for-masquerade"))],
-                    "",
-                ),
-                rule(
-                    vec![Stmt::VMap {
-                        key: vec![a.saddr],
-                        map: MapRef::Anonymous(vec![(vec![pod_value(9)], goto(ep1))]),
-                    }],
-                    "",
-                ),
-                rule(
-                    vec![Stmt::Lookup {
-                        key: vec![a.saddr],
-                        set: affinity.to_string(),
-                        negate: false,
-                    }],
-                    "",
-                ),
-                rule(
-                    vec![Stmt::NumgenVMap {
-                        modulus: 2,
-                        map: MapRef::Anonymous(vec![
-                            (vec![Value::Mark(0)], goto(ep1)),
-                            (vec![Value::Mark(1)], goto(ep2)),
-                        ]),
-                    }],
-                    "",
-                ),
+                ])
+                .with_comment("node ports on local addresses"),
+            ]),
+        Chain::new("firewall-check").with_rules(vec![Rule::new(vec![Stmt::VMap {
+            key: svc_key.clone(),
+            map: MapRef::Named("firewall-ips".into()),
+        }])]),
+        Chain::new("service-endpoints-check").with_rules(vec![Rule::new(vec![Stmt::VMap {
+            key: svc_key.clone(),
+            map: MapRef::Named("no-endpoint-services".into()),
+        }])]),
+        Chain::new("nodeport-endpoints-check").with_rules(vec![Rule::new(vec![
+            Stmt::match_eq(Selector::FibDaddrType, Value::AddrType(AddrType::Local)),
+            Stmt::VMap {
+                key: port_key.clone(),
+                map: MapRef::Named("no-endpoint-nodeports".into()),
+            },
+        ])]),
+        Chain::new("cluster-ips-check").with_rules(vec![
+            Rule::new(vec![
+                Stmt::Lookup {
+                    key: vec![a.daddr],
+                    set: "cluster-ips".into(),
+                    negate: false,
+                },
+                Stmt::goto("reject-chain"),
+            ])
+            .with_comment("reject traffic to an active ClusterIP on an unused port"),
+            Rule::new(vec![
+                Stmt::match_eq(a.daddr, service_cidr),
+                Stmt::Verdict(Verdict::Drop),
+            ])
+            .with_comment("drop traffic to unallocated ClusterIPs"),
+        ]),
+        Chain::new("reject-chain")
+            .with_comment("helper for reject verdicts from maps")
+            .with_rules(vec![Rule::new(vec![Stmt::Reject(RejectKind::Default)])]),
+        Chain::new("mark-for-masquerade")
+            .with_rules(vec![Rule::new(vec![Stmt::SetMark(MarkOp::Or(MASQ_BIT))])]),
+        Chain::new("masquerading").with_rules(vec![
+            Rule::new(vec![
+                Stmt::Match {
+                    left: Selector::Mark,
+                    mask: Some(MASQ_BIT),
+                    op: CmpOp::Eq,
+                    right: Value::Mark(0),
+                },
+                Stmt::Verdict(Verdict::Return),
+            ]),
+            Rule::new(vec![Stmt::SetMark(MarkOp::Xor(MASQ_BIT))]),
+            Rule::new(vec![Stmt::Masquerade { fully_random: true }]),
+        ]),
+        Chain::new(svc)
+            .with_comment("ns1/svc1:p80 cluster IP")
+            .with_rules(vec![
+                Rule::new(vec![
+                    Stmt::match_ne(a.saddr, cluster_cidr),
+                    Stmt::jump("mark-for-masquerade"),
+                ]),
+                Rule::new(vec![Stmt::VMap {
+                    key: vec![a.saddr],
+                    map: MapRef::Anonymous(vec![(vec![pod_value(9)], Verdict::goto(ep1))]),
+                }]),
+                Rule::new(vec![Stmt::Lookup {
+                    key: vec![a.saddr],
+                    set: affinity.to_string(),
+                    negate: false,
+                }]),
+                Rule::new(vec![Stmt::NumgenVMap {
+                    modulus: 2,
+                    map: MapRef::Anonymous(vec![
+                        (vec![Value::Mark(0)], Verdict::goto(ep1)),
+                        (vec![Value::Mark(1)], Verdict::goto(ep2)),
+                    ]),
+                }]),
                 // The map-free pick the planner uses for a few endpoints.
-                rule(
-                    vec![
-                        Stmt::NumgenIs {
-                            modulus: 3,
-                            value: 0,
-                        },
-                        v(goto(ep1)),
-                    ],
-                    "",
-                ),
-                rule(
-                    vec![
-                        Stmt::NumgenIs {
-                            modulus: 2,
-                            value: 1,
-                        },
-                        v(goto(ep2)),
-                    ],
-                    "",
-                ),
-            ],
-        ),
-        chain(
-            ext,
-            None,
-            "",
-            vec![
-                rule(
-                    vec![v(jump("mark-for-masquerade"))],
-                    "masquerade traffic from outside the cluster",
-                ),
-                rule(vec![v(goto(svc))], ""),
-            ],
-        ),
-        chain(
-            fw,
-            None,
-            "",
-            vec![rule(
-                vec![
-                    Stmt::Lookup {
-                        key: vec![a.saddr],
-                        set: "firewall-allow".into(),
-                        negate: true,
+                Rule::new(vec![
+                    Stmt::NumgenIs {
+                        modulus: 3,
+                        value: 0,
                     },
-                    v(Verdict::Drop),
-                ],
-                "",
-            )],
-        ),
+                    Stmt::goto(ep1),
+                ]),
+                Rule::new(vec![
+                    Stmt::NumgenIs {
+                        modulus: 2,
+                        value: 1,
+                    },
+                    Stmt::goto(ep2),
+                ]),
+            ]),
+        Chain::new(ext).with_rules(vec![
+            Rule::new(vec![Stmt::jump("mark-for-masquerade")])
+                .with_comment("masquerade traffic from outside the cluster"),
+            Rule::new(vec![Stmt::goto(svc)]),
+        ]),
+        Chain::new(fw).with_rules(vec![Rule::new(vec![
+            Stmt::Lookup {
+                key: vec![a.saddr],
+                set: "firewall-allow".into(),
+                negate: true,
+            },
+            Stmt::Verdict(Verdict::Drop),
+        ])]),
         endpoint(ep1, 1, true),
         endpoint(ep2, 2, false),
     ];
 
-    let mut cluster_ips = set("cluster-ips", vec![a.ty], None, "active ClusterIPs");
-    cluster_ips.elements = vec![el(vec![addr(1)], None, ""), el(vec![addr(2)], None, "")];
-    let mut nodeport_ips = set("nodeport-ips", vec![a.ty], None, "");
-    nodeport_ips.elements = vec![el(
-        vec![if is6 {
-            Value::Ipv6(v6("fd00:1::10"))
-        } else {
-            Value::Ipv4(v4([192, 168, 1, 10]))
-        }],
-        None,
-        "",
-    )];
+    let mut cluster_ips = Set::new("cluster-ips", vec![a.ty]).with_comment("active ClusterIPs");
+    cluster_ips.elements = vec![Element::new(vec![addr(1)]), Element::new(vec![addr(2)])];
+    let mut nodeport_ips = Set::new("nodeport-ips", vec![a.ty]);
+    nodeport_ips.elements = vec![Element::new(vec![if is6 {
+        Value::Ipv6(v6("fd00:1::10"))
+    } else {
+        Value::Ipv4(v4([192, 168, 1, 10]))
+    }])];
     let svc_map_key = vec![a.ty, DataType::InetProto, DataType::InetService];
-    let mut service_ips = set(
-        "service-ips",
-        svc_map_key.clone(),
-        Some(DataType::Verdict),
-        "ClusterIP, ExternalIP and LoadBalancer IP traffic",
-    );
+    let mut service_ips = Set::verdict_map("service-ips", svc_map_key.clone())
+        .with_comment("ClusterIP, ExternalIP and LoadBalancer IP traffic");
     service_ips.elements = vec![
-        el(
+        Element::map(
             vec![addr(1), tcp.clone(), Value::Port(80)],
-            Some(goto(svc)),
-            "ns1/svc1:p80",
-        ),
-        el(
+            Verdict::goto(svc),
+        )
+        .with_comment("ns1/svc1:p80"),
+        Element::map(
             vec![addr(3), tcp.clone(), Value::Port(80)],
-            Some(goto(ext)),
-            "ns1/svc1:p80 external IP",
-        ),
+            Verdict::goto(ext),
+        )
+        .with_comment("ns1/svc1:p80 external IP"),
     ];
-    let mut service_nodeports = set(
+    let mut service_nodeports = Set::verdict_map(
         "service-nodeports",
         vec![DataType::InetProto, DataType::InetService],
-        Some(DataType::Verdict),
-        "NodePort traffic",
-    );
+    )
+    .with_comment("NodePort traffic");
     service_nodeports.elements = vec![
-        el(
-            vec![tcp.clone(), Value::Port(30080)],
-            Some(goto(ext)),
-            "ns1/svc1:p80",
-        ),
-        el(
-            vec![udp.clone(), Value::Port(30053)],
-            Some(Verdict::Drop),
-            "",
-        ),
+        Element::map(vec![tcp.clone(), Value::Port(30080)], Verdict::goto(ext))
+            .with_comment("ns1/svc1:p80"),
+        Element::map(vec![udp.clone(), Value::Port(30053)], Verdict::Drop),
     ];
-    let mut no_endpoint_services = set(
-        "no-endpoint-services",
-        svc_map_key.clone(),
-        Some(DataType::Verdict),
-        "vmap to drop or reject packets to services with no endpoints",
-    );
+    let mut no_endpoint_services = Set::verdict_map("no-endpoint-services", svc_map_key.clone())
+        .with_comment("vmap to drop or reject packets to services with no endpoints");
     no_endpoint_services.elements = vec![
-        el(
+        Element::map(
             vec![addr(2), udp.clone(), Value::Port(53)],
-            Some(goto("reject-chain")),
-            "ns2/dns:dns has no endpoints",
-        ),
-        el(
-            vec![addr(2), sctp.clone(), Value::Port(9)],
-            Some(Verdict::Drop),
-            "ns2/dns:sctp has no local endpoints",
-        ),
+            Verdict::goto("reject-chain"),
+        )
+        .with_comment("ns2/dns:dns has no endpoints"),
+        Element::map(vec![addr(2), sctp.clone(), Value::Port(9)], Verdict::Drop)
+            .with_comment("ns2/dns:sctp has no local endpoints"),
     ];
-    let mut no_endpoint_nodeports = set(
+    let mut no_endpoint_nodeports = Set::verdict_map(
         "no-endpoint-nodeports",
         vec![DataType::InetProto, DataType::InetService],
-        Some(DataType::Verdict),
-        "",
     );
-    no_endpoint_nodeports.elements = vec![el(
+    no_endpoint_nodeports.elements = vec![Element::map(
         vec![udp.clone(), Value::Port(30053)],
-        Some(goto("reject-chain")),
-        "",
+        Verdict::goto("reject-chain"),
     )];
-    let mut firewall_ips = set(
-        "firewall-ips",
-        svc_map_key,
-        Some(DataType::Verdict),
-        "destinations that are subject to LoadBalancerSourceRanges",
-    );
-    firewall_ips.elements = vec![el(
+    let mut firewall_ips = Set::verdict_map("firewall-ips", svc_map_key)
+        .with_comment("destinations that are subject to LoadBalancerSourceRanges");
+    firewall_ips.elements = vec![Element::map(
         vec![addr(3), tcp.clone(), Value::Port(80)],
-        Some(goto(fw)),
-        "",
+        Verdict::goto(fw),
     )];
-    let mut firewall_allow = set("firewall-allow", vec![a.ty], None, "");
+    let mut firewall_allow = Set::new("firewall-allow", vec![a.ty]);
     firewall_allow.interval = true;
     firewall_allow.elements = if is6 {
         vec![
-            el(
-                vec![Value::Ipv6Net("2001:db8::/32".parse().expect("cidr"))],
-                None,
-                "",
-            ),
-            el(vec![Value::Ipv6(v6("2001:db9::1"))], None, ""),
+            Element::new(vec![Value::Ipv6Net("2001:db8::/32".parse().expect("cidr"))]),
+            Element::new(vec![Value::Ipv6(v6("2001:db9::1"))]),
         ]
     } else {
         vec![
-            el(
-                vec![Value::Ipv4Net("203.0.113.0/24".parse().expect("cidr"))],
-                None,
-                "",
-            ),
-            el(
-                vec![Value::Ipv4Net("198.51.100.0/25".parse().expect("cidr"))],
-                None,
-                "",
-            ),
-            el(vec![Value::Ipv4(v4([192, 0, 2, 7]))], None, ""),
+            Element::new(vec![Value::Ipv4Net(
+                "203.0.113.0/24".parse().expect("cidr"),
+            )]),
+            Element::new(vec![Value::Ipv4Net(
+                "198.51.100.0/25".parse().expect("cidr"),
+            )]),
+            Element::new(vec![Value::Ipv4(v4([192, 0, 2, 7]))]),
         ]
     };
-    let mut aff = set(
-        affinity,
-        vec![a.ty],
-        None,
-        "ClientIP affinity for ns1/svc1:p80",
-    );
+    let mut aff = Set::new(affinity, vec![a.ty]).with_comment("ClientIP affinity for ns1/svc1:p80");
     aff.dynamic = true;
     aff.timeout = Some(10_800);
 
@@ -801,380 +574,274 @@ fn kube_layout(family: Family) -> Table {
 fn inet_everything() -> Table {
     let tcp = Value::Proto(6);
     let chains = vec![
-        chain(
-            "prerouting",
-            base(ChainType::Nat, Hook::Prerouting, -100),
-            "inet nat entry",
-            vec![
-                rule(
-                    vec![
-                        m(Selector::NfProto, Value::NfProto(2)),
-                        Stmt::VMap {
-                            key: vec![Selector::IpDaddr, Selector::L4Proto, Selector::ThDport],
-                            map: MapRef::Named("services4".into()),
-                        },
-                    ],
-                    "IPv4 services",
-                ),
-                rule(
-                    vec![
-                        m(Selector::NfProto, Value::NfProto(10)),
-                        Stmt::VMap {
-                            key: vec![Selector::Ip6Daddr, Selector::L4Proto, Selector::ThDport],
-                            map: MapRef::Named("services6".into()),
-                        },
-                    ],
-                    "IPv6 services",
-                ),
-                rule(
-                    vec![Stmt::VMap {
-                        key: vec![Selector::L4Proto, Selector::ThDport],
-                        map: MapRef::Anonymous(vec![
-                            (vec![tcp.clone(), Value::Port(30080)], jump("dnat4")),
-                            (vec![Value::Proto(17), Value::Port(30053)], jump("dnat6")),
-                        ]),
-                    }],
-                    "",
-                ),
-            ],
-        ),
-        chain(
-            "postrouting",
-            base(ChainType::Nat, Hook::Postrouting, 100),
-            "",
-            vec![
-                rule(
-                    vec![
-                        Stmt::Match {
-                            left: Selector::Mark,
-                            mask: Some(MASQ_BIT),
-                            op: CmpOp::Ne,
-                            right: Value::Mark(0),
-                        },
-                        Stmt::Masquerade {
-                            fully_random: false,
-                        },
-                    ],
-                    "",
-                ),
-                rule(
-                    vec![
-                        Stmt::Lookup {
-                            key: vec![Selector::Mark],
-                            set: "marks".into(),
-                            negate: false,
-                        },
-                        Stmt::Masquerade { fully_random: true },
-                    ],
-                    "",
-                ),
-            ],
-        ),
-        chain(
-            "forward",
-            Some(BaseChain {
+        Chain::base("prerouting", ChainType::Nat, Hook::Prerouting, -100)
+            .with_comment("inet nat entry")
+            .with_rules(vec![
+                Rule::new(vec![
+                    Stmt::match_eq(Selector::NfProto, Value::NfProto(2)),
+                    Stmt::VMap {
+                        key: vec![Selector::IpDaddr, Selector::L4Proto, Selector::ThDport],
+                        map: MapRef::Named("services4".into()),
+                    },
+                ])
+                .with_comment("IPv4 services"),
+                Rule::new(vec![
+                    Stmt::match_eq(Selector::NfProto, Value::NfProto(10)),
+                    Stmt::VMap {
+                        key: vec![Selector::Ip6Daddr, Selector::L4Proto, Selector::ThDport],
+                        map: MapRef::Named("services6".into()),
+                    },
+                ])
+                .with_comment("IPv6 services"),
+                Rule::new(vec![Stmt::VMap {
+                    key: vec![Selector::L4Proto, Selector::ThDport],
+                    map: MapRef::Anonymous(vec![
+                        (
+                            vec![tcp.clone(), Value::Port(30080)],
+                            Verdict::jump("dnat4"),
+                        ),
+                        (
+                            vec![Value::Proto(17), Value::Port(30053)],
+                            Verdict::jump("dnat6"),
+                        ),
+                    ]),
+                }]),
+            ]),
+        Chain::base("postrouting", ChainType::Nat, Hook::Postrouting, 100).with_rules(vec![
+            Rule::new(vec![
+                Stmt::Match {
+                    left: Selector::Mark,
+                    mask: Some(MASQ_BIT),
+                    op: CmpOp::Ne,
+                    right: Value::Mark(0),
+                },
+                Stmt::Masquerade {
+                    fully_random: false,
+                },
+            ]),
+            Rule::new(vec![
+                Stmt::Lookup {
+                    key: vec![Selector::Mark],
+                    set: "marks".into(),
+                    negate: false,
+                },
+                Stmt::Masquerade { fully_random: true },
+            ]),
+        ]),
+        Chain {
+            base: Some(BaseChain {
                 kind: ChainType::Filter,
                 hook: Hook::Forward,
                 priority: 0,
                 policy: Policy::Drop,
             }),
-            "default drop forward chain",
-            vec![
-                rule(
-                    vec![
-                        m(
-                            Selector::CtState,
-                            Value::CtState(CtState(CtState::ESTABLISHED.0 | CtState::RELATED.0)),
-                        ),
-                        v(Verdict::Accept),
-                    ],
-                    "",
+            ..Chain::new("forward")
+        }
+        .with_comment("default drop forward chain")
+        .with_rules(vec![
+            Rule::new(vec![
+                Stmt::match_eq(
+                    Selector::CtState,
+                    Value::CtState(CtState(CtState::ESTABLISHED.0 | CtState::RELATED.0)),
                 ),
-                rule(
-                    vec![
-                        m(Selector::CtState, Value::CtState(CtState::INVALID)),
-                        v(Verdict::Drop),
-                    ],
-                    "",
+                Stmt::Verdict(Verdict::Accept),
+            ]),
+            Rule::new(vec![
+                Stmt::match_eq(Selector::CtState, Value::CtState(CtState::INVALID)),
+                Stmt::Verdict(Verdict::Drop),
+            ]),
+            Rule::new(vec![
+                Stmt::match_ne(Selector::CtState, Value::CtState(CtState::UNTRACKED)),
+                Stmt::Match {
+                    left: Selector::CtState,
+                    mask: Some(CtState::NEW.0),
+                    op: CmpOp::Eq,
+                    right: Value::CtState(CtState::NEW),
+                },
+                Stmt::jump("checks"),
+            ]),
+            Rule::new(vec![
+                Stmt::match_eq(Selector::IifName, Value::IfName("veth*".into())),
+                Stmt::match_ne(Selector::OifName, Value::IfName("eth0".into())),
+                Stmt::Verdict(Verdict::Accept),
+            ])
+            .with_comment("pod traffic"),
+            Rule::new(vec![
+                Stmt::Lookup {
+                    key: vec![Selector::IifName],
+                    set: "trusted-ifaces".into(),
+                    negate: false,
+                },
+                Stmt::Verdict(Verdict::Accept),
+            ]),
+        ]),
+        Chain::base("input", ChainType::Filter, Hook::Input, 0).with_rules(vec![
+            Rule::new(vec![
+                Stmt::match_eq(Selector::FibSaddrType, Value::AddrType(AddrType::Broadcast)),
+                Stmt::Verdict(Verdict::Drop),
+            ]),
+            Rule::new(vec![
+                Stmt::match_eq(Selector::FibDaddrType, Value::AddrType(AddrType::Multicast)),
+                Stmt::Verdict(Verdict::Drop),
+            ]),
+            Rule::new(vec![
+                Stmt::match_ne(Selector::FibSaddrType, Value::AddrType(AddrType::Unicast)),
+                Stmt::Counter,
+                Stmt::Verdict(Verdict::Continue),
+            ]),
+            Rule::new(vec![
+                Stmt::match_eq(Selector::L4Proto, tcp.clone()),
+                Stmt::match_eq(Selector::ThSport, Value::Port(53)),
+                Stmt::Limit {
+                    rate: 10,
+                    unit: RateUnit::Second,
+                    burst: 5,
+                },
+                Stmt::Verdict(Verdict::Accept),
+            ]),
+            Rule::new(vec![
+                Stmt::Limit {
+                    rate: 100,
+                    unit: RateUnit::Minute,
+                    burst: 20,
+                },
+                Stmt::Limit {
+                    rate: 1000,
+                    unit: RateUnit::Hour,
+                    burst: 1,
+                },
+                Stmt::Limit {
+                    rate: 5,
+                    unit: RateUnit::Day,
+                    burst: 50,
+                },
+                Stmt::Reject(RejectKind::IcmpPortUnreachable),
+            ]),
+        ]),
+        Chain::new("checks").with_rules(vec![
+            Rule::new(vec![
+                Stmt::match_eq(
+                    Selector::IpSaddr,
+                    Value::Ipv4Net("10.0.0.0/8".parse().expect("cidr")),
                 ),
-                rule(
-                    vec![
-                        ne(Selector::CtState, Value::CtState(CtState::UNTRACKED)),
-                        Stmt::Match {
-                            left: Selector::CtState,
-                            mask: Some(CtState::NEW.0),
-                            op: CmpOp::Eq,
-                            right: Value::CtState(CtState::NEW),
-                        },
-                        v(jump("checks")),
-                    ],
-                    "",
+                Stmt::match_eq(Selector::L4Proto, tcp.clone()),
+                Stmt::Reject(RejectKind::TcpReset),
+            ]),
+            Rule::new(vec![
+                Stmt::match_ne(
+                    Selector::Ip6Saddr,
+                    Value::Ipv6Net("fd00::/8".parse().expect("cidr")),
                 ),
-                rule(
-                    vec![
-                        m(Selector::IifName, Value::IfName("veth*".into())),
-                        ne(Selector::OifName, Value::IfName("eth0".into())),
-                        v(Verdict::Accept),
-                    ],
-                    "pod traffic",
-                ),
-                rule(
-                    vec![
-                        Stmt::Lookup {
-                            key: vec![Selector::IifName],
-                            set: "trusted-ifaces".into(),
-                            negate: false,
-                        },
-                        v(Verdict::Accept),
-                    ],
-                    "",
-                ),
-            ],
-        ),
-        chain(
-            "input",
-            base(ChainType::Filter, Hook::Input, 0),
-            "",
-            vec![
-                rule(
-                    vec![
-                        m(Selector::FibSaddrType, Value::AddrType(AddrType::Broadcast)),
-                        v(Verdict::Drop),
-                    ],
-                    "",
-                ),
-                rule(
-                    vec![
-                        m(Selector::FibDaddrType, Value::AddrType(AddrType::Multicast)),
-                        v(Verdict::Drop),
-                    ],
-                    "",
-                ),
-                rule(
-                    vec![
-                        ne(Selector::FibSaddrType, Value::AddrType(AddrType::Unicast)),
-                        Stmt::Counter,
-                        v(Verdict::Continue),
-                    ],
-                    "",
-                ),
-                rule(
-                    vec![
-                        m(Selector::L4Proto, tcp.clone()),
-                        m(Selector::ThSport, Value::Port(53)),
-                        Stmt::Limit {
-                            rate: 10,
-                            unit: RateUnit::Second,
-                            burst: 5,
-                        },
-                        v(Verdict::Accept),
-                    ],
-                    "",
-                ),
-                rule(
-                    vec![
-                        Stmt::Limit {
-                            rate: 100,
-                            unit: RateUnit::Minute,
-                            burst: 20,
-                        },
-                        Stmt::Limit {
-                            rate: 1000,
-                            unit: RateUnit::Hour,
-                            burst: 1,
-                        },
-                        Stmt::Limit {
-                            rate: 5,
-                            unit: RateUnit::Day,
-                            burst: 50,
-                        },
-                        Stmt::Reject(RejectKind::IcmpPortUnreachable),
-                    ],
-                    "",
-                ),
-            ],
-        ),
-        chain(
-            "checks",
-            None,
-            "",
-            vec![
-                rule(
-                    vec![
-                        m(
-                            Selector::IpSaddr,
-                            Value::Ipv4Net("10.0.0.0/8".parse().expect("cidr")),
-                        ),
-                        m(Selector::L4Proto, tcp.clone()),
-                        Stmt::Reject(RejectKind::TcpReset),
-                    ],
-                    "",
-                ),
-                rule(
-                    vec![
-                        ne(
-                            Selector::Ip6Saddr,
-                            Value::Ipv6Net("fd00::/8".parse().expect("cidr")),
-                        ),
-                        Stmt::Reject(RejectKind::Default),
-                    ],
-                    "",
-                ),
-                rule(
-                    vec![
-                        Stmt::Lookup {
-                            key: vec![Selector::Ip6Daddr],
-                            set: "blocked6".into(),
-                            negate: true,
-                        },
-                        v(Verdict::Return),
-                    ],
-                    "",
-                ),
-                rule(
-                    vec![
-                        m(Selector::Mark, Value::Mark(0x10)),
-                        Stmt::SetMark(MarkOp::And(!MASQ_BIT)),
-                        Stmt::SetMark(MarkOp::Set(0x20)),
-                    ],
-                    "",
-                ),
-            ],
-        ),
-        chain(
-            "dnat4",
-            None,
-            "",
-            vec![
-                rule(
-                    vec![Stmt::Update {
-                        set: "recent4".into(),
-                        key: vec![Selector::IpSaddr, Selector::ThDport],
-                    }],
-                    "",
-                ),
-                rule(
-                    vec![
-                        m(Selector::L4Proto, tcp.clone()),
-                        Stmt::Dnat {
-                            addr: IpAddr::V4(v4([10, 1, 0, 2])),
-                            port: Some(80),
-                        },
-                    ],
-                    "",
-                ),
-            ],
-        ),
-        chain(
-            "dnat6",
-            None,
-            "",
-            vec![
-                rule(
-                    vec![
-                        m(Selector::L4Proto, Value::Proto(17)),
-                        Stmt::Dnat {
-                            addr: IpAddr::V6(v6("fd00::1")),
-                            port: Some(53),
-                        },
-                    ],
-                    "",
-                ),
-                rule(
-                    vec![Stmt::Dnat {
-                        addr: IpAddr::V6(v6("fd00::2")),
-                        port: None,
-                    }],
-                    "",
-                ),
-            ],
-        ),
-        chain(
-            "pick",
-            None,
-            "numgen over a named map",
-            vec![rule(
-                vec![Stmt::NumgenVMap {
-                    modulus: 2,
-                    map: MapRef::Named("pick-map".into()),
-                }],
-                "",
-            )],
-        ),
+                Stmt::Reject(RejectKind::Default),
+            ]),
+            Rule::new(vec![
+                Stmt::Lookup {
+                    key: vec![Selector::Ip6Daddr],
+                    set: "blocked6".into(),
+                    negate: true,
+                },
+                Stmt::Verdict(Verdict::Return),
+            ]),
+            Rule::new(vec![
+                Stmt::match_eq(Selector::Mark, Value::Mark(0x10)),
+                Stmt::SetMark(MarkOp::And(!MASQ_BIT)),
+                Stmt::SetMark(MarkOp::Set(0x20)),
+            ]),
+        ]),
+        Chain::new("dnat4").with_rules(vec![
+            Rule::new(vec![Stmt::Update {
+                set: "recent4".into(),
+                key: vec![Selector::IpSaddr, Selector::ThDport],
+            }]),
+            Rule::new(vec![
+                Stmt::match_eq(Selector::L4Proto, tcp.clone()),
+                Stmt::Dnat {
+                    addr: IpAddr::V4(v4([10, 1, 0, 2])),
+                    port: Some(80),
+                },
+            ]),
+        ]),
+        Chain::new("dnat6").with_rules(vec![
+            Rule::new(vec![
+                Stmt::match_eq(Selector::L4Proto, Value::Proto(17)),
+                Stmt::Dnat {
+                    addr: IpAddr::V6(v6("fd00::1")),
+                    port: Some(53),
+                },
+            ]),
+            Rule::new(vec![Stmt::Dnat {
+                addr: IpAddr::V6(v6("fd00::2")),
+                port: None,
+            }]),
+        ]),
+        Chain::new("pick")
+            .with_comment("numgen over a named map")
+            .with_rules(vec![Rule::new(vec![Stmt::NumgenVMap {
+                modulus: 2,
+                map: MapRef::Named("pick-map".into()),
+            }])]),
     ];
 
-    let mut services4 = set(
+    let mut services4 = Set::verdict_map(
         "services4",
         vec![
             DataType::Ipv4Addr,
             DataType::InetProto,
             DataType::InetService,
         ],
-        Some(DataType::Verdict),
-        "",
     );
-    services4.elements = vec![el(
-        vec![
-            Value::Ipv4(v4([10, 96, 0, 1])),
-            tcp.clone(),
-            Value::Port(80),
-        ],
-        Some(goto("dnat4")),
-        "ns/svc:http",
-    )];
-    let mut services6 = set(
+    services4.elements = vec![
+        Element::map(
+            vec![
+                Value::Ipv4(v4([10, 96, 0, 1])),
+                tcp.clone(),
+                Value::Port(80),
+            ],
+            Verdict::goto("dnat4"),
+        )
+        .with_comment("ns/svc:http"),
+    ];
+    let mut services6 = Set::verdict_map(
         "services6",
         vec![
             DataType::Ipv6Addr,
             DataType::InetProto,
             DataType::InetService,
         ],
-        Some(DataType::Verdict),
-        "",
     );
-    services6.elements = vec![el(
-        vec![
-            Value::Ipv6(v6("fd00:96::1")),
-            Value::Proto(17),
-            Value::Port(53),
-        ],
-        Some(goto("dnat6")),
-        "ns/dns:dns",
-    )];
-    let mut marks = set("marks", vec![DataType::Mark], None, "");
+    services6.elements = vec![
+        Element::map(
+            vec![
+                Value::Ipv6(v6("fd00:96::1")),
+                Value::Proto(17),
+                Value::Port(53),
+            ],
+            Verdict::goto("dnat6"),
+        )
+        .with_comment("ns/dns:dns"),
+    ];
+    let mut marks = Set::new("marks", vec![DataType::Mark]);
     marks.elements = vec![
-        el(vec![Value::Mark(MASQ_BIT)], None, ""),
-        el(vec![Value::Mark(0x8000)], None, ""),
+        Element::new(vec![Value::Mark(MASQ_BIT)]),
+        Element::new(vec![Value::Mark(0x8000)]),
     ];
-    let mut trusted = set("trusted-ifaces", vec![DataType::IfName], None, "");
+    let mut trusted = Set::new("trusted-ifaces", vec![DataType::IfName]);
     trusted.elements = vec![
-        el(vec![Value::IfName("cni0".into())], None, ""),
-        el(vec![Value::IfName("lo".into())], None, "loopback"),
+        Element::new(vec![Value::IfName("cni0".into())]),
+        Element::new(vec![Value::IfName("lo".into())]).with_comment("loopback"),
     ];
-    let mut blocked6 = set("blocked6", vec![DataType::Ipv6Addr], None, "");
+    let mut blocked6 = Set::new("blocked6", vec![DataType::Ipv6Addr]);
     blocked6.interval = true;
-    blocked6.elements = vec![el(
-        vec![Value::Ipv6Net("2001:db8::/32".parse().expect("cidr"))],
-        None,
-        "",
-    )];
-    let mut recent4 = set(
-        "recent4",
-        vec![DataType::Ipv4Addr, DataType::InetService],
-        None,
-        "",
-    );
+    blocked6.elements = vec![Element::new(vec![Value::Ipv6Net(
+        "2001:db8::/32".parse().expect("cidr"),
+    )])];
+    let mut recent4 = Set::new("recent4", vec![DataType::Ipv4Addr, DataType::InetService]);
     recent4.dynamic = true;
     recent4.timeout = Some(5_430);
-    let mut pick = set(
-        "pick-map",
-        vec![DataType::Integer],
-        Some(DataType::Verdict),
-        "",
-    );
+    let mut pick = Set::verdict_map("pick-map", vec![DataType::Integer]);
     pick.elements = vec![
-        el(vec![Value::Mark(0)], Some(goto("dnat4")), ""),
-        el(vec![Value::Mark(1)], Some(goto("dnat6")), ""),
+        Element::map(vec![Value::Mark(0)], Verdict::goto("dnat4")),
+        Element::map(vec![Value::Mark(1)], Verdict::goto("dnat6")),
     ];
 
     table(
@@ -1191,118 +858,77 @@ fn inet_everything() -> Table {
 /// An ip table with a route chain and the remaining rarely used pieces.
 fn ip_route_and_misc() -> Table {
     let mut chains = vec![
-        chain(
-            "output-route",
-            base(ChainType::Route, Hook::Output, -150),
-            "re-route marked packets",
-            vec![rule(
-                vec![
-                    m(Selector::Mark, Value::Mark(1)),
-                    Stmt::SetMark(MarkOp::Set(2)),
-                ],
-                "",
-            )],
-        ),
-        chain(
-            "input",
-            base(ChainType::Filter, Hook::Input, 10),
-            "",
-            vec![rule(
-                vec![
-                    Stmt::Lookup {
-                        key: vec![Selector::IpSaddr, Selector::L4Proto, Selector::ThDport],
-                        set: "pairs".into(),
-                        negate: false,
-                    },
-                    Stmt::Reject(RejectKind::IcmpPortUnreachable),
-                ],
-                "",
-            )],
-        ),
-        chain(
-            "nat-in",
-            base(ChainType::Nat, Hook::Input, 100),
-            "source NAT of locally delivered packets (nat on the input hook)",
-            vec![rule(vec![Stmt::Counter, v(Verdict::Accept)], "")],
-        ),
-        chain(
-            "nat-out",
-            base(ChainType::Nat, Hook::Output, -100),
-            "",
-            vec![rule(
-                vec![Stmt::Dnat {
-                    addr: IpAddr::V4(v4([10, 1, 0, 3])),
-                    port: None,
-                }],
-                "dnat without a port needs no protocol match",
-            )],
-        ),
-        chain(
-            "nat-pre",
-            base(ChainType::Nat, Hook::Prerouting, -100),
-            "",
-            vec![rule(
-                vec![
-                    m(Selector::L4Proto, Value::Proto(6)),
-                    Stmt::DnatNumgenMap {
-                        modulus: 65536,
-                        offset: 65536,
-                        map: "endpoints".into(),
-                    },
-                ],
-                "a random endpoint from block 1 of the endpoint map",
-            )],
-        ),
-        chain(
-            "nat-post",
-            base(ChainType::Nat, Hook::Postrouting, 100),
-            "",
-            vec![rule(
-                vec![
-                    m(Selector::CtStatus, Value::CtStatus(CtStatus::DNAT)),
-                    Stmt::Lookup {
-                        key: vec![Selector::IpSaddr, Selector::IpDaddr],
-                        set: "hairpins".into(),
-                        negate: false,
-                    },
-                    Stmt::Masquerade {
-                        fully_random: false,
-                    },
-                ],
-                "",
-            )],
-        ),
+        Chain::base("output-route", ChainType::Route, Hook::Output, -150)
+            .with_comment("re-route marked packets")
+            .with_rules(vec![Rule::new(vec![
+                Stmt::match_eq(Selector::Mark, Value::Mark(1)),
+                Stmt::SetMark(MarkOp::Set(2)),
+            ])]),
+        Chain::base("input", ChainType::Filter, Hook::Input, 10).with_rules(vec![Rule::new(vec![
+            Stmt::Lookup {
+                key: vec![Selector::IpSaddr, Selector::L4Proto, Selector::ThDport],
+                set: "pairs".into(),
+                negate: false,
+            },
+            Stmt::Reject(RejectKind::IcmpPortUnreachable),
+        ])]),
+        Chain::base("nat-in", ChainType::Nat, Hook::Input, 100)
+            .with_comment("source NAT of locally delivered packets (nat on the input hook)")
+            .with_rules(vec![Rule::new(vec![
+                Stmt::Counter,
+                Stmt::Verdict(Verdict::Accept),
+            ])]),
+        Chain::base("nat-out", ChainType::Nat, Hook::Output, -100).with_rules(vec![
+            Rule::new(vec![Stmt::Dnat {
+                addr: IpAddr::V4(v4([10, 1, 0, 3])),
+                port: None,
+            }])
+            .with_comment("dnat without a port needs no protocol match"),
+        ]),
+        Chain::base("nat-pre", ChainType::Nat, Hook::Prerouting, -100).with_rules(vec![
+            Rule::new(vec![
+                Stmt::match_eq(Selector::L4Proto, Value::Proto(6)),
+                Stmt::DnatNumgenMap {
+                    modulus: 65536,
+                    offset: 65536,
+                    map: "endpoints".into(),
+                },
+            ])
+            .with_comment("a random endpoint from block 1 of the endpoint map"),
+        ]),
+        Chain::base("nat-post", ChainType::Nat, Hook::Postrouting, 100).with_rules(vec![
+            Rule::new(vec![
+                Stmt::match_eq(Selector::CtStatus, Value::CtStatus(CtStatus::DNAT)),
+                Stmt::Lookup {
+                    key: vec![Selector::IpSaddr, Selector::IpDaddr],
+                    set: "hairpins".into(),
+                    negate: false,
+                },
+                Stmt::Masquerade {
+                    fully_random: false,
+                },
+            ]),
+        ]),
     ];
-    chains.push(chain(
-        "pick-4",
-        None,
-        "a slot of 4; an empty one draws again",
-        vec![
-            rule(vec![draw_slot(Family::Ip, 4, "slots")], ""),
-            rule(vec![draw_slot(Family::Ip, 4, "slots")], ""),
-            rule(
-                vec![draw_slot(Family::Ip, 2, "slots")],
-                "the first two slots are full",
-            ),
-            rule(vec![dnat_by_frontend(Family::Ip, "first")], ""),
-        ],
-    ));
-    chains.push(chain(
-        "retry",
-        None,
-        "",
-        vec![rule(
-            vec![
+    chains.push(
+        Chain::new("pick-4")
+            .with_comment("a slot of 4; an empty one draws again")
+            .with_rules(vec![
+                Rule::new(vec![draw_slot(Family::Ip, 4, "slots")]),
+                Rule::new(vec![draw_slot(Family::Ip, 4, "slots")]),
+                Rule::new(vec![draw_slot(Family::Ip, 2, "slots")])
+                    .with_comment("the first two slots are full"),
+                Rule::new(vec![dnat_by_frontend(Family::Ip, "first")]),
+            ]),
+    );
+    chains.push(Chain::new("retry").with_rules(vec![Rule::new(vec![
                 Stmt::Lookup {
                     key: vec![Selector::IpDaddr, Selector::L4Proto, Selector::ThDport],
                     set: "first".into(),
                     negate: false,
                 },
-                v(goto("pick-4")),
-            ],
-            "a map's keys as a set",
-        )],
-    ));
+                Stmt::goto("pick-4"),
+            ]).with_comment("a map's keys as a set")]));
     let v4_at = |a| IpAddr::V4(v4(a));
     let slots = slot_map(
         "slots",
@@ -1348,57 +974,40 @@ fn ip_route_and_misc() -> Table {
     let endpoints = endpoint_map(
         "endpoints",
         DataType::Ipv4Addr,
-        "numgen ranges to address . port",
         vec![
             v4_slot(0, 65535, [10, 1, 0, 1], 80, ""),
             v4_slot(65536, 98303, [10, 1, 0, 2], 8080, "ns/web:http"),
             v4_slot(98304, 131071, [10, 1, 0, 3], 8080, "ns/web:http"),
         ],
-    );
-    let mut hairpins = set(
-        "hairpins",
-        vec![DataType::Ipv4Addr, DataType::Ipv4Addr],
-        None,
-        "",
-    );
-    hairpins.elements = vec![el(
-        vec![
-            Value::Ipv4(v4([10, 1, 0, 2])),
-            Value::Ipv4(v4([10, 1, 0, 2])),
-        ],
-        None,
-        "",
-    )];
-    let mut pairs = set(
+    )
+    .with_comment("numgen ranges to address . port");
+    let mut hairpins = Set::new("hairpins", vec![DataType::Ipv4Addr, DataType::Ipv4Addr]);
+    hairpins.elements = vec![Element::new(vec![
+        Value::Ipv4(v4([10, 1, 0, 2])),
+        Value::Ipv4(v4([10, 1, 0, 2])),
+    ])];
+    let mut pairs = Set::new(
         "pairs",
         vec![
             DataType::Ipv4Addr,
             DataType::InetProto,
             DataType::InetService,
         ],
-        None,
-        "concatenated plain set",
-    );
+    )
+    .with_comment("concatenated plain set");
     pairs.interval = true;
     pairs.elements = vec![
-        el(
-            vec![
-                Value::Ipv4Net("10.0.0.0/8".parse().expect("cidr")),
-                Value::Proto(6),
-                Value::Port(22),
-            ],
-            None,
-            "",
-        ),
-        el(
-            vec![
-                Value::Ipv4(v4([192, 0, 2, 1])),
-                Value::Proto(17),
-                Value::Port(53),
-            ],
-            None,
-            "one host",
-        ),
+        Element::new(vec![
+            Value::Ipv4Net("10.0.0.0/8".parse().expect("cidr")),
+            Value::Proto(6),
+            Value::Port(22),
+        ]),
+        Element::new(vec![
+            Value::Ipv4(v4([192, 0, 2, 1])),
+            Value::Proto(17),
+            Value::Port(53),
+        ])
+        .with_comment("one host"),
     ];
     table(
         Family::Ip,
@@ -1412,74 +1021,45 @@ fn ip_route_and_misc() -> Table {
 /// An ip6 table with the ip6-specific spellings (`reject with icmpv6`, `dnat to [addr]:port`).
 fn ip6_misc() -> Table {
     let chains = vec![
-        chain(
-            "out",
-            base(ChainType::Nat, Hook::Output, -100),
-            "",
+        Chain::base("out", ChainType::Nat, Hook::Output, -100).with_rules(vec![
+            Rule::new(vec![
+                Stmt::match_eq(Selector::Ip6Daddr, Value::Ipv6(v6("fd00:96::10"))),
+                Stmt::match_eq(Selector::L4Proto, Value::Proto(6)),
+                Stmt::Dnat {
+                    addr: IpAddr::V6(v6("fd00:100::5")),
+                    port: Some(8443),
+                },
+            ])
+            .with_comment("ns/web:https"),
+            Rule::new(vec![
+                Stmt::match_eq(Selector::Ip6Daddr, Value::Ipv6(v6("fd00:96::11"))),
+                Stmt::Dnat {
+                    addr: IpAddr::V6(v6("fd00:100::6")),
+                    port: None,
+                },
+            ]),
+        ]),
+        Chain::base("pre", ChainType::Nat, Hook::Prerouting, -100).with_rules(vec![Rule::new(
             vec![
-                rule(
-                    vec![
-                        m(Selector::Ip6Daddr, Value::Ipv6(v6("fd00:96::10"))),
-                        m(Selector::L4Proto, Value::Proto(6)),
-                        Stmt::Dnat {
-                            addr: IpAddr::V6(v6("fd00:100::5")),
-                            port: Some(8443),
-                        },
-                    ],
-                    "ns/web:https",
-                ),
-                rule(
-                    vec![
-                        m(Selector::Ip6Daddr, Value::Ipv6(v6("fd00:96::11"))),
-                        Stmt::Dnat {
-                            addr: IpAddr::V6(v6("fd00:100::6")),
-                            port: None,
-                        },
-                    ],
-                    "",
-                ),
+                Stmt::match_eq(Selector::L4Proto, Value::Proto(17)),
+                Stmt::DnatNumgenMap {
+                    modulus: 1024,
+                    offset: 0,
+                    map: "endpoints6".into(),
+                },
             ],
-        ),
-        chain(
-            "pre",
-            base(ChainType::Nat, Hook::Prerouting, -100),
-            "",
-            vec![rule(
-                vec![
-                    m(Selector::L4Proto, Value::Proto(17)),
-                    Stmt::DnatNumgenMap {
-                        modulus: 1024,
-                        offset: 0,
-                        map: "endpoints6".into(),
-                    },
-                ],
-                "",
-            )],
-        ),
-        chain(
-            "pick-2",
-            None,
-            "",
-            vec![
-                rule(vec![draw_slot(Family::Ip6, 2, "slots6")], ""),
-                rule(vec![dnat_by_frontend(Family::Ip6, "first6")], ""),
-            ],
-        ),
-        chain(
-            "in",
-            base(ChainType::Filter, Hook::Input, 0),
-            "",
-            vec![rule(
-                vec![
-                    m(
-                        Selector::Ip6Saddr,
-                        Value::Ipv6Net("2001:db8::/48".parse().expect("cidr")),
-                    ),
-                    Stmt::Reject(RejectKind::IcmpPortUnreachable),
-                ],
-                "",
-            )],
-        ),
+        )]),
+        Chain::new("pick-2").with_rules(vec![
+            Rule::new(vec![draw_slot(Family::Ip6, 2, "slots6")]),
+            Rule::new(vec![dnat_by_frontend(Family::Ip6, "first6")]),
+        ]),
+        Chain::base("in", ChainType::Filter, Hook::Input, 0).with_rules(vec![Rule::new(vec![
+            Stmt::match_eq(
+                Selector::Ip6Saddr,
+                Value::Ipv6Net("2001:db8::/48".parse().expect("cidr")),
+            ),
+            Stmt::Reject(RejectKind::IcmpPortUnreachable),
+        ])]),
     ];
     let service6 = (IpAddr::V6(v6("fd00:96::12")), 132, 3868);
     let slots = slot_map(
@@ -1503,7 +1083,6 @@ fn ip6_misc() -> Table {
     let endpoints = endpoint_map(
         "endpoints6",
         DataType::Ipv6Addr,
-        "",
         vec![
             slot(0, 340, IpAddr::V6(v6("fd00:100::7")), 53, ""),
             slot(341, 1023, IpAddr::V6(v6("fd00:100::8")), 5353, "ns/dns:udp"),
@@ -1537,69 +1116,34 @@ fn ip6_misc() -> Table {
 /// 80; endpoints live in 10.128.0.0/9 on port 8080. The result is normalized.
 pub fn kube_like(services: usize, endpoints_per_service: usize) -> Table {
     let mut chains = vec![
-        chain(
-            "nat-prerouting",
-            base(ChainType::Nat, Hook::Prerouting, -100),
-            "",
-            vec![rule(vec![v(jump("services"))], "")],
-        ),
-        chain(
-            "nat-output",
-            base(ChainType::Nat, Hook::Output, -100),
-            "",
-            vec![rule(vec![v(jump("services"))], "")],
-        ),
-        chain(
-            "nat-postrouting",
-            base(ChainType::Nat, Hook::Postrouting, 100),
-            "",
-            vec![rule(vec![v(jump("masquerading"))], "")],
-        ),
-        chain(
-            "services",
-            None,
-            "",
-            vec![rule(
-                vec![Stmt::VMap {
-                    key: vec![Selector::IpDaddr, Selector::L4Proto, Selector::ThDport],
-                    map: MapRef::Named("service-ips".into()),
-                }],
-                "",
-            )],
-        ),
-        chain(
-            "mark-for-masquerade",
-            None,
-            "",
-            vec![rule(vec![Stmt::SetMark(MarkOp::Or(MASQ_BIT))], "")],
-        ),
-        chain(
-            "masquerading",
-            None,
-            "",
-            vec![
-                rule(
-                    vec![
-                        Stmt::Match {
-                            left: Selector::Mark,
-                            mask: Some(MASQ_BIT),
-                            op: CmpOp::Eq,
-                            right: Value::Mark(0),
-                        },
-                        v(Verdict::Return),
-                    ],
-                    "",
-                ),
-                rule(vec![Stmt::SetMark(MarkOp::Xor(MASQ_BIT))], ""),
-                rule(vec![Stmt::Masquerade { fully_random: true }], ""),
-            ],
-        ),
-        chain(
-            "reject-chain",
-            None,
-            "helper for reject verdicts from maps",
-            vec![rule(vec![Stmt::Reject(RejectKind::Default)], "")],
-        ),
+        Chain::base("nat-prerouting", ChainType::Nat, Hook::Prerouting, -100)
+            .with_rules(vec![Rule::new(vec![Stmt::jump("services")])]),
+        Chain::base("nat-output", ChainType::Nat, Hook::Output, -100)
+            .with_rules(vec![Rule::new(vec![Stmt::jump("services")])]),
+        Chain::base("nat-postrouting", ChainType::Nat, Hook::Postrouting, 100)
+            .with_rules(vec![Rule::new(vec![Stmt::jump("masquerading")])]),
+        Chain::new("services").with_rules(vec![Rule::new(vec![Stmt::VMap {
+            key: vec![Selector::IpDaddr, Selector::L4Proto, Selector::ThDport],
+            map: MapRef::Named("service-ips".into()),
+        }])]),
+        Chain::new("mark-for-masquerade")
+            .with_rules(vec![Rule::new(vec![Stmt::SetMark(MarkOp::Or(MASQ_BIT))])]),
+        Chain::new("masquerading").with_rules(vec![
+            Rule::new(vec![
+                Stmt::Match {
+                    left: Selector::Mark,
+                    mask: Some(MASQ_BIT),
+                    op: CmpOp::Eq,
+                    right: Value::Mark(0),
+                },
+                Stmt::Verdict(Verdict::Return),
+            ]),
+            Rule::new(vec![Stmt::SetMark(MarkOp::Xor(MASQ_BIT))]),
+            Rule::new(vec![Stmt::Masquerade { fully_random: true }]),
+        ]),
+        Chain::new("reject-chain")
+            .with_comment("helper for reject verdicts from maps")
+            .with_rules(vec![Rule::new(vec![Stmt::Reject(RejectKind::Default)])]),
     ];
     let cluster_cidr = Value::Ipv4Net("10.128.0.0/9".parse().expect("cidr"));
     let mut elements = Vec::with_capacity(services);
@@ -1609,15 +1153,17 @@ pub fn kube_like(services: usize, endpoints_per_service: usize) -> Table {
         let path = format!("ns{}/svc{}/tcp/p80", i % 16, i);
         let svc_chain = format!("service-{:08X}-{path}", short_hash(&path));
         let verdict = if endpoints_per_service == 0 {
-            goto("reject-chain")
+            Verdict::goto("reject-chain")
         } else {
-            goto(&svc_chain)
+            Verdict::goto(&svc_chain)
         };
-        elements.push(el(
-            vec![Value::Ipv4(cluster_ip), Value::Proto(6), Value::Port(80)],
-            Some(verdict),
-            &format!("ns{}/svc{}:p80", i % 16, i),
-        ));
+        elements.push(
+            Element::map(
+                vec![Value::Ipv4(cluster_ip), Value::Proto(6), Value::Port(80)],
+                verdict,
+            )
+            .with_comment(format!("ns{}/svc{}:p80", i % 16, i)),
+        );
         if endpoints_per_service == 0 {
             continue;
         }
@@ -1627,65 +1173,42 @@ pub fn kube_like(services: usize, endpoints_per_service: usize) -> Table {
             let ep = Ipv4Addr::from(u32::from(v4([10, 128, 0, 0])) + endpoint_index);
             let ep_path = format!("{path}__{ep}/8080");
             let ep_chain = format!("endpoint-{:08X}-{ep_path}", short_hash(&ep_path));
-            chains.push(chain(
-                &ep_chain,
-                None,
-                "",
-                vec![
-                    rule(
-                        vec![
-                            m(Selector::IpSaddr, Value::Ipv4(ep)),
-                            v(jump("mark-for-masquerade")),
-                        ],
-                        "",
-                    ),
-                    rule(
-                        vec![
-                            m(Selector::L4Proto, Value::Proto(6)),
-                            Stmt::Dnat {
-                                addr: IpAddr::V4(ep),
-                                port: Some(8080),
-                            },
-                        ],
-                        "",
-                    ),
-                ],
-            ));
-            picks.push((vec![Value::Mark(j as u32)], goto(&ep_chain)));
+            chains.push(Chain::new(&ep_chain).with_rules(vec![
+                Rule::new(vec![
+                    Stmt::match_eq(Selector::IpSaddr, Value::Ipv4(ep)),
+                    Stmt::jump("mark-for-masquerade"),
+                ]),
+                Rule::new(vec![
+                    Stmt::match_eq(Selector::L4Proto, Value::Proto(6)),
+                    Stmt::Dnat {
+                        addr: IpAddr::V4(ep),
+                        port: Some(8080),
+                    },
+                ]),
+            ]));
+            picks.push((vec![Value::Mark(j as u32)], Verdict::goto(&ep_chain)));
         }
-        chains.push(chain(
-            &svc_chain,
-            None,
-            "",
-            vec![
-                rule(
-                    vec![
-                        m(Selector::IpDaddr, Value::Ipv4(cluster_ip)),
-                        ne(Selector::IpSaddr, cluster_cidr.clone()),
-                        v(jump("mark-for-masquerade")),
-                    ],
-                    "",
-                ),
-                rule(
-                    vec![Stmt::NumgenVMap {
-                        modulus: endpoints_per_service as u32,
-                        map: MapRef::Anonymous(picks),
-                    }],
-                    "",
-                ),
-            ],
-        ));
+        chains.push(Chain::new(&svc_chain).with_rules(vec![
+            Rule::new(vec![
+                Stmt::match_eq(Selector::IpDaddr, Value::Ipv4(cluster_ip)),
+                Stmt::match_ne(Selector::IpSaddr, cluster_cidr.clone()),
+                Stmt::jump("mark-for-masquerade"),
+            ]),
+            Rule::new(vec![Stmt::NumgenVMap {
+                modulus: endpoints_per_service as u32,
+                map: MapRef::Anonymous(picks),
+            }]),
+        ]));
     }
-    let mut service_ips = set(
+    let mut service_ips = Set::verdict_map(
         "service-ips",
         vec![
             DataType::Ipv4Addr,
             DataType::InetProto,
             DataType::InetService,
         ],
-        Some(DataType::Verdict),
-        "ClusterIP, ExternalIP and LoadBalancer IP traffic",
-    );
+    )
+    .with_comment("ClusterIP, ExternalIP and LoadBalancer IP traffic");
     service_ips.elements = elements;
     let mut t = table(
         Family::Ip,
@@ -2101,7 +1624,7 @@ mod tests {
             t.sets["service-ips"]
                 .elements
                 .iter()
-                .all(|e| e.data == Some(Verdict::Goto("reject-chain".into()).into()))
+                .all(|e| e.data == Some(Verdict::goto("reject-chain").into()))
         );
         assert!(!t.chains.keys().any(|n| n.starts_with("service-")));
     }
