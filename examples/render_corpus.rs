@@ -2,7 +2,7 @@
 
 fn main() {
     let wanted = std::env::args().nth(1);
-    for (name, table) in kubenft::nft::corpus::corpus() {
+    for (name, table) in kubenft_nft_testkit::corpus::corpus() {
         if wanted.as_deref().is_none_or(|w| w == name) {
             println!("# corpus: {name}");
             print!("{}", kubenft::nft::render::render_table(&table));

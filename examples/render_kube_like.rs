@@ -4,6 +4,6 @@ fn main() {
     let mut args = std::env::args().skip(1).map(|a| a.parse::<usize>());
     let services = args.next().and_then(Result::ok).unwrap_or(100);
     let endpoints = args.next().and_then(Result::ok).unwrap_or(3);
-    let table = kubenft::nft::corpus::kube_like(services, endpoints);
+    let table = kubenft_nft_testkit::corpus::kube_like(services, endpoints);
     print!("{}", kubenft::nft::render::render_table(&table));
 }

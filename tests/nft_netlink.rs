@@ -2,12 +2,12 @@
 //! what `nft -f` makes of the rendered text, reads back identically, and fails atomically.
 
 use kubenft::netns::{Netns, can_create};
-use kubenft::nft::corpus::{corpus, creation_transaction};
 use kubenft::nft::inspect::{apply_script, list_table_json, list_table_text};
 use kubenft::nft::model::Table;
 use kubenft::nft::netlink::{ApplyError, Nftables, canonical};
 use kubenft::nft::render::render_table;
 use kubenft::nft::transaction::Transaction;
+use kubenft_nft_testkit::corpus::{corpus, creation_transaction};
 
 fn root() -> bool {
     if !can_create() {
@@ -148,7 +148,7 @@ fn a_rejected_operation_is_named_and_leaves_the_table_exactly_as_before() {
     if !root() {
         return;
     }
-    use kubenft::nft::model::{Chain, Rule, Stmt, Verdict};
+    use kubenft::nft::model::{Chain, Rule, Stmt};
     use kubenft::nft::transaction::Op;
     let table = ip_table();
     let ns = Netns::create("nlFail").unwrap();
@@ -157,21 +157,12 @@ fn a_rejected_operation_is_named_and_leaves_the_table_exactly_as_before() {
     let tref = table.table_ref();
     let good = Op::AddChain {
         table: tref.clone(),
-        chain: Chain {
-            name: "fresh".into(),
-            base: None,
-            comment: None,
-            rules: vec![],
-        },
+        chain: Chain::new("fresh"),
     };
     let bad = Op::AddRule {
         table: tref.clone(),
         chain: "fresh".into(),
-        rule: Rule {
-            stmts: vec![Stmt::Verdict(Verdict::Jump("no-such-chain".into()))],
-            comment: None,
-            handle: None,
-        },
+        rule: Rule::new(vec![Stmt::jump("no-such-chain")]),
     };
     let tx = Transaction {
         ops: vec![good.clone(), good, bad],
@@ -279,38 +270,30 @@ fn half_a_million_map_elements_apply_in_one_transaction() {
     use kubenft::nft::model::{DataType, Element, Set, Value, Verdict};
     use kubenft::nft::transaction::Op;
     use std::net::Ipv4Addr;
-    let mut table = Table {
-        family: kubenft::nft::model::Family::Ip,
-        name: "big".into(),
-        ..Table::default()
-    };
+    let mut table = Table::new(kubenft::nft::model::Family::Ip, "big");
     let elements: Vec<Element> = (0..500_000u32)
-        .map(|i| Element {
-            key: vec![
-                Value::Ipv4(Ipv4Addr::from(0x0a00_0000 + i / 2)),
-                Value::Proto(6),
-                Value::Port(80 + (i % 2) as u16),
-            ],
-            data: Some(Verdict::Drop.into()),
-            comment: None,
+        .map(|i| {
+            Element::map(
+                vec![
+                    Value::Ipv4(Ipv4Addr::from(0x0a00_0000 + i / 2)),
+                    Value::Proto(6),
+                    Value::Port(80 + (i % 2) as u16),
+                ],
+                Verdict::Drop,
+            )
         })
         .collect();
     table.sets.insert(
         "service-ips".into(),
-        Set {
-            name: "service-ips".into(),
-            key: vec![
+        Set::verdict_map(
+            "service-ips",
+            vec![
                 DataType::Ipv4Addr,
                 DataType::InetProto,
                 DataType::InetService,
             ],
-            data: vec![DataType::Verdict],
-            interval: false,
-            dynamic: false,
-            timeout: None,
-            comment: None,
-            elements,
-        },
+        )
+        .with_elements(elements),
     );
     let tx = creation_transaction(&table);
     assert!(
@@ -333,8 +316,8 @@ fn a_planned_diff_applied_by_netlink_turns_the_kernel_into_the_new_table() {
     if !root() {
         return;
     }
-    let from = kubenft::nft::corpus::kube_like(50, 3);
-    let to = kubenft::nft::corpus::kube_like(40, 4);
+    let from = kubenft_nft_testkit::corpus::kube_like(50, 3);
+    let to = kubenft_nft_testkit::corpus::kube_like(40, 4);
     let ns = Netns::create("nlDiff").unwrap();
     apply_in(&ns, creation_transaction(&from)).unwrap();
     let current = dump_in(&ns, &from).unwrap();
@@ -356,4 +339,81 @@ fn a_planned_diff_applied_by_netlink_turns_the_kernel_into_the_new_table() {
     // And planning again against the result finds nothing to do.
     let again = kubenft::nft::diff::plan(Some(&dump_in(&ns, &to).unwrap()), &canonical(&to));
     assert!(again.is_empty(), "{again:?}");
+}
+
+/// Applies `text` with `nft -f` in a fresh namespace and dumps the table back by netlink.
+fn nft_f_then_dump(tag: &str, text: &str, t: &Table) -> Result<Option<Table>, String> {
+    let ns = Netns::create(tag).unwrap();
+    apply_script(&ns, text).map_err(|e| format!("nft -f failed: {e}"))?;
+    let (family, name) = (t.family, t.name.clone());
+    ns.run(move || Nftables::open().unwrap().dump_table(family, &name))
+        .unwrap()
+        .map_err(|e| format!("dump failed: {e}"))
+}
+
+#[test]
+fn every_corpus_table_rendered_and_applied_by_nft_dumps_back_to_itself() {
+    if !root() {
+        return;
+    }
+    let mut failures = Vec::new();
+    for (label, want) in corpus() {
+        let got = nft_f_then_dump("corpus", &render_table(&want), &want);
+        // Statements with more than one spelling come back in the canonical one.
+        let mut want = canonical(&want);
+        want.normalize();
+        match got {
+            Ok(Some(mut got)) => {
+                got.normalize();
+                let got = got.without_handles();
+                if got != want {
+                    let diff: Vec<_> = want
+                        .chains
+                        .iter()
+                        .filter(|(n, c)| got.chains.get(*n) != Some(c))
+                        .map(|(n, c)| {
+                            format!("chain {n}: want {c:?}\n got {:?}", got.chains.get(n))
+                        })
+                        .chain(
+                            want.sets
+                                .iter()
+                                .filter(|(n, s)| got.sets.get(*n) != Some(s))
+                                .map(|(n, s)| {
+                                    format!("set {n}: want {s:?}\n got {:?}", got.sets.get(n))
+                                }),
+                        )
+                        .collect();
+                    failures.push(format!(
+                        "{label}: dump differs:\n{}\n(table comment want {:?} got {:?})",
+                        diff.join("\n"),
+                        want.comment,
+                        got.comment
+                    ));
+                }
+            }
+            Ok(None) => failures.push(format!("{label}: table missing after nft -f")),
+            Err(e) => failures.push(format!("{label}: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn a_kube_sized_table_spanning_many_datagrams_dumps_back_whole() {
+    if !root() {
+        return;
+    }
+    let mut want = kubenft_nft_testkit::corpus::kube_like(200, 3);
+    want.normalize();
+    let got = nft_f_then_dump("dumpbig", &render_table(&want), &want)
+        .unwrap()
+        .expect("table exists");
+    let rules: usize = got.chains.values().map(|c| c.rules.len()).sum();
+    assert!(
+        rules > 800,
+        "{rules} rules: enough to need many dump datagrams"
+    );
+    let mut got = got.without_handles();
+    got.normalize();
+    assert_eq!(got, canonical(&want));
 }

@@ -9,25 +9,16 @@ mod common;
 
 use common::{Topology, request};
 use kubenft::netns::can_create;
-use kubenft::nft::corpus::creation_transaction;
 use kubenft::nft::model::*;
 use kubenft::nft::netlink::Nftables;
+use kubenft_nft_testkit::corpus::creation_transaction;
 
 const MASQ: u32 = 0x4000;
 
 fn chain(name: &str, base: Option<BaseChain>, rules: Vec<Vec<Stmt>>) -> Chain {
     Chain {
-        name: name.into(),
         base,
-        comment: None,
-        rules: rules
-            .into_iter()
-            .map(|stmts| Rule {
-                stmts,
-                comment: None,
-                handle: None,
-            })
-            .collect(),
+        ..Chain::new(name).with_rules(rules.into_iter().map(Rule::new).collect())
     }
 }
 
@@ -61,7 +52,7 @@ fn ruleset() -> Table {
     add(chain(
         "nat-postrouting",
         nat(Hook::Postrouting, 100),
-        vec![vec![Stmt::Verdict(Verdict::Jump("masquerading".into()))]],
+        vec![vec![Stmt::jump("masquerading")]],
     ));
     add(chain(
         "mark-for-masquerade",
@@ -106,44 +97,41 @@ fn ruleset() -> Table {
     let pick = Stmt::NumgenVMap {
         modulus: 2,
         map: MapRef::Anonymous(vec![
-            (vec![Value::Mark(0)], Verdict::Goto("endpoint-pod-1".into())),
-            (vec![Value::Mark(1)], Verdict::Goto("endpoint-pod-2".into())),
+            (vec![Value::Mark(0)], Verdict::goto("endpoint-pod-1")),
+            (vec![Value::Mark(1)], Verdict::goto("endpoint-pod-2")),
         ]),
     };
     add(chain(
         "service-masq",
         None,
-        vec![
-            vec![Stmt::Verdict(Verdict::Jump("mark-for-masquerade".into()))],
-            vec![pick.clone()],
-        ],
+        vec![vec![Stmt::jump("mark-for-masquerade")], vec![pick.clone()]],
     ));
     add(chain("service-plain", None, vec![vec![pick]]));
-    let element = |last: u8, chain: &str| Element {
-        key: vec![
-            Value::Ipv4([10, 96, 0, last].into()),
-            Value::Proto(6),
-            Value::Port(80),
-        ],
-        data: Some(Verdict::Goto(chain.into()).into()),
-        comment: Some(format!("test/{chain}:http")),
+    let element = |last: u8, chain: &str| {
+        Element::map(
+            vec![
+                Value::Ipv4([10, 96, 0, last].into()),
+                Value::Proto(6),
+                Value::Port(80),
+            ],
+            Verdict::goto(chain),
+        )
+        .with_comment(format!("test/{chain}:http"))
     };
     t.sets.insert(
         "service-ips".into(),
-        Set {
-            name: "service-ips".into(),
-            key: vec![
+        Set::verdict_map(
+            "service-ips",
+            vec![
                 DataType::Ipv4Addr,
                 DataType::InetProto,
                 DataType::InetService,
             ],
-            data: vec![DataType::Verdict],
-            interval: false,
-            dynamic: false,
-            timeout: None,
-            comment: None,
-            elements: vec![element(10, "service-masq"), element(11, "service-plain")],
-        },
+        )
+        .with_elements(vec![
+            element(10, "service-masq"),
+            element(11, "service-plain"),
+        ]),
     );
     t
 }

@@ -61,27 +61,22 @@ fn without_elements(s: &Set) -> Set {
     }
 }
 
-/// Operations that turn `current` (None: the table does not exist) into `desired`.
-///
-/// Dynamic sets (`flags dynamic`, filled by the data path, e.g. session affinity) keep the
-/// kernel's elements: only their definition is managed here.
-pub fn plan(current: Option<&Table>, desired: &Table) -> Vec<Op> {
-    let table = desired.table_ref();
-    let empty = Table {
-        family: desired.family,
-        name: desired.name.clone(),
-        ..Table::default()
-    };
-    let cur = current.unwrap_or(&empty);
-    let mut ops = Vec::new();
+/// What differs between two tables, object by object: the plan's input.
+struct Changes<'a> {
+    removed_sets: BTreeSet<&'a str>,
+    /// Sets whose type or flags changed: deleted and added again.
+    recreated_sets: BTreeSet<&'a str>,
+    new_sets: Vec<&'a Set>,
+    removed_chains: Vec<&'a Chain>,
+    /// Base chains whose hook, type or priority changed: deleted and added again.
+    recreated_chains: Vec<&'a Chain>,
+    recreated_names: BTreeSet<&'a str>,
+    new_chains: Vec<&'a Chain>,
+    /// Kept chains to refill: rules differ, or they use a set that is deleted or recreated.
+    refilled: Vec<&'a Chain>,
+}
 
-    if current.is_none() {
-        ops.push(Op::AddTable {
-            table: table.clone(),
-            comment: desired.comment.clone(),
-        });
-    }
-
+fn classify<'a>(cur: &'a Table, desired: &'a Table) -> Changes<'a> {
     // Classify sets.
     let removed_sets: BTreeSet<&str> = cur
         .sets
@@ -128,7 +123,6 @@ pub fn plan(current: Option<&Table>, desired: &Table) -> Vec<Op> {
         .values()
         .filter(|c| !cur.chains.contains_key(&c.name))
         .collect();
-    // Kept chains to refill: rules differ, or they use a set that is deleted or recreated.
     let refilled: Vec<&Chain> = desired
         .chains
         .values()
@@ -144,6 +138,87 @@ pub fn plan(current: Option<&Table>, desired: &Table) -> Vec<Op> {
         })
         .map(|(_, new)| new)
         .collect();
+
+    Changes {
+        removed_sets,
+        recreated_sets,
+        new_sets,
+        removed_chains,
+        recreated_chains,
+        recreated_names,
+        new_chains,
+        refilled,
+    }
+}
+
+/// The elements of a kept set to delete and to add. A changed verdict is a delete then an
+/// add; an element whose only change is its comment is re-added to carry the new comment.
+fn element_changes(old: &Set, s: &Set) -> (Vec<Element>, Vec<Element>) {
+    let old_by_key: BTreeMap<&Vec<Value>, &Element> =
+        old.elements.iter().map(|e| (&e.key, e)).collect();
+    let new_by_key: BTreeMap<&Vec<Value>, &Element> =
+        s.elements.iter().map(|e| (&e.key, e)).collect();
+    let deleted: Vec<Element> = old
+        .elements
+        .iter()
+        .filter(|e| new_by_key.get(&e.key).is_none_or(|n| n.data != e.data))
+        .cloned()
+        .collect();
+    let added: Vec<Element> = s
+        .elements
+        .iter()
+        .filter(|e| {
+            old_by_key
+                .get(&e.key)
+                .is_none_or(|o| o.data != e.data || o.comment != e.comment)
+        })
+        .cloned()
+        .collect();
+    // An element whose only change is its comment must be re-added to carry the new comment.
+    let comment_only: Vec<Element> = s
+        .elements
+        .iter()
+        .filter(|e| {
+            old_by_key
+                .get(&e.key)
+                .is_some_and(|o| o.data == e.data && o.comment != e.comment)
+        })
+        .filter_map(|e| old_by_key.get(&e.key).map(|o| (*o).clone()))
+        .collect();
+    let deleted: Vec<Element> = deleted.into_iter().chain(comment_only).collect();
+    (deleted, added)
+}
+
+/// Operations that turn `current` (None: the table does not exist) into `desired`.
+///
+/// Dynamic sets (`flags dynamic`, filled by the data path, e.g. session affinity) keep the
+/// kernel's elements: only their definition is managed here.
+///
+/// One function on purpose: it is the order of the numbered steps below that makes every
+/// reference valid when the kernel checks it, and that order reads best in one place.
+pub fn plan(current: Option<&Table>, desired: &Table) -> Vec<Op> {
+    let table = desired.table_ref();
+    let empty = Table::new(desired.family, desired.name.clone());
+    let cur = current.unwrap_or(&empty);
+    let mut ops = Vec::new();
+
+    if current.is_none() {
+        ops.push(Op::AddTable {
+            table: table.clone(),
+            comment: desired.comment.clone(),
+        });
+    }
+
+    let Changes {
+        removed_sets,
+        recreated_sets,
+        new_sets,
+        removed_chains,
+        recreated_chains,
+        recreated_names,
+        new_chains,
+        refilled,
+    } = classify(cur, desired);
 
     // 1. Create what new references will point at.
     for c in &new_chains {
@@ -199,38 +274,7 @@ pub fn plan(current: Option<&Table>, desired: &Table) -> Vec<Op> {
         let Some(old) = cur.sets.get(&s.name) else {
             continue;
         };
-        let old_by_key: BTreeMap<&Vec<Value>, &Element> =
-            old.elements.iter().map(|e| (&e.key, e)).collect();
-        let new_by_key: BTreeMap<&Vec<Value>, &Element> =
-            s.elements.iter().map(|e| (&e.key, e)).collect();
-        let deleted: Vec<Element> = old
-            .elements
-            .iter()
-            .filter(|e| new_by_key.get(&e.key).is_none_or(|n| n.data != e.data))
-            .cloned()
-            .collect();
-        let added: Vec<Element> = s
-            .elements
-            .iter()
-            .filter(|e| {
-                old_by_key
-                    .get(&e.key)
-                    .is_none_or(|o| o.data != e.data || o.comment != e.comment)
-            })
-            .cloned()
-            .collect();
-        // An element whose only change is its comment must be re-added to carry the new comment.
-        let comment_only: Vec<Element> = s
-            .elements
-            .iter()
-            .filter(|e| {
-                old_by_key
-                    .get(&e.key)
-                    .is_some_and(|o| o.data == e.data && o.comment != e.comment)
-            })
-            .filter_map(|e| old_by_key.get(&e.key).map(|o| (*o).clone()))
-            .collect();
-        let deleted: Vec<Element> = deleted.into_iter().chain(comment_only).collect();
+        let (deleted, added) = element_changes(old, s);
         if !deleted.is_empty() {
             ops.push(Op::DeleteElements {
                 table: table.clone(),
@@ -329,29 +373,12 @@ mod tests {
     use std::net::Ipv4Addr;
 
     fn chain(name: &str, rules: Vec<Vec<Stmt>>) -> Chain {
-        Chain {
-            name: name.into(),
-            base: None,
-            comment: None,
-            rules: rules
-                .into_iter()
-                .map(|stmts| Rule {
-                    stmts,
-                    comment: None,
-                    handle: None,
-                })
-                .collect(),
-        }
+        Chain::new(name).with_rules(rules.into_iter().map(Rule::new).collect())
     }
 
     fn dnat(last_octet: u8) -> Vec<Stmt> {
         vec![
-            Stmt::Match {
-                left: Selector::L4Proto,
-                mask: None,
-                op: CmpOp::Eq,
-                right: Value::Proto(6),
-            },
+            Stmt::match_eq(Selector::L4Proto, Value::Proto(6)),
             Stmt::Dnat {
                 addr: Ipv4Addr::new(10, 1, 0, last_octet).into(),
                 port: Some(80),
@@ -361,29 +388,16 @@ mod tests {
 
     /// A small kube-like table: `services` map → service chain → numgen over endpoint chains.
     fn cluster(services: u8, endpoints: u8) -> Table {
-        let mut t = Table {
-            family: Family::Ip,
-            name: "kubenft".into(),
-            ..Table::default()
-        };
+        let mut t = Table::new(Family::Ip, "kubenft");
         let mut elements = Vec::new();
         t.chains.insert(
             "nat-prerouting".into(),
-            Chain {
-                base: Some(BaseChain {
-                    kind: ChainType::Nat,
-                    hook: Hook::Prerouting,
-                    priority: -100,
-                    policy: Policy::Accept,
-                }),
-                ..chain(
-                    "nat-prerouting",
-                    vec![vec![Stmt::VMap {
-                        key: vec![Selector::IpDaddr, Selector::L4Proto, Selector::ThDport],
-                        map: MapRef::Named("service-ips".into()),
-                    }]],
-                )
-            },
+            Chain::base("nat-prerouting", ChainType::Nat, Hook::Prerouting, -100).with_rules(vec![
+                Rule::new(vec![Stmt::VMap {
+                    key: vec![Selector::IpDaddr, Selector::L4Proto, Selector::ThDport],
+                    map: MapRef::Named("service-ips".into()),
+                }]),
+            ]),
         );
         for s in 0..services {
             let svc = format!("service-{s}");
@@ -391,7 +405,7 @@ mod tests {
             for e in 0..endpoints {
                 let ep = format!("endpoint-{s}-{e}");
                 t.chains.insert(ep.clone(), chain(&ep, vec![dnat(e)]));
-                targets.push((vec![Value::Mark(u32::from(e))], Verdict::Goto(ep)));
+                targets.push((vec![Value::Mark(u32::from(e))], Verdict::goto(ep)));
             }
             let rules = if targets.is_empty() {
                 vec![vec![Stmt::Reject(RejectKind::Default)]]
@@ -402,33 +416,30 @@ mod tests {
                 }]]
             };
             t.chains.insert(svc.clone(), chain(&svc, rules));
-            elements.push(Element {
-                key: vec![
-                    Value::Ipv4(Ipv4Addr::new(172, 30, 0, s)),
-                    Value::Proto(6),
-                    Value::Port(80),
-                ],
-                data: Some(Verdict::Goto(svc).into()),
-                comment: Some(format!("default/svc-{s}:http")),
-            });
+            elements.push(
+                Element::map(
+                    vec![
+                        Value::Ipv4(Ipv4Addr::new(172, 30, 0, s)),
+                        Value::Proto(6),
+                        Value::Port(80),
+                    ],
+                    Verdict::goto(svc),
+                )
+                .with_comment(format!("default/svc-{s}:http")),
+            );
         }
         elements.sort();
         t.sets.insert(
             "service-ips".into(),
-            Set {
-                name: "service-ips".into(),
-                key: vec![
+            Set::verdict_map(
+                "service-ips",
+                vec![
                     DataType::Ipv4Addr,
                     DataType::InetProto,
                     DataType::InetService,
                 ],
-                data: vec![DataType::Verdict],
-                interval: false,
-                dynamic: false,
-                timeout: None,
-                comment: None,
-                elements,
-            },
+            )
+            .with_elements(elements),
         );
         t
     }
@@ -489,9 +500,9 @@ mod tests {
             svc.rules[0].stmts = vec![Stmt::NumgenVMap {
                 modulus: 3,
                 map: MapRef::Anonymous(vec![
-                    (vec![Value::Mark(0)], Verdict::Goto("endpoint-1-0".into())),
-                    (vec![Value::Mark(1)], Verdict::Goto("endpoint-1-1".into())),
-                    (vec![Value::Mark(2)], Verdict::Goto("endpoint-1-9".into())),
+                    (vec![Value::Mark(0)], Verdict::goto("endpoint-1-0")),
+                    (vec![Value::Mark(1)], Verdict::goto("endpoint-1-1")),
+                    (vec![Value::Mark(2)], Verdict::goto("endpoint-1-9")),
                 ]),
             }];
             let (n, got) = converge(Some(&before), &after);
@@ -521,7 +532,7 @@ mod tests {
             .get_mut("service-ips")
             .unwrap()
             .elements
-            .retain(|e| e.data != Some(Verdict::Goto("service-2".into()).into()));
+            .retain(|e| e.data != Some(Verdict::goto("service-2").into()));
         let (_, got) = converge(Some(&before), &after);
         assert_eq!(got, after);
     }

@@ -2,8 +2,8 @@
 //! applied as one atomic netlink batch, and dumps that decode the kernel's state back into the
 //! same model. Knows nothing of Kubernetes.
 
-pub mod corpus;
 pub mod diff;
+#[cfg(any(test, feature = "fake-kernel"))]
 pub mod fake;
 pub mod inspect;
 pub mod model;

@@ -368,3 +368,196 @@ impl From<Verdict> for MapData {
         MapData::Verdict(v)
     }
 }
+
+// Constructors: the one vocabulary for building tables, shared by the planner, the tests and
+// the corpus. Each starts from the plain form (no comment, no flags, no handle); builder
+// methods add the rest.
+
+impl Table {
+    /// An empty table.
+    pub fn new(family: Family, name: impl Into<String>) -> Table {
+        Table {
+            family,
+            name: name.into(),
+            ..Table::default()
+        }
+    }
+}
+
+impl Chain {
+    /// A regular chain (no hook), without rules.
+    pub fn new(name: impl Into<String>) -> Chain {
+        Chain {
+            name: name.into(),
+            base: None,
+            comment: None,
+            rules: Vec::new(),
+        }
+    }
+
+    /// A base chain on `hook` at `priority`, with the default `accept` policy.
+    pub fn base(name: impl Into<String>, kind: ChainType, hook: Hook, priority: i32) -> Chain {
+        Chain {
+            base: Some(BaseChain {
+                kind,
+                hook,
+                priority,
+                policy: Policy::Accept,
+            }),
+            ..Chain::new(name)
+        }
+    }
+
+    pub fn with_comment(self, comment: impl Into<String>) -> Chain {
+        Chain {
+            comment: Some(comment.into()),
+            ..self
+        }
+    }
+
+    pub fn with_rules(self, rules: Vec<Rule>) -> Chain {
+        Chain { rules, ..self }
+    }
+}
+
+impl Rule {
+    /// A rule of `stmts`, without comment or kernel handle.
+    pub fn new(stmts: Vec<Stmt>) -> Rule {
+        Rule {
+            stmts,
+            comment: None,
+            handle: None,
+        }
+    }
+
+    pub fn with_comment(self, comment: impl Into<String>) -> Rule {
+        Rule {
+            comment: Some(comment.into()),
+            ..self
+        }
+    }
+}
+
+impl Verdict {
+    pub fn jump(chain: impl Into<String>) -> Verdict {
+        Verdict::Jump(chain.into())
+    }
+
+    pub fn goto(chain: impl Into<String>) -> Verdict {
+        Verdict::Goto(chain.into())
+    }
+}
+
+impl From<Verdict> for Stmt {
+    fn from(v: Verdict) -> Stmt {
+        Stmt::Verdict(v)
+    }
+}
+
+impl Stmt {
+    /// `left op right`, unmasked.
+    pub fn compare(left: Selector, op: CmpOp, right: Value) -> Stmt {
+        Stmt::Match {
+            left,
+            mask: None,
+            op,
+            right,
+        }
+    }
+
+    /// `left right`: equality, unmasked.
+    pub fn match_eq(left: Selector, right: Value) -> Stmt {
+        Stmt::compare(left, CmpOp::Eq, right)
+    }
+
+    /// `left != right`, unmasked.
+    pub fn match_ne(left: Selector, right: Value) -> Stmt {
+        Stmt::compare(left, CmpOp::Ne, right)
+    }
+
+    /// `ct state …`: any of the `states` bits is set.
+    pub fn ct_state(states: CtState) -> Stmt {
+        Stmt::match_eq(Selector::CtState, Value::CtState(states))
+    }
+
+    /// `ct state new`
+    pub fn ct_new() -> Stmt {
+        Stmt::ct_state(CtState::NEW)
+    }
+
+    /// `jump chain`
+    pub fn jump(chain: impl Into<String>) -> Stmt {
+        Stmt::Verdict(Verdict::jump(chain))
+    }
+
+    /// `goto chain`
+    pub fn goto(chain: impl Into<String>) -> Stmt {
+        Stmt::Verdict(Verdict::goto(chain))
+    }
+}
+
+impl Set {
+    /// A plain set of `key`s: no data, no flags, no timeout, no comment, no elements.
+    pub fn new(name: impl Into<String>, key: Vec<DataType>) -> Set {
+        Set {
+            name: name.into(),
+            key,
+            data: Vec::new(),
+            interval: false,
+            dynamic: false,
+            timeout: None,
+            comment: None,
+            elements: Vec::new(),
+        }
+    }
+
+    /// A map from `key` to `data` (`[DataType::Verdict]` for a verdict map).
+    pub fn map(name: impl Into<String>, key: Vec<DataType>, data: Vec<DataType>) -> Set {
+        Set {
+            data,
+            ..Set::new(name, key)
+        }
+    }
+
+    /// A verdict map from `key`.
+    pub fn verdict_map(name: impl Into<String>, key: Vec<DataType>) -> Set {
+        Set::map(name, key, vec![DataType::Verdict])
+    }
+
+    pub fn with_comment(self, comment: impl Into<String>) -> Set {
+        Set {
+            comment: Some(comment.into()),
+            ..self
+        }
+    }
+
+    pub fn with_elements(self, elements: Vec<Element>) -> Set {
+        Set { elements, ..self }
+    }
+}
+
+impl Element {
+    /// A set element: `key`, no data, no comment.
+    pub fn new(key: Vec<Value>) -> Element {
+        Element {
+            key,
+            data: None,
+            comment: None,
+        }
+    }
+
+    /// The map element `key : data`.
+    pub fn map(key: Vec<Value>, data: impl Into<MapData>) -> Element {
+        Element {
+            data: Some(data.into()),
+            ..Element::new(key)
+        }
+    }
+
+    pub fn with_comment(self, comment: impl Into<String>) -> Element {
+        Element {
+            comment: Some(comment.into()),
+            ..self
+        }
+    }
+}

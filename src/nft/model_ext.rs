@@ -27,21 +27,12 @@ impl Table {
 
 #[cfg(test)]
 mod tests {
-    use super::super::model::{Chain, DataType, Element, Rule, Set, Stmt, Value, Verdict};
+    use super::super::model::{Chain, DataType, Element, Rule, Set, Value, Verdict};
     use super::*;
     use std::collections::BTreeMap;
 
     fn table_with_elements(elements: Vec<Element>) -> Table {
-        let set = Set {
-            name: "s".into(),
-            key: vec![DataType::InetService],
-            data: Vec::new(),
-            interval: false,
-            dynamic: false,
-            timeout: None,
-            comment: None,
-            elements,
-        };
+        let set = Set::new("s", vec![DataType::InetService]).with_elements(elements);
         Table {
             sets: BTreeMap::from([("s".to_string(), set)]),
             ..Table::default()
@@ -49,11 +40,7 @@ mod tests {
     }
 
     fn port(p: u16) -> Element {
-        Element {
-            key: vec![Value::Port(p)],
-            data: None,
-            comment: None,
-        }
+        Element::new(vec![Value::Port(p)])
     }
 
     #[test]
@@ -67,19 +54,11 @@ mod tests {
     fn without_handles_clears_rule_handles_only() {
         let mut t = table_with_elements(vec![]);
         let rule = Rule {
-            stmts: vec![Stmt::Verdict(Verdict::Accept)],
-            comment: Some("c".into()),
             handle: Some(7),
+            ..Rule::new(vec![Verdict::Accept.into()]).with_comment("c")
         };
-        t.chains.insert(
-            "c".into(),
-            Chain {
-                name: "c".into(),
-                base: None,
-                comment: None,
-                rules: vec![rule.clone()],
-            },
-        );
+        t.chains
+            .insert("c".into(), Chain::new("c").with_rules(vec![rule.clone()]));
         let stripped = t.without_handles();
         assert_eq!(stripped.chains["c"].rules[0].handle, None);
         assert_eq!(stripped.chains["c"].rules[0].stmts, rule.stmts);

@@ -771,7 +771,7 @@ pub fn render_transaction_with_maps(tx: &Transaction, known: &[&Table]) -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nft::model::{BaseChain, Chain};
+    use crate::nft::model::Chain;
     use std::collections::BTreeMap;
     use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -808,8 +808,8 @@ mod tests {
         let s = Stmt::NumgenVMap {
             modulus: 2,
             map: MapRef::Anonymous(vec![
-                (vec![Value::Mark(0)], Verdict::Goto("a".into())),
-                (vec![Value::Mark(1)], Verdict::Goto("b".into())),
+                (vec![Value::Mark(0)], Verdict::goto("a")),
+                (vec![Value::Mark(1)], Verdict::goto("b")),
             ]),
         };
         assert_eq!(
@@ -960,51 +960,25 @@ mod tests {
         let mut chains = BTreeMap::new();
         chains.insert(
             "a-regular".to_string(),
-            Chain {
-                name: "a-regular".into(),
-                base: None,
-                comment: None,
-                rules: vec![Rule {
-                    stmts: vec![Stmt::Verdict(Verdict::Accept)],
-                    comment: Some("ok".into()),
-                    handle: None,
-                }],
-            },
+            Chain::new("a-regular").with_rules(vec![
+                Rule::new(vec![Verdict::Accept.into()]).with_comment("ok"),
+            ]),
         );
         chains.insert(
             "z-base".to_string(),
-            Chain {
-                name: "z-base".into(),
-                base: Some(BaseChain {
-                    kind: ChainType::Nat,
-                    hook: Hook::Prerouting,
-                    priority: -100,
-                    policy: Policy::Accept,
-                }),
-                comment: Some("entry".into()),
-                rules: vec![Rule {
-                    stmts: vec![Stmt::Verdict(Verdict::Jump("a-regular".into()))],
-                    comment: None,
-                    handle: None,
-                }],
-            },
+            Chain::base("z-base", ChainType::Nat, Hook::Prerouting, -100)
+                .with_comment("entry")
+                .with_rules(vec![Rule::new(vec![Stmt::jump("a-regular")])]),
         );
         let mut sets = BTreeMap::new();
         sets.insert(
             "ports".to_string(),
             Set {
-                name: "ports".into(),
-                key: vec![DataType::InetService],
-                data: Vec::new(),
-                interval: false,
                 dynamic: true,
                 timeout: Some(5400),
-                comment: None,
-                elements: vec![Element {
-                    key: vec![Value::Port(80)],
-                    data: None,
-                    comment: Some("http".into()),
-                }],
+                ..Set::new("ports", vec![DataType::InetService]).with_elements(vec![
+                    Element::new(vec![Value::Port(80)]).with_comment("http"),
+                ])
             },
         );
         let t = Table {
@@ -1042,29 +1016,24 @@ mod tests {
     #[test]
     fn transaction_ops_render_as_single_commands() {
         let t = tref(Family::Ip);
-        let map = Set {
-            name: "service-ips".into(),
-            key: vec![
+        let map = Set::verdict_map(
+            "service-ips",
+            vec![
                 DataType::Ipv4Addr,
                 DataType::InetProto,
                 DataType::InetService,
             ],
-            data: vec![DataType::Verdict],
-            interval: false,
-            dynamic: false,
-            timeout: None,
-            comment: Some("svc".into()),
-            elements: vec![],
-        };
-        let element = Element {
-            key: vec![
+        )
+        .with_comment("svc");
+        let element = Element::map(
+            vec![
                 Value::Ipv4(Ipv4Addr::new(10, 0, 0, 1)),
                 Value::Proto(6),
                 Value::Port(80),
             ],
-            data: Some(Verdict::Goto("service-x".into()).into()),
-            comment: Some("ns/svc:http".into()),
-        };
+            Verdict::goto("service-x"),
+        )
+        .with_comment("ns/svc:http");
         let tx = Transaction {
             ops: vec![
                 Op::AddTable {

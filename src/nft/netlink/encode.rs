@@ -893,14 +893,8 @@ mod tests {
 
     fn endpoint_map(data: Vec<DataType>) -> Set {
         Set {
-            name: "m".into(),
-            key: vec![DataType::Integer],
-            data,
             interval: true,
-            dynamic: false,
-            timeout: None,
-            comment: None,
-            elements: Vec::new(),
+            ..Set::map("m", vec![DataType::Integer], data)
         }
     }
 

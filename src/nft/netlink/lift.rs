@@ -195,6 +195,10 @@ impl Lifter<'_> {
             .ok_or_else(|| self.err(e, format!("set {name} is not in the table")))
     }
 
+    /// Lifts one expression: loads fill registers, and the expression that consumes them
+    /// completes a statement. The patterns pick the shapes the model has; each kind is lifted
+    /// by a method of its own below. Longer than most functions because it is the dispatch
+    /// table: one arm per expression shape, its length is the patterns.
     fn step(&mut self, e: &Expr) -> Result<(), LiftError> {
         match e {
             Expr::Payload {
@@ -202,86 +206,17 @@ impl Lifter<'_> {
                 offset,
                 len,
                 dreg,
-            } => {
-                let reg = match self.payload_selector(e, *base, *offset, *len) {
-                    Ok(sel) => Reg::Load { sel, len: *len },
-                    // nft merges adjacent equality matches on one header into one load.
-                    Err(err) => Reg::Merged(self.merged_fields(*base, *offset, *len).ok_or(err)?),
-                };
-                let first = match &reg {
-                    Reg::Load { sel, .. } => *sel,
-                    Reg::Merged(fields) => fields[0].0,
-                    _ => unreachable!("payload loads are Load or Merged"),
-                };
-                // In inet tables nft prefixes ip/ip6 header matches with `meta nfproto`;
-                // it is implied by the match itself, so it is not a statement of ours.
-                if self.family == Family::Inet && *base == NFT_PAYLOAD_NETWORK_HEADER {
-                    let want = match first {
-                        Selector::IpSaddr | Selector::IpDaddr => NFPROTO_IPV4,
-                        _ => NFPROTO_IPV6,
-                    };
-                    if let Some(Stmt::Match {
-                        left: Selector::NfProto,
-                        mask: None,
-                        op: CmpOp::Eq,
-                        right: Value::NfProto(p),
-                    }) = self.stmts.last()
-                        && *p == want
-                    {
-                        self.stmts.pop();
-                    }
-                    self.context = Some(want);
-                }
-                self.load(e, *dreg, reg)
-            }
+            } => self.payload(e, *base, *offset, *len, *dreg),
             Expr::Meta {
                 key,
                 dreg: Some(dreg),
                 sreg: None,
-            } => {
-                let sel = match *key {
-                    NFT_META_L4PROTO => Selector::L4Proto,
-                    NFT_META_NFPROTO => Selector::NfProto,
-                    NFT_META_MARK => Selector::Mark,
-                    NFT_META_IIFNAME => Selector::IifName,
-                    NFT_META_OIFNAME => Selector::OifName,
-                    _ => return Err(self.err(e, "meta key has no selector")),
-                };
-                self.load(
-                    e,
-                    *dreg,
-                    Reg::Load {
-                        sel,
-                        len: full_len(sel),
-                    },
-                )
-            }
+            } => self.meta_load(e, *key, *dreg),
             Expr::Meta {
                 key: NFT_META_MARK,
                 dreg: None,
                 sreg: Some(sreg),
-            } => {
-                let op = match self.take(e, *sreg)? {
-                    Reg::Imm(v) => MarkOp::Set(ne32(&v).ok_or_else(|| self.err(e, "mark width"))?),
-                    Reg::Masked {
-                        sel: Selector::Mark,
-                        mask,
-                        xor,
-                        ..
-                    } => {
-                        let (m, x) = (ne32(&mask), ne32(&xor));
-                        match (m, x) {
-                            (Some(m), Some(x)) if m == !x && x != 0 => MarkOp::Or(x),
-                            (Some(u32::MAX), Some(x)) => MarkOp::Xor(x),
-                            (Some(m), Some(0)) => MarkOp::And(m),
-                            _ => return Err(self.err(e, "mark arithmetic is not or/xor/and")),
-                        }
-                    }
-                    other => return Err(self.err(e, format!("mark set from {other:?}"))),
-                };
-                self.stmts.push(Stmt::SetMark(op));
-                Ok(())
-            }
+            } => self.set_mark(e, *sreg),
             Expr::Ct {
                 key: key @ (NFT_CT_STATE | NFT_CT_STATUS),
                 dreg: Some(dreg),
@@ -302,175 +237,21 @@ impl Lifter<'_> {
                 dreg,
                 result: NFT_FIB_RESULT_ADDRTYPE,
                 flags,
-            } => {
-                let sel = match *flags as u16 {
-                    NFTA_FIB_F_SADDR => Selector::FibSaddrType,
-                    NFTA_FIB_F_DADDR => Selector::FibDaddrType,
-                    _ => return Err(self.err(e, "fib flags other than saddr/daddr")),
-                };
-                self.load(e, *dreg, Reg::Load { sel, len: 4 })
-            }
+            } => self.fib_load(e, *dreg, *flags),
             Expr::Bitwise {
                 sreg,
                 dreg,
                 op: NFT_BITWISE_MASK_XOR,
                 mask,
                 xor,
-            } => match self.take(e, *sreg)? {
-                Reg::Load { sel, len } if mask.len() == len as usize => {
-                    let (mask, xor) = (mask.clone(), xor.clone());
-                    self.load(
-                        e,
-                        *dreg,
-                        Reg::Masked {
-                            sel,
-                            len,
-                            mask,
-                            xor,
-                        },
-                    )
-                }
-                other => Err(self.err(e, format!("bitwise on {other:?}"))),
-            },
-            Expr::Cmp { sreg, op, data } => {
-                let op = match *op {
-                    NFT_CMP_EQ => CmpOp::Eq,
-                    NFT_CMP_NEQ => CmpOp::Ne,
-                    _ => return Err(self.err(e, "only == and != are lifted")),
-                };
-                let reg = self.take(e, *sreg)?;
-                if let Reg::Numgen { modulus, offset: 0 } = reg {
-                    let value = ne32(data).filter(|_| op == CmpOp::Eq).ok_or_else(|| {
-                        self.err(e, "numgen is only compared for equality with a u32")
-                    })?;
-                    self.stmts.push(Stmt::NumgenIs { modulus, value });
-                    return Ok(());
-                }
-                if let Reg::Merged(fields) = reg {
-                    if op != CmpOp::Eq {
-                        return Err(self.err(e, "nft merges only equality matches"));
-                    }
-                    let mut rest = &data[..];
-                    for (sel, len) in fields {
-                        let Some((part, tail)) = rest.split_at_checked(len as usize) else {
-                            return Err(self.err(e, "merged compare is shorter than its load"));
-                        };
-                        rest = tail;
-                        let load = Reg::Load { sel, len };
-                        let stmt = self
-                            .cmp(load, op, part)
-                            .ok_or_else(|| self.err(e, "merged field has no model equivalent"))?;
-                        self.stmts.push(stmt);
-                    }
-                    if !rest.is_empty() {
-                        return Err(self.err(e, "merged compare is longer than its load"));
-                    }
-                    return Ok(());
-                }
-                let stmt = self
-                    .cmp(reg, op, data)
-                    .ok_or_else(|| self.err(e, "comparison has no model equivalent"))?;
-                if let Stmt::Match {
-                    left: Selector::NfProto,
-                    mask: None,
-                    op: CmpOp::Eq,
-                    right: Value::NfProto(p),
-                } = stmt
-                {
-                    self.context = Some(p);
-                }
-                self.stmts.push(stmt);
-                Ok(())
-            }
+            } => self.bitwise(e, *sreg, *dreg, mask, xor),
+            Expr::Cmp { sreg, op, data } => self.compare(e, *sreg, *op, data),
             Expr::Lookup {
                 set,
                 sreg,
                 dreg,
                 inverted,
-            } => {
-                let info = self.set(e, set)?.clone();
-                // numgen feeds a one-field map from its own register.
-                if let Some(Reg::Numgen { modulus, offset: 0 }) =
-                    self.regs.get(&self.off(e, *sreg)?).cloned()
-                {
-                    if *dreg != Some(NFT_REG_VERDICT) || *inverted {
-                        return Err(self.err(e, "numgen only feeds verdict maps"));
-                    }
-                    self.take(e, *sreg)?;
-                    let map = map_ref(set, &info);
-                    self.stmts.push(Stmt::NumgenVMap { modulus, map });
-                    return Ok(());
-                }
-                if let Some(Reg::NumgenBigEndian { modulus, offset }) =
-                    self.regs.get(&self.off(e, *sreg)?).cloned()
-                {
-                    let Some(dreg) = dreg.filter(|&d| d != NFT_REG_VERDICT && !*inverted) else {
-                        return Err(self.err(e, "a numgen interval key only feeds a data map"));
-                    };
-                    self.take(e, *sreg)?;
-                    self.load(
-                        e,
-                        dreg,
-                        Reg::NumgenMapData {
-                            modulus,
-                            offset,
-                            map: set.clone(),
-                        },
-                    )?;
-                    return Ok(());
-                }
-                // `key . numgen random mod M` feeds a data map (shared slot maps).
-                if info.key.len() > 1
-                    && info.key.last() == Some(&DataType::Integer)
-                    && info.anonymous.is_none()
-                {
-                    let Some(dreg) = dreg.filter(|&d| d != NFT_REG_VERDICT && !*inverted) else {
-                        return Err(self.err(e, "a key with a numgen slot only feeds a data map"));
-                    };
-                    let (key, slot_at) = self.key_and_end(e, *sreg, info.key.len() - 1)?;
-                    let modulus = match self.regs.remove(&slot_at) {
-                        Some(Reg::Numgen { modulus, offset: 0 }) => modulus,
-                        other => {
-                            return Err(self.err(e, format!("slot key part is {other:?}")));
-                        }
-                    };
-                    self.load(
-                        e,
-                        dreg,
-                        Reg::SlotMapData {
-                            key,
-                            modulus,
-                            map: set.clone(),
-                        },
-                    )?;
-                    return Ok(());
-                }
-                let key = self.key(e, *sreg, info.key.len())?;
-                match dreg {
-                    Some(NFT_REG_VERDICT) if !inverted => {
-                        let map = map_ref(set, &info);
-                        self.stmts.push(Stmt::VMap { key, map });
-                    }
-                    None if info.anonymous.is_none() => self.stmts.push(Stmt::Lookup {
-                        key,
-                        set: set.clone(),
-                        negate: *inverted,
-                    }),
-                    // A named data map's `address . port` (`dnat to key map @m`).
-                    Some(dreg) if !inverted && info.anonymous.is_none() => {
-                        self.load(
-                            e,
-                            *dreg,
-                            Reg::MapData {
-                                key,
-                                map: set.clone(),
-                            },
-                        )?;
-                    }
-                    _ => return Err(self.err(e, "lookup shape has no model equivalent")),
-                }
-                Ok(())
-            }
+            } => self.lookup(e, set, *sreg, *dreg, *inverted),
             Expr::Immediate {
                 dreg: NFT_REG_VERDICT,
                 data: RawData::Verdict(v),
@@ -513,32 +294,7 @@ impl Lifter<'_> {
                     Some(Reg::NumgenMapData { .. } | Reg::SlotMapData { .. } | Reg::MapData { .. })
                 ) =>
             {
-                let addr_len = match (*family as u8, self.family) {
-                    (NFPROTO_IPV4, Family::Ip) => 4,
-                    (NFPROTO_IPV6, Family::Ip6) => 16,
-                    _ => return Err(self.err(e, "dnat map of another address family")),
-                };
-                if self.off(e, *pmin)? != self.off(e, *amin)? + addr_len {
-                    return Err(self.err(e, "dnat port is not the data after the address"));
-                }
-                let stmt = match self.take(e, *amin)? {
-                    Reg::NumgenMapData {
-                        modulus,
-                        offset,
-                        map,
-                    } => Stmt::DnatNumgenMap {
-                        modulus,
-                        offset,
-                        map,
-                    },
-                    Reg::SlotMapData { key, modulus, map } => {
-                        Stmt::DnatSlotMap { key, modulus, map }
-                    }
-                    Reg::MapData { key, map } => Stmt::DnatMap { key, map },
-                    _ => unreachable!("matched above"),
-                };
-                self.stmts.push(stmt);
-                Ok(())
+                self.dnat_map(e, *family, *amin, *pmin)
             }
             Expr::Nat {
                 kind: NFT_NAT_DNAT,
@@ -551,44 +307,12 @@ impl Lifter<'_> {
             } if addr_max.is_none_or(|m| m == *amin)
                 && proto_max.is_none_or(|m| Some(m) == *proto_min) =>
             {
-                // The kernel dumps max registers equal to the min ones: a single target.
-                // NF_NAT_RANGE_MAP_IPS | NF_NAT_RANGE_PROTO_SPECIFIED are implied by the
-                // registers; anything else (random, persistent) is not in the model.
-                if flags & !0x3 != 0 {
-                    return Err(self.err(e, "nat flags beyond map-ips/proto-specified"));
-                }
-                let addr = match (self.take(e, *amin)?, *family as u8) {
-                    (Reg::Imm(v), NFPROTO_IPV4) if v.len() == 4 => {
-                        IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(&v[..]).expect("4")))
-                    }
-                    (Reg::Imm(v), NFPROTO_IPV6) if v.len() == 16 => {
-                        IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&v[..]).expect("16")))
-                    }
-                    (other, _) => return Err(self.err(e, format!("dnat address from {other:?}"))),
-                };
-                let port = match proto_min {
-                    None => None,
-                    Some(r) => match self.take(e, *r)? {
-                        Reg::Imm(v) if v.len() >= 2 => Some(u16::from_be_bytes([v[0], v[1]])),
-                        other => return Err(self.err(e, format!("dnat port from {other:?}"))),
-                    },
-                };
-                self.stmts.push(Stmt::Dnat { addr, port });
-                Ok(())
+                self.dnat(e, *family, *amin, *proto_min, *flags)
             }
             Expr::Masq {
                 flags,
                 proto_min: None,
-            } => {
-                const NF_NAT_RANGE_PROTO_RANDOM_FULLY: u32 = 0x10;
-                if flags & !NF_NAT_RANGE_PROTO_RANDOM_FULLY != 0 {
-                    return Err(self.err(e, "masquerade flags beyond fully-random"));
-                }
-                self.stmts.push(Stmt::Masquerade {
-                    fully_random: flags & NF_NAT_RANGE_PROTO_RANDOM_FULLY != 0,
-                });
-                Ok(())
-            }
+            } => self.masquerade(e, *flags),
             Expr::Counter => {
                 self.stmts.push(Stmt::Counter);
                 Ok(())
@@ -620,41 +344,7 @@ impl Lifter<'_> {
                 }) => Ok(()),
                 other => Err(self.err(e, format!("byteorder on {other:?}"))),
             },
-            Expr::Reject { kind, code } => {
-                // ICMP port unreachable: code 3 for ICMP, 4 for ICMPv6.
-                let version = match code {
-                    3 => NFPROTO_IPV4,
-                    4 => NFPROTO_IPV6,
-                    _ => 0,
-                };
-                let kind = match (*kind, self.family) {
-                    // `reject with tcp reset` needs `meta l4proto tcp`, which nft adds at the
-                    // rule's start when missing; it stays a statement so the rule re-renders
-                    // to the same bytecode.
-                    (NFT_REJECT_TCP_RST, _) => RejectKind::TcpReset,
-                    (NFT_REJECT_ICMP_UNREACH, Family::Ip) if version == NFPROTO_IPV4 => {
-                        RejectKind::Default
-                    }
-                    (NFT_REJECT_ICMP_UNREACH, Family::Ip6) if version == NFPROTO_IPV6 => {
-                        RejectKind::Default
-                    }
-                    // In inet, a plain reject after an ip/ip6 or nfproto match picks that
-                    // ICMP version (nft adds the nfproto match itself when none precedes).
-                    (NFT_REJECT_ICMP_UNREACH, Family::Inet)
-                        if version != 0 && self.context == Some(version) =>
-                    {
-                        RejectKind::Default
-                    }
-                    (NFT_REJECT_ICMPX_UNREACH, Family::Inet)
-                        if u32::from(*code) == NFT_REJECT_ICMPX_PORT_UNREACH =>
-                    {
-                        RejectKind::Default
-                    }
-                    _ => return Err(self.err(e, "reject type/code has no model equivalent")),
-                };
-                self.stmts.push(Stmt::Reject(kind));
-                Ok(())
-            }
+            Expr::Reject { kind, code } => self.reject(e, *kind, *code),
             Expr::Dynset {
                 set,
                 op: NFT_DYNSET_OP_UPDATE,
@@ -662,38 +352,417 @@ impl Lifter<'_> {
                 sreg_data: None,
                 timeout: None,
                 has_exprs: false,
-            } => {
-                let n = self.set(e, set)?.key.len();
-                let key = self.key(e, *sreg_key, n)?;
-                self.stmts.push(Stmt::Update {
-                    set: set.clone(),
-                    key,
-                });
-                Ok(())
-            }
+            } => self.update(e, set, *sreg_key),
             Expr::Limit {
                 rate,
                 unit,
                 burst,
                 kind: NFT_LIMIT_PKTS,
                 flags: 0,
-            } => {
-                let unit = match unit {
-                    1 => RateUnit::Second,
-                    60 => RateUnit::Minute,
-                    3600 => RateUnit::Hour,
-                    86400 => RateUnit::Day,
-                    _ => return Err(self.err(e, "limit unit")),
-                };
-                self.stmts.push(Stmt::Limit {
-                    rate: *rate,
-                    unit,
-                    burst: *burst,
-                });
-                Ok(())
-            }
+            } => self.limit(e, *rate, *unit, *burst),
             _ => Err(self.err(e, "expression has no model equivalent")),
         }
+    }
+
+    /// A header field load; in inet tables it absorbs the `meta nfproto` match nft adds.
+    fn payload(
+        &mut self,
+        e: &Expr,
+        base: u32,
+        offset: u32,
+        len: u32,
+        dreg: u32,
+    ) -> Result<(), LiftError> {
+        let reg = match self.payload_selector(e, base, offset, len) {
+            Ok(sel) => Reg::Load { sel, len },
+            // nft merges adjacent equality matches on one header into one load.
+            Err(err) => Reg::Merged(self.merged_fields(base, offset, len).ok_or(err)?),
+        };
+        let first = match &reg {
+            Reg::Load { sel, .. } => *sel,
+            Reg::Merged(fields) => fields[0].0,
+            _ => unreachable!("payload loads are Load or Merged"),
+        };
+        // In inet tables nft prefixes ip/ip6 header matches with `meta nfproto`;
+        // it is implied by the match itself, so it is not a statement of ours.
+        if self.family == Family::Inet && base == NFT_PAYLOAD_NETWORK_HEADER {
+            let want = match first {
+                Selector::IpSaddr | Selector::IpDaddr => NFPROTO_IPV4,
+                _ => NFPROTO_IPV6,
+            };
+            if let Some(Stmt::Match {
+                left: Selector::NfProto,
+                mask: None,
+                op: CmpOp::Eq,
+                right: Value::NfProto(p),
+            }) = self.stmts.last()
+                && *p == want
+            {
+                self.stmts.pop();
+            }
+            self.context = Some(want);
+        }
+        self.load(e, dreg, reg)
+    }
+
+    /// A `meta` key load.
+    fn meta_load(&mut self, e: &Expr, key: u32, dreg: u32) -> Result<(), LiftError> {
+        let sel = match key {
+            NFT_META_L4PROTO => Selector::L4Proto,
+            NFT_META_NFPROTO => Selector::NfProto,
+            NFT_META_MARK => Selector::Mark,
+            NFT_META_IIFNAME => Selector::IifName,
+            NFT_META_OIFNAME => Selector::OifName,
+            _ => return Err(self.err(e, "meta key has no selector")),
+        };
+        self.load(
+            e,
+            dreg,
+            Reg::Load {
+                sel,
+                len: full_len(sel),
+            },
+        )
+    }
+
+    /// `meta mark set …` from an immediate or from mark arithmetic.
+    fn set_mark(&mut self, e: &Expr, sreg: u32) -> Result<(), LiftError> {
+        let op = match self.take(e, sreg)? {
+            Reg::Imm(v) => MarkOp::Set(ne32(&v).ok_or_else(|| self.err(e, "mark width"))?),
+            Reg::Masked {
+                sel: Selector::Mark,
+                mask,
+                xor,
+                ..
+            } => {
+                let (m, x) = (ne32(&mask), ne32(&xor));
+                match (m, x) {
+                    (Some(m), Some(x)) if m == !x && x != 0 => MarkOp::Or(x),
+                    (Some(u32::MAX), Some(x)) => MarkOp::Xor(x),
+                    (Some(m), Some(0)) => MarkOp::And(m),
+                    _ => return Err(self.err(e, "mark arithmetic is not or/xor/and")),
+                }
+            }
+            other => return Err(self.err(e, format!("mark set from {other:?}"))),
+        };
+        self.stmts.push(Stmt::SetMark(op));
+        Ok(())
+    }
+
+    /// A `fib … type` load.
+    fn fib_load(&mut self, e: &Expr, dreg: u32, flags: u32) -> Result<(), LiftError> {
+        let sel = match flags as u16 {
+            NFTA_FIB_F_SADDR => Selector::FibSaddrType,
+            NFTA_FIB_F_DADDR => Selector::FibDaddrType,
+            _ => return Err(self.err(e, "fib flags other than saddr/daddr")),
+        };
+        self.load(e, dreg, Reg::Load { sel, len: 4 })
+    }
+
+    /// A mask-and-xor of a loaded value (mark arithmetic, prefix matches).
+    fn bitwise(
+        &mut self,
+        e: &Expr,
+        sreg: u32,
+        dreg: u32,
+        mask: &[u8],
+        xor: &[u8],
+    ) -> Result<(), LiftError> {
+        match self.take(e, sreg)? {
+            Reg::Load { sel, len } if mask.len() == len as usize => {
+                let (mask, xor) = (mask.to_vec(), xor.to_vec());
+                self.load(
+                    e,
+                    dreg,
+                    Reg::Masked {
+                        sel,
+                        len,
+                        mask,
+                        xor,
+                    },
+                )
+            }
+            other => Err(self.err(e, format!("bitwise on {other:?}"))),
+        }
+    }
+
+    /// A compare: a match statement, a numgen equality, or merged header matches.
+    fn compare(&mut self, e: &Expr, sreg: u32, op: u32, data: &[u8]) -> Result<(), LiftError> {
+        let op = match op {
+            NFT_CMP_EQ => CmpOp::Eq,
+            NFT_CMP_NEQ => CmpOp::Ne,
+            _ => return Err(self.err(e, "only == and != are lifted")),
+        };
+        let reg = self.take(e, sreg)?;
+        if let Reg::Numgen { modulus, offset: 0 } = reg {
+            let value = ne32(data)
+                .filter(|_| op == CmpOp::Eq)
+                .ok_or_else(|| self.err(e, "numgen is only compared for equality with a u32"))?;
+            self.stmts.push(Stmt::NumgenIs { modulus, value });
+            return Ok(());
+        }
+        if let Reg::Merged(fields) = reg {
+            if op != CmpOp::Eq {
+                return Err(self.err(e, "nft merges only equality matches"));
+            }
+            let mut rest = data;
+            for (sel, len) in fields {
+                let Some((part, tail)) = rest.split_at_checked(len as usize) else {
+                    return Err(self.err(e, "merged compare is shorter than its load"));
+                };
+                rest = tail;
+                let load = Reg::Load { sel, len };
+                let stmt = self
+                    .cmp(load, op, part)
+                    .ok_or_else(|| self.err(e, "merged field has no model equivalent"))?;
+                self.stmts.push(stmt);
+            }
+            if !rest.is_empty() {
+                return Err(self.err(e, "merged compare is longer than its load"));
+            }
+            return Ok(());
+        }
+        let stmt = self
+            .cmp(reg, op, data)
+            .ok_or_else(|| self.err(e, "comparison has no model equivalent"))?;
+        if let Stmt::Match {
+            left: Selector::NfProto,
+            mask: None,
+            op: CmpOp::Eq,
+            right: Value::NfProto(p),
+        } = stmt
+        {
+            self.context = Some(p);
+        }
+        self.stmts.push(stmt);
+        Ok(())
+    }
+
+    /// A set or map lookup: membership, verdict maps, and the data maps `dnat` reads.
+    fn lookup(
+        &mut self,
+        e: &Expr,
+        set: &str,
+        sreg: u32,
+        dreg: Option<u32>,
+        inverted: bool,
+    ) -> Result<(), LiftError> {
+        let info = self.set(e, set)?.clone();
+        // numgen feeds a one-field map from its own register.
+        if let Some(Reg::Numgen { modulus, offset: 0 }) =
+            self.regs.get(&self.off(e, sreg)?).cloned()
+        {
+            if dreg != Some(NFT_REG_VERDICT) || inverted {
+                return Err(self.err(e, "numgen only feeds verdict maps"));
+            }
+            self.take(e, sreg)?;
+            let map = map_ref(set, &info);
+            self.stmts.push(Stmt::NumgenVMap { modulus, map });
+            return Ok(());
+        }
+        if let Some(Reg::NumgenBigEndian { modulus, offset }) =
+            self.regs.get(&self.off(e, sreg)?).cloned()
+        {
+            let Some(dreg) = dreg.filter(|&d| d != NFT_REG_VERDICT && !inverted) else {
+                return Err(self.err(e, "a numgen interval key only feeds a data map"));
+            };
+            self.take(e, sreg)?;
+            self.load(
+                e,
+                dreg,
+                Reg::NumgenMapData {
+                    modulus,
+                    offset,
+                    map: set.to_owned(),
+                },
+            )?;
+            return Ok(());
+        }
+        // `key . numgen random mod M` feeds a data map (shared slot maps).
+        if info.key.len() > 1
+            && info.key.last() == Some(&DataType::Integer)
+            && info.anonymous.is_none()
+        {
+            let Some(dreg) = dreg.filter(|&d| d != NFT_REG_VERDICT && !inverted) else {
+                return Err(self.err(e, "a key with a numgen slot only feeds a data map"));
+            };
+            let (key, slot_at) = self.key_and_end(e, sreg, info.key.len() - 1)?;
+            let modulus = match self.regs.remove(&slot_at) {
+                Some(Reg::Numgen { modulus, offset: 0 }) => modulus,
+                other => {
+                    return Err(self.err(e, format!("slot key part is {other:?}")));
+                }
+            };
+            self.load(
+                e,
+                dreg,
+                Reg::SlotMapData {
+                    key,
+                    modulus,
+                    map: set.to_owned(),
+                },
+            )?;
+            return Ok(());
+        }
+        let key = self.key(e, sreg, info.key.len())?;
+        match dreg {
+            Some(NFT_REG_VERDICT) if !inverted => {
+                let map = map_ref(set, &info);
+                self.stmts.push(Stmt::VMap { key, map });
+            }
+            None if info.anonymous.is_none() => self.stmts.push(Stmt::Lookup {
+                key,
+                set: set.to_owned(),
+                negate: inverted,
+            }),
+            // A named data map's `address . port` (`dnat to key map @m`).
+            Some(dreg) if !inverted && info.anonymous.is_none() => {
+                self.load(
+                    e,
+                    dreg,
+                    Reg::MapData {
+                        key,
+                        map: set.to_owned(),
+                    },
+                )?;
+            }
+            _ => return Err(self.err(e, "lookup shape has no model equivalent")),
+        }
+        Ok(())
+    }
+
+    /// `dnat to … map`: the map's data is `address . port`.
+    fn dnat_map(&mut self, e: &Expr, family: u32, amin: u32, pmin: u32) -> Result<(), LiftError> {
+        let addr_len = match (family as u8, self.family) {
+            (NFPROTO_IPV4, Family::Ip) => 4,
+            (NFPROTO_IPV6, Family::Ip6) => 16,
+            _ => return Err(self.err(e, "dnat map of another address family")),
+        };
+        if self.off(e, pmin)? != self.off(e, amin)? + addr_len {
+            return Err(self.err(e, "dnat port is not the data after the address"));
+        }
+        let stmt = match self.take(e, amin)? {
+            Reg::NumgenMapData {
+                modulus,
+                offset,
+                map,
+            } => Stmt::DnatNumgenMap {
+                modulus,
+                offset,
+                map,
+            },
+            Reg::SlotMapData { key, modulus, map } => Stmt::DnatSlotMap { key, modulus, map },
+            Reg::MapData { key, map } => Stmt::DnatMap { key, map },
+            _ => unreachable!("matched above"),
+        };
+        self.stmts.push(stmt);
+        Ok(())
+    }
+
+    /// `dnat to address[:port]` from immediates.
+    fn dnat(
+        &mut self,
+        e: &Expr,
+        family: u32,
+        amin: u32,
+        proto_min: Option<u32>,
+        flags: u32,
+    ) -> Result<(), LiftError> {
+        // The kernel dumps max registers equal to the min ones: a single target.
+        // NF_NAT_RANGE_MAP_IPS | NF_NAT_RANGE_PROTO_SPECIFIED are implied by the
+        // registers; anything else (random, persistent) is not in the model.
+        if flags & !0x3 != 0 {
+            return Err(self.err(e, "nat flags beyond map-ips/proto-specified"));
+        }
+        let addr = match (self.take(e, amin)?, family as u8) {
+            (Reg::Imm(v), NFPROTO_IPV4) if v.len() == 4 => {
+                IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(&v[..]).expect("4")))
+            }
+            (Reg::Imm(v), NFPROTO_IPV6) if v.len() == 16 => {
+                IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&v[..]).expect("16")))
+            }
+            (other, _) => return Err(self.err(e, format!("dnat address from {other:?}"))),
+        };
+        let port = match proto_min {
+            None => None,
+            Some(r) => match self.take(e, r)? {
+                Reg::Imm(v) if v.len() >= 2 => Some(u16::from_be_bytes([v[0], v[1]])),
+                other => return Err(self.err(e, format!("dnat port from {other:?}"))),
+            },
+        };
+        self.stmts.push(Stmt::Dnat { addr, port });
+        Ok(())
+    }
+
+    /// `masquerade [fully-random]`.
+    fn masquerade(&mut self, e: &Expr, flags: u32) -> Result<(), LiftError> {
+        const NF_NAT_RANGE_PROTO_RANDOM_FULLY: u32 = 0x10;
+        if flags & !NF_NAT_RANGE_PROTO_RANDOM_FULLY != 0 {
+            return Err(self.err(e, "masquerade flags beyond fully-random"));
+        }
+        self.stmts.push(Stmt::Masquerade {
+            fully_random: flags & NF_NAT_RANGE_PROTO_RANDOM_FULLY != 0,
+        });
+        Ok(())
+    }
+
+    /// `reject`, in the spellings the model has.
+    fn reject(&mut self, e: &Expr, kind: u32, code: u8) -> Result<(), LiftError> {
+        // ICMP port unreachable: code 3 for ICMP, 4 for ICMPv6.
+        let version = match code {
+            3 => NFPROTO_IPV4,
+            4 => NFPROTO_IPV6,
+            _ => 0,
+        };
+        let kind = match (kind, self.family) {
+            // `reject with tcp reset` needs `meta l4proto tcp`, which nft adds at the
+            // rule's start when missing; it stays a statement so the rule re-renders
+            // to the same bytecode.
+            (NFT_REJECT_TCP_RST, _) => RejectKind::TcpReset,
+            (NFT_REJECT_ICMP_UNREACH, Family::Ip) if version == NFPROTO_IPV4 => RejectKind::Default,
+            (NFT_REJECT_ICMP_UNREACH, Family::Ip6) if version == NFPROTO_IPV6 => {
+                RejectKind::Default
+            }
+            // In inet, a plain reject after an ip/ip6 or nfproto match picks that
+            // ICMP version (nft adds the nfproto match itself when none precedes).
+            (NFT_REJECT_ICMP_UNREACH, Family::Inet)
+                if version != 0 && self.context == Some(version) =>
+            {
+                RejectKind::Default
+            }
+            (NFT_REJECT_ICMPX_UNREACH, Family::Inet)
+                if u32::from(code) == NFT_REJECT_ICMPX_PORT_UNREACH =>
+            {
+                RejectKind::Default
+            }
+            _ => return Err(self.err(e, "reject type/code has no model equivalent")),
+        };
+        self.stmts.push(Stmt::Reject(kind));
+        Ok(())
+    }
+
+    /// `update @set { key }`.
+    fn update(&mut self, e: &Expr, set: &str, sreg_key: u32) -> Result<(), LiftError> {
+        let n = self.set(e, set)?.key.len();
+        let key = self.key(e, sreg_key, n)?;
+        self.stmts.push(Stmt::Update {
+            set: set.to_owned(),
+            key,
+        });
+        Ok(())
+    }
+
+    /// `limit rate N/unit burst B packets`.
+    fn limit(&mut self, e: &Expr, rate: u64, unit: u64, burst: u32) -> Result<(), LiftError> {
+        let unit = match unit {
+            1 => RateUnit::Second,
+            60 => RateUnit::Minute,
+            3600 => RateUnit::Hour,
+            86400 => RateUnit::Day,
+            _ => return Err(self.err(e, "limit unit")),
+        };
+        self.stmts.push(Stmt::Limit { rate, unit, burst });
+        Ok(())
     }
 
     fn payload_selector(
