@@ -307,6 +307,10 @@ fn run_follows_a_manifests_directory_and_answers_health_check_node_ports() {
         Outcome::TimedOut,
         "dropped without a local endpoint"
     );
+    assert_eq!(
+        explained(&topo, "192.0.2.10:80")["dropped"]["kind"],
+        "no-local-endpoints"
+    );
 
     // The Service goes away: so does its healthCheckNodePort.
     std::fs::write(

@@ -6,8 +6,12 @@
 use std::net::IpAddr;
 
 mod common;
+#[path = "common/explain.rs"]
+#[allow(dead_code)]
+mod explain_harness;
 
 use common::{Topology, request};
+use explain_harness::{assert_explained, pod_backend};
 use kubenft::netns::can_create;
 use kubenft::nft::model::*;
 use kubenft::nft::netlink::Nftables;
@@ -187,4 +191,13 @@ fn numgen_dispatch_reaches_both_backends_and_the_mark_alone_decides_masquerading
         2,
         "numgen spreads over both endpoints: {seen:?}"
     );
+
+    // `kubenft explain` reads this hand-made table as it reads kubenft's own: both endpoints,
+    // masqueraded by the mark or not.
+    for (to, masquerade) in [("10.96.0.10:80", true), ("10.96.0.11:80", false)] {
+        let got = assert_explained(node, client, "10.0.0.2", to, 16, 0.25, &pod_backend);
+        let eps = got["endpoints"].as_array().unwrap();
+        assert_eq!(eps.len(), 2, "{got:#}");
+        assert!(eps.iter().all(|e| e["masquerade"] == masquerade), "{got:#}");
+    }
 }

@@ -121,6 +121,23 @@ fn the_clusters_service_cidrs_drive_the_drop_of_unallocated_cluster_ips() {
         Some("beyond"),
         "without a service CIDR the node routes the address on"
     );
+    // `kubenft explain` says so too, and then that the node drops it.
+    let beyond = |ip: &str| match ip {
+        "10.96.0.99" => Some("beyond".to_string()),
+        other => explain_harness::pod_backend(other),
+    };
+    let explained_beyond = || {
+        explain_harness::assert_explained(
+            &topo.node,
+            &topo.client,
+            "10.0.0.2",
+            UNALLOCATED,
+            4,
+            0.25,
+            &beyond,
+        )
+    };
+    assert!(explained_beyond()["untranslated"].is_object());
     let full = full_syncs(&topo);
 
     // Created: the range is dropped, and traffic to its unallocated address with it.
@@ -132,6 +149,10 @@ fn the_clusters_service_cidrs_drive_the_drop_of_unallocated_cluster_ips() {
     assert_eq!(
         try_request(&topo.client, addr(UNALLOCATED)),
         Outcome::TimedOut
+    );
+    assert_eq!(
+        explained_beyond()["dropped"]["kind"],
+        "unallocated-cluster-ip"
     );
     assert_eq!(
         backend(&topo, WEB).as_deref(),

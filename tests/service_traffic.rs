@@ -3,6 +3,9 @@
 //! remote), an external client, pod-originated and host-originated connections.
 
 mod common;
+#[path = "common/explain.rs"]
+#[allow(dead_code)]
+mod explain_harness;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{Outcome, Topology, try_request};
+use explain_harness::{assert_explained, pod_backend};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kubenft::model::ClusterState;
@@ -300,6 +304,32 @@ fn service_behaviours_hold_for_real_traffic() {
         try_request(&c.client, addr("[fd00:96::31]:80")),
         Outcome::Refused
     );
+
+    // `kubenft explain`, asked in the node, predicts each of these connections: endpoints,
+    // masquerading, drop or reject. The node's own connections leave from the address of its
+    // default route's interface. The sticky client is pinned by now, and explain must say so.
+    let (pod, node, client) = (&c.pods[0], &c.node, &c.client);
+    for (ns, from, to) in [
+        (pod, "10.244.1.2", "10.96.0.10:80"),
+        (node, "10.255.0.1", "10.96.0.10:80"),
+        (client, "fd00::2", "[fd00:96::10]:80"),
+        (client, "10.0.0.2", "192.0.2.20:80"),
+        (client, "10.0.0.2", "192.0.2.21:80"),
+        (client, "10.0.0.2", "10.0.0.1:30020"),
+        (client, "10.0.0.2", "192.0.2.22:80"),
+        (client, "10.0.0.2", "192.0.2.23:80"),
+        (client, "10.0.0.2", "10.0.0.1:30023"),
+        (client, "10.0.0.2", "10.96.0.30:80"),
+        (pod, "fd00:244:1::2", "[fd00:96::10]:80"),
+        (node, "fd00:ff::1", "[fd00:96::10]:80"),
+        (client, "fd00::2", "[fd00:96::1:20]:80"),
+        (client, "fd00::2", "[fd00:96::1:22]:80"),
+        (client, "fd00::2", "[fd00:96::1:23]:80"),
+        (client, "10.0.0.2", "10.96.0.99:80"),
+        (client, "fd00::2", "[fd00:96::31]:80"),
+    ] {
+        assert_explained(node, ns, from, to, 16, 0.25, &pod_backend);
+    }
     drop(c);
 }
 

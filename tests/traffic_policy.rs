@@ -5,11 +5,15 @@
 //! node-c, so that this node has no local endpoint of it).
 
 mod common;
+#[path = "common/explain.rs"]
+#[allow(dead_code)]
+mod explain_harness;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
 use common::{Outcome, Topology, try_request};
+use explain_harness::{assert_explained, pod_backend};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kubenft::model::ClusterState;
@@ -139,9 +143,19 @@ fn internal_traffic_follows_the_internal_policy_and_external_traffic_the_externa
     ] {
         let close = if v6 { "]" } else { "" };
         let family = if v6 { "IPv6" } else { "IPv4" };
+        let (pod_ip, client_ip) = if v6 {
+            ("fd00:244:2::2", "fd00::2")
+        } else {
+            ("10.244.2.2", "10.0.0.2")
+        };
+        // `kubenft explain`, asked in the node, predicts each connection checked below.
+        let explained = |ns: &Netns, from: &str, to: &str| {
+            assert_explained(&lab.node, ns, from, to, 16, 0.25, &pod_backend);
+        };
         // iTP Local: ClusterIP traffic, even from a pod on another node, reaches this node's
         // endpoint only ...
         let to = format!("{cluster_ip}40{close}:80");
+        explained(remote_pod, pod_ip, &to);
         assert_eq!(
             backends(remote_pod, &to, 12),
             BTreeSet::from(["pod-1".to_string()]),
@@ -149,6 +163,7 @@ fn internal_traffic_follows_the_internal_policy_and_external_traffic_the_externa
         );
         // ... while eTP Cluster sends NodePort and load-balancer traffic to every endpoint.
         for to in [format!("{node_ip}:30040"), format!("{lb}40{close}:80")] {
+            explained(&lab.client, client_ip, &to);
             assert_eq!(
                 backends(&lab.client, &to, 24),
                 BTreeSet::from(BOTH.map(String::from)),
@@ -158,12 +173,14 @@ fn internal_traffic_follows_the_internal_policy_and_external_traffic_the_externa
         // A node without a local endpoint drops ClusterIP traffic (endpoints exist
         // elsewhere), yet serves the NodePort and the load balancer with every endpoint.
         let to = format!("{cluster_ip}41{close}:80");
+        explained(remote_pod, pod_ip, &to);
         assert_eq!(
             try_request(remote_pod, addr(&to)),
             Outcome::TimedOut,
             "{family} {to}"
         );
         for to in [format!("{node_ip}:30041"), format!("{lb}41{close}:80")] {
+            explained(&lab.client, client_ip, &to);
             assert_eq!(
                 backends(&lab.client, &to, 24),
                 BTreeSet::from(BOTH.map(String::from)),
@@ -174,6 +191,8 @@ fn internal_traffic_follows_the_internal_policy_and_external_traffic_the_externa
         // connection to the load balancer short-circuits to every endpoint, as if it had gone
         // out to the load balancer and come back in.
         let to = format!("{lb}42{close}:80");
+        explained(&lab.client, client_ip, &to);
+        explained(remote_pod, pod_ip, &to);
         assert_eq!(
             backends(&lab.client, &to, 12),
             BTreeSet::from(["pod-1".to_string()]),

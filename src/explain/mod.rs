@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use crate::nft::model::{Family, Table};
 use crate::nft::netlink::Nftables;
+use crate::proxier::names::SERVICE_IPS;
 pub use report::{Explanation, explain};
 pub use service::ServiceListing;
 pub use walk::{DynamicElement, Entry, Host, Packet, WalkError, walk};
@@ -97,6 +98,15 @@ pub enum ExplainError {
          this node (or runs with another --table-name)"
     )]
     NoTable { table: String },
+    #[error(
+        "table {table} is not laid out as this kubenft writes it (it has no map {missing}): \
+         another program's table of that name, or an older kubenft's; `kubenft sync --once` \
+         or the daemon replaces it"
+    )]
+    Layout {
+        table: String,
+        missing: &'static str,
+    },
     #[error("reading this node's addresses: {0}")]
     Addresses(#[source] crate::source::local_addrs::LocalAddrError),
     #[error("this node has no address to connect from; pass --from")]
@@ -249,6 +259,14 @@ fn read_table(
         }
         return Ok(None);
     };
+    // Every table kubenft writes dispatches services through this map; without it, the walk
+    // would find no service and answer "not a service address", which would be wrong.
+    if !table.sets.contains_key(SERVICE_IPS) {
+        return Err(ExplainError::Layout {
+            table: table_label,
+            missing: SERVICE_IPS,
+        });
+    }
     let mut dynamic = DynamicSets::new();
     for set in table.sets.values().filter(|s| s.dynamic && !s.interval) {
         let elements = nft.dynamic_elements(family, name, set).map_err(dump_err)?;

@@ -112,6 +112,8 @@ pub struct MasqueradeReason {
 pub struct Share {
     pub probability: f64,
     pub delivery: String,
+    /// Whether the source address is rewritten to the node's on some of these branches.
+    pub masquerade: bool,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -232,8 +234,10 @@ pub fn explain(table: &Table, packet: &Packet, entry: Entry, paths: &[Path]) -> 
                     let u = untranslated.get_or_insert(Share {
                         probability: 0.0,
                         delivery: delivery.into(),
+                        masquerade: false,
                     });
                     u.probability += p.probability;
+                    u.masquerade |= p.masquerade;
                     continue;
                 };
                 let share = endpoints

@@ -12,6 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::common::{Outcome, Topology, try_request};
+
+#[path = "explain.rs"]
+#[allow(dead_code)]
+pub mod explain_harness;
 use kubenft::netns::{Netns, can_create};
 use kubenft_testkit::TestApiServer;
 use serde_json::{Value, json};
@@ -291,7 +295,28 @@ pub fn wait_for_backends(
             expected.iter().map(|s| s.to_string()).collect();
         (seen == want).then_some(())
     });
-    start.elapsed()
+    let took = start.elapsed();
+    explained(topo, to);
+    took
+}
+
+/// Asserts that `kubenft explain`, asked in the node, predicts what connections from the lab's
+/// client to `to` come to (the state must have settled: call it after waiting for it).
+pub fn explained(topo: &Topology, to: &str) -> Value {
+    let from = if addr(to).is_ipv4() {
+        "10.0.0.2"
+    } else {
+        "fd00::2"
+    };
+    explain_harness::assert_explained(
+        &topo.node,
+        &topo.client,
+        from,
+        to,
+        8,
+        0.25,
+        &explain_harness::pod_backend,
+    )
 }
 
 pub fn wait_for_outcome(
@@ -304,6 +329,7 @@ pub fn wait_for_outcome(
     eventually(limit, what, || {
         f(&try_request(&topo.client, addr(to))).then_some(())
     });
+    explained(topo, to);
 }
 
 /// Runs connections to `to` back to back from the client until stopped; counts successes and

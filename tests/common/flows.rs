@@ -13,6 +13,10 @@
 //! have been translated, dropped or rejected and was not shows up as answered there. Packets to
 //! addresses nobody owns leave the node towards an upstream router that answers "prohibited",
 //! so a missing drop is visible too.
+//!
+//! Each flow is also asked of `kubenft explain` in the node namespace before it is sent, and the
+//! connections must end as it predicted (the same endpoints, masquerading, drop or reject), so
+//! `explain` is checked against the kernel for every flow of every table, in both families.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -32,11 +36,19 @@ use kubenft::source::manifests::{Manifests, parse_file};
 use kubenft::sync::{Observed, reconcile_transaction};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+#[path = "explain.rs"]
+#[allow(dead_code)]
+mod explain_harness;
+use explain_harness::Fate;
+
 /// How long a connection may take before it counts as dropped (see `lab::CONNECT_TIMEOUT`).
 const CONNECT_TIMEOUT: Duration = kubenft::lab::CONNECT_TIMEOUT;
 /// Connections tried per flow that may reach several endpoints: enough that missing one of
 /// three equally likely endpoints by chance has a probability below 1e-6.
 const MAX_ATTEMPTS: usize = 40;
+/// An endpoint `explain` gives at least this share of connections must answer one of the
+/// `MAX_ATTEMPTS` (missing it by chance: below 1e-5).
+const MIN_SEEN: f64 = 0.25;
 
 /// The node every table runs on, as kube-proxy's own tests set it up.
 pub const NODE_NAME: &str = "test-node";
@@ -690,6 +702,23 @@ impl Lab {
     }
 }
 
+impl explain_harness::Lab for Lab {
+    /// Every owned address answers with where it was reached; an address no namespace owns
+    /// is routed past the node to the upstream router, which refuses it.
+    fn fate_at(&self, to: SocketAddr, masqueraded: bool) -> Fate {
+        let owned =
+            self.run.node_addresses().contains(&to.ip()) || self.hosts.contains_key(&to.ip());
+        if owned {
+            Fate::Answered {
+                by: to.to_string(),
+                masqueraded,
+            }
+        } else {
+            Fate::PassedOn
+        }
+    }
+}
+
 /// A flow with this run's addresses.
 #[derive(Debug, Clone)]
 struct Case {
@@ -760,37 +789,162 @@ impl Case {
         }
     }
 
-    /// Sends the flow: once for a fixed verdict; until every listed endpoint answered (or
-    /// `MAX_ATTEMPTS`) when it may reach several. Ok, or what was observed instead.
-    fn observe(&self, lab: &Lab) -> Result<(), String> {
-        let attempts = match self.flow.expect {
-            Expect::Reach { .. } => MAX_ATTEMPTS,
-            _ => 1,
-        };
-        let mut seen = BTreeSet::new();
+    /// Sends the flow until every endpoint kube-proxy lists and every fate `explain` gives at
+    /// least `MIN_SEEN` of connections happened, or `MAX_ATTEMPTS` (once when both expect one
+    /// fixed fate). Stops at the first connection explain did not predict, or that kube-proxy
+    /// would not give (unless the flow has a known difference).
+    fn observe(&self, lab: &Lab, predicted: &BTreeMap<Fate, f64>) -> Vec<Probe> {
+        let several = matches!(self.flow.expect, Expect::Reach { .. }) || predicted.len() > 1;
+        let attempts = if several { MAX_ATTEMPTS } else { 1 };
+        let drop_expected =
+            self.flow.expect == Expect::Drop || predicted.contains_key(&Fate::TimedOut);
+        let mut probes = Vec::new();
         for _ in 0..attempts {
             let mut p = lab.probe(self.from, self.to, self.flow.proto);
             // A timeout where no drop is expected may be a loaded machine: it must happen
             // twice in a row to count.
-            if p == Probe::TimedOut && self.flow.expect != Expect::Drop {
+            if p == Probe::TimedOut && !drop_expected {
                 p = lab.probe(self.from, self.to, self.flow.proto);
             }
-            self.judge(&p)?;
-            if let Probe::Answered { at, .. } = p {
-                seen.insert(at);
-            }
-            if seen == self.endpoints {
+            let as_kube_proxy = self.judge(&p).is_ok() || self.flow.known_difference.is_some();
+            // (No prediction when explain failed: that is reported on its own.)
+            let as_explained =
+                predicted.is_empty() || self.fate(&p).is_some_and(|f| predicted.contains_key(&f));
+            probes.push(p);
+            if !as_kube_proxy || !as_explained || self.covered(&probes, predicted) {
                 break;
             }
         }
+        probes
+    }
+
+    /// A probe in the terms `explain`'s prediction is compared in.
+    fn fate(&self, p: &Probe) -> Option<Fate> {
+        Some(match p {
+            Probe::Answered { at, source } => Fate::Answered {
+                by: at.to_string(),
+                masqueraded: *source != self.from,
+            },
+            Probe::Refused => Fate::Refused,
+            Probe::TimedOut => Fate::TimedOut,
+            Probe::Unreachable => Fate::PassedOn,
+            Probe::Other(_) => return None,
+        })
+    }
+
+    fn answered_at(probes: &[Probe]) -> BTreeSet<SocketAddr> {
+        probes
+            .iter()
+            .filter_map(|p| match p {
+                Probe::Answered { at, .. } => Some(*at),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn covered(&self, probes: &[Probe], predicted: &BTreeMap<Fate, f64>) -> bool {
+        let fates: Vec<Fate> = probes.iter().filter_map(|p| self.fate(p)).collect();
+        self.endpoints.is_subset(&Self::answered_at(probes))
+            && predicted
+                .iter()
+                .all(|(f, share)| *share < MIN_SEEN || fates.contains(f))
+    }
+
+    /// Whether the probes are what kube-proxy gives: Ok, or what was observed instead.
+    fn against_kube_proxy(&self, probes: &[Probe]) -> Result<(), String> {
+        for p in probes {
+            self.judge(p)?;
+        }
+        let seen = Self::answered_at(probes);
         if seen.len() < self.endpoints.len() {
             let seen: Vec<String> = seen.iter().map(|e| e.to_string()).collect();
             return Err(format!(
-                "only {{{}}} answered in {attempts} connections",
-                seen.join(", ")
+                "only {{{}}} answered in {} connections",
+                seen.join(", "),
+                probes.len()
             ));
         }
         Ok(())
+    }
+
+    /// Whether the probes are what `explain` predicted.
+    fn against_explain(
+        &self,
+        probes: &[Probe],
+        predicted: &BTreeMap<Fate, f64>,
+    ) -> Result<(), String> {
+        let mut fates = Vec::new();
+        for p in probes {
+            match self.fate(p) {
+                Some(f) => fates.push(f),
+                None => {
+                    return Err(format!(
+                        "no outcome to compare: {}",
+                        describe_probe(p, self.from)
+                    ));
+                }
+            }
+        }
+        explain_harness::agrees(predicted, &fates, MIN_SEEN)
+    }
+
+    /// `explain`'s answer for this flow, asked in the node.
+    fn explain(&self, lab: &Lab) -> Result<serde_json::Value, String> {
+        let proto = match self.flow.proto {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+            Proto::Sctp => "sctp",
+        };
+        explain_harness::try_explain(
+            &lab.node,
+            &format!("{}/{proto}", self.to),
+            Some(&self.from.to_string()),
+            &[],
+        )
+    }
+
+    /// The flow, sent: (against kube-proxy's outcome, against explain's prediction).
+    fn check(&self, lab: &Lab) -> (Result<(), String>, Result<(), String>) {
+        let answer = match self.explain(lab) {
+            Ok(a) => a,
+            Err(e) => {
+                let probes = self.observe(lab, &BTreeMap::new());
+                return (self.against_kube_proxy(&probes), Err(e));
+            }
+        };
+        let predicted = explain_harness::predicted(&answer, lab);
+        let probes = self.observe(lab, &predicted);
+        (
+            self.against_kube_proxy(&probes),
+            self.against_explain(&probes, &predicted),
+        )
+    }
+
+    /// An SCTP flow (no SCTP sockets in this kernel, so no traffic to compare with): kube-proxy's
+    /// outcome on the planned tables, and explain's prediction, read from the kernel's tables,
+    /// against the same expectation.
+    fn check_sctp(&self, lab: &Lab, planned: &[Table]) -> (Result<(), String>, Result<(), String>) {
+        let explained = self.explain(lab).and_then(|answer| {
+            let Expect::Reach { masquerade, .. } = self.flow.expect else {
+                return Err("only reachable SCTP flows are checked".into());
+            };
+            let expected: BTreeMap<Fate, f64> = self
+                .endpoints
+                .iter()
+                .map(|e| (explain_harness::Lab::fate_at(lab, *e, masquerade), 0.0))
+                .collect();
+            let predicted = explain_harness::predicted(&answer, lab);
+            if predicted.keys().eq(expected.keys()) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "SCTP, no traffic possible: explain predicted {:?}, kube-proxy gives {:?}",
+                    predicted.keys().collect::<Vec<_>>(),
+                    expected.keys().collect::<Vec<_>>()
+                ))
+            }
+        });
+        (check_sctp(self, planned), explained)
     }
 }
 
@@ -845,7 +999,8 @@ fn check_sctp(case: &Case, tables: &[Table]) -> Result<(), String> {
 
 /// Runs `tables` (in order, reprogramming one node) in IPv4 and IPv6 as `written` allows, in
 /// parallel; panics listing every flow whose outcome is not kube-proxy's (or, for a flow with
-/// a known difference, every such flow that now behaves as kube-proxy does).
+/// a known difference, every such flow that now behaves as kube-proxy does) or not what
+/// `kubenft explain` predicted.
 pub fn check(tag: &str, written: Written, tables: &[FlowTable]) {
     if !kubenft::netns::can_create() {
         eprintln!("skipped: network namespaces need root");
@@ -880,7 +1035,7 @@ pub fn check(tag: &str, written: Written, tables: &[FlowTable]) {
     });
     assert!(
         failures.is_empty(),
-        "{} flows differ from kube-proxy:\n{}",
+        "{} flows differ from kube-proxy or from explain's prediction:\n{}",
         failures.len(),
         failures.join("\n")
     );
@@ -942,20 +1097,20 @@ fn check_run(tag: &str, run: Run, tables: &[FlowTable]) -> Vec<String> {
     for (table, cases) in tables.iter().zip(&cases) {
         let planned = run.plan(table);
         lab.program(&previous, &planned);
-        let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let results: Vec<(Result<(), String>, Result<(), String>)> = std::thread::scope(|s| {
             let handles: Vec<_> = cases
                 .iter()
                 .map(|c| {
                     let (lab, planned) = (&lab, &planned);
                     s.spawn(move || match c.flow.proto {
-                        Proto::Sctp => check_sctp(c, planned),
-                        _ => c.observe(lab),
+                        Proto::Sctp => c.check_sctp(lab, planned),
+                        _ => c.check(lab),
                     })
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        for (case, result) in cases.iter().zip(results) {
+        for (case, (result, explained)) in cases.iter().zip(results) {
             let what = format!(
                 "[{}] {}: {}: expected {}",
                 run.label(),
@@ -963,6 +1118,14 @@ fn check_run(tag: &str, run: Run, tables: &[FlowTable]) -> Vec<String> {
                 case.describe(),
                 case.expected()
             );
+            if let Err(e) = explained {
+                failures.push(format!(
+                    "[{}] {}: {}: explain disagrees with the kernel: {e}",
+                    run.label(),
+                    table.name,
+                    case.describe()
+                ));
+            }
             match (result, case.flow.known_difference) {
                 (Ok(()), None) => {}
                 (Err(observed), None) => failures.push(format!("{what}; observed {observed}")),
