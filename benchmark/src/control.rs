@@ -11,10 +11,16 @@ use std::collections::BTreeSet;
 use kubenft::model::{ClusterState, ServicePortName};
 use kubenft::netns::Netns;
 use kubenft::nft::model::Table;
-use kubenft::nft::netlink::Nftables;
+use kubenft::nft::netlink::attr::AttrWriter;
+use kubenft::nft::netlink::sys::{
+    NFPROTO_IPV4, NFT_MSG_GETSETELEM, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE,
+};
+use kubenft::nft::netlink::{NetlinkSocket, Nftables};
 use kubenft::nft::render::render_table;
 use kubenft::proxier::{EndpointBlocks, Planner, build, build_after};
-use kubenft::sync::{Observed, Syncer, changes_transaction, reconcile_transaction};
+use kubenft::sync::{
+    Observed, Syncer, changes_transaction, cleanup_transaction, reconcile_transaction,
+};
 
 use crate::synthetic::{self, add_service, cluster, config};
 
@@ -54,7 +60,27 @@ pub struct ControlRow {
     /// A restarted daemon's first sync on an unchanged kernel: read back, diff, no operation.
     pub restart: Duration,
     pub restart_ops: usize,
+    /// The sets whose elements took longest to read back, slowest first.
+    pub slowest_sets: Vec<SetRead>,
 }
+
+/// Reading one set's elements back (one element dump), and the same elements split round-robin
+/// into `SHARDS` sets of a scratch table, read one after another.
+#[derive(Clone)]
+pub struct SetRead {
+    pub name: String,
+    pub elements: usize,
+    /// Netlink messages of the dump (each at most 32 KiB).
+    pub messages: usize,
+    pub time: Duration,
+    pub sharded: Duration,
+}
+
+/// Into how many sets `SetRead::sharded` splits a set.
+pub const SHARDS: usize = 16;
+
+/// How many of the slowest sets are reported.
+const SLOWEST: usize = 2;
 
 pub fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -176,7 +202,8 @@ pub fn measure(services: usize, endpoints: usize, repeats: usize, iptables: bool
         })
     });
 
-    let (add_endpoint, add_service, (restart, restart_ops)) = partial_syncs(&state, endpoints);
+    let (add_endpoint, add_service, (restart, restart_ops, slowest_sets)) =
+        partial_syncs(&state, endpoints);
     ControlRow {
         services,
         endpoints,
@@ -191,7 +218,81 @@ pub fn measure(services: usize, endpoints: usize, repeats: usize, iptables: bool
         add_service,
         restart,
         restart_ops,
+        slowest_sets,
     }
+}
+
+/// The time of one element dump of `set` in `table`, and its message count.
+fn read_elements(sock: &mut NetlinkSocket, table: &str, set: &str) -> (Duration, usize) {
+    let mut w = AttrWriter::new();
+    w.string(NFTA_SET_ELEM_LIST_TABLE, table)
+        .string(NFTA_SET_ELEM_LIST_SET, set);
+    let start = Instant::now();
+    let messages = sock
+        .dump("GETSETELEM", NFT_MSG_GETSETELEM, NFPROTO_IPV4, &w.buf)
+        .expect("element dump")
+        .len();
+    (start.elapsed(), messages)
+}
+
+/// The sets of `table` (loaded in the calling thread's namespace) whose elements take longest
+/// to read back, each also split into `SHARDS` sets and read again: the kernel walks a set
+/// from its first element for every message of a dump, so one set of n elements costs
+/// O(n²) and the same elements in k sets O(n²/k).
+fn slowest_sets(nl: &mut Nftables, table: &Table) -> Vec<SetRead> {
+    let mut sock = NetlinkSocket::open().expect("netlink socket");
+    let mut reads: Vec<SetRead> = table
+        .sets
+        .values()
+        .filter(|s| !s.dynamic)
+        .map(|s| {
+            let (time, messages) = read_elements(&mut sock, &table.name, &s.name);
+            SetRead {
+                name: s.name.clone(),
+                elements: s.elements.len(),
+                messages,
+                time,
+                sharded: Duration::ZERO,
+            }
+        })
+        .collect();
+    reads.sort_by_key(|r| std::cmp::Reverse(r.time));
+    reads.truncate(SLOWEST);
+    for read in &mut reads {
+        let whole = &table.sets[&read.name];
+        let mut scratch = Table {
+            name: "bench-shards".into(),
+            chains: Default::default(),
+            sets: Default::default(),
+            ..table.clone()
+        };
+        for k in 0..SHARDS {
+            let mut shard = whole.clone();
+            shard.name = format!("{}-{k}", whole.name);
+            shard.elements = whole
+                .elements
+                .iter()
+                .skip(k)
+                .step_by(SHARDS)
+                .cloned()
+                .collect();
+            scratch.sets.insert(shard.name.clone(), shard);
+        }
+        nl.apply(&reconcile_transaction(
+            &[(scratch.table_ref(), Observed::Absent)],
+            std::slice::from_ref(&scratch),
+            None,
+        ))
+        .expect("loading the shards");
+        let start = Instant::now();
+        for name in scratch.sets.keys() {
+            read_elements(&mut sock, &scratch.name, name);
+        }
+        read.sharded = start.elapsed();
+        nl.apply(&cleanup_transaction(&scratch.name))
+            .expect("removing the shards");
+    }
+    reads
 }
 
 /// How often each partial change is made (and undone) for its medians.
@@ -200,7 +301,9 @@ const PARTIAL_REPEATS: usize = 11;
 /// In one namespace loaded with `state`: one endpoint added to a service, then one service
 /// added, each as a partial sync through the incremental planner; then a restart's full sync on
 /// the unchanged kernel.
-fn partial_syncs(state: &ClusterState, endpoints: usize) -> (Partial, Partial, (Duration, usize)) {
+type Restart = (Duration, usize, Vec<SetRead>);
+
+fn partial_syncs(state: &ClusterState, endpoints: usize) -> (Partial, Partial, Restart) {
     let ns = Netns::create("bpart").unwrap();
     let state = state.clone();
     ns.run(move || {
@@ -281,7 +384,9 @@ fn partial_syncs(state: &ClusterState, endpoints: usize) -> (Partial, Partial, (
         let blocks = EndpointBlocks::of_tables(restarted.applied_tables().expect("read back"));
         let tables = build_after(&more, &config(), &blocks);
         let report = restarted.sync(tables.clone(), false).expect("restart sync");
-        (endpoint, service, (start.elapsed(), report.ops))
+        let restart = start.elapsed();
+        let slowest = slowest_sets(&mut nl, &tables[0]);
+        (endpoint, service, (restart, report.ops, slowest))
     })
     .unwrap()
 }

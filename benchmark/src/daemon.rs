@@ -19,10 +19,20 @@ pub struct DaemonRun {
     /// Of `first_sync`: the sync itself as the daemon logs it (planning and committing
     /// everything); the rest is starting, listing and decoding.
     pub first_sync_itself: Option<Duration>,
+    /// Of `first_sync_itself`: converting every stored object into the model, and the
+    /// transaction's round trip to the kernel; planning and encoding are the rest.
+    pub first_sync_model: Option<Duration>,
+    pub first_sync_kernel: Option<Duration>,
     /// Resident memory two seconds after that sync (the state it holds), and the high-water
     /// mark until then (the sync's peak).
     pub rss_mib: f64,
     pub peak_rss_mib: f64,
+    /// The same two moments as charged to the daemon's own memory cgroup, which is what a
+    /// container's memory limit is enforced on: the process's memory plus the kernel memory
+    /// it caused (the ruleset's sets and elements, the batch in the socket buffer). `None`
+    /// where no memory cgroup could be made.
+    pub cgroup_mib: Option<f64>,
+    pub peak_cgroup_mib: Option<f64>,
     /// One endpoint added to one service's EndpointSlice, `ENDPOINT_CHANGES` times in turn, as
     /// the daemon logs each sync.
     pub endpoint_syncs: Vec<LoggedSync>,
@@ -73,6 +83,94 @@ fn status_mib(pid: u32, field: &str) -> f64 {
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// The deployment manifest whose memory limit the measured peaks are checked against.
+const DAEMONSET: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/daemonset.yaml");
+
+/// The memory limit, in MiB, of the container in `deploy/daemonset.yaml`, as shipped.
+pub fn shipped_memory_limit() -> Result<f64, String> {
+    let text = std::fs::read_to_string(DAEMONSET).map_err(|e| format!("{DAEMONSET}: {e}"))?;
+    memory_limit(&text).ok_or_else(|| format!("{DAEMONSET}: no resources.limits.memory"))
+}
+
+/// `resources.limits.memory` of the first container of a manifest, in MiB: the `memory:` line
+/// inside the first `limits:` block (read line by line; the manifest is ours and plain).
+fn memory_limit(manifest: &str) -> Option<f64> {
+    let mut lines = manifest.lines();
+    let limits = lines.find(|l| l.trim() == "limits:")?;
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let depth = indent(limits);
+    let value = lines
+        .take_while(|l| l.trim().is_empty() || indent(l) > depth)
+        .find_map(|l| l.trim().strip_prefix("memory:"))?;
+    mebibytes(value.trim().trim_matches('"'))
+}
+
+/// A Kubernetes memory quantity (`256Mi`, `1Gi`, `300M`, bytes) in MiB.
+fn mebibytes(quantity: &str) -> Option<f64> {
+    let split = quantity
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(quantity.len());
+    let (number, unit) = quantity.split_at(split);
+    let factor = match unit {
+        "" => 1.0,
+        "Ki" => 1024.0,
+        "Mi" => 1024.0 * 1024.0,
+        "Gi" => 1024.0 * 1024.0 * 1024.0,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        _ => return None,
+    };
+    Some(number.parse::<f64>().ok()? * factor / (1024.0 * 1024.0))
+}
+
+/// A memory cgroup of its own for the daemon, removed on drop: cgroup v1's memory hierarchy or
+/// cgroup v2, whichever this machine mounts.
+struct MemoryCgroup {
+    dir: PathBuf,
+    /// File names of the current and the peak usage, in bytes.
+    current: &'static str,
+    peak: &'static str,
+}
+
+impl MemoryCgroup {
+    fn create(name: &str) -> Option<MemoryCgroup> {
+        let (root, current, peak) = [
+            (
+                "/sys/fs/cgroup/memory",
+                "memory.usage_in_bytes",
+                "memory.max_usage_in_bytes",
+            ),
+            ("/sys/fs/cgroup", "memory.current", "memory.peak"),
+        ]
+        .into_iter()
+        .find(|(root, current, _)| {
+            std::path::Path::new(root).join(current).exists() || {
+                // The v2 root has no memory.current; a child has it when the controller is on.
+                std::fs::read_to_string(format!("{root}/cgroup.subtree_control"))
+                    .is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"))
+            }
+        })?;
+        let dir = std::path::Path::new(root).join(name);
+        std::fs::create_dir(&dir).ok()?;
+        let cgroup = MemoryCgroup { dir, current, peak };
+        cgroup.read(current)?;
+        Some(cgroup)
+    }
+
+    fn read(&self, file: &str) -> Option<f64> {
+        let text = std::fs::read_to_string(self.dir.join(file)).ok()?;
+        Some(text.trim().parse::<f64>().ok()? / (1024.0 * 1024.0))
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        // Only once no process is left in it; kernel memory still charged moves to the parent.
+        let _ = std::fs::remove_dir(&self.dir);
+    }
 }
 
 /// How many one-endpoint changes are made, one after another, for the median.
@@ -275,8 +373,24 @@ pub fn measure(services: usize, endpoints: usize) -> Result<DaemonRun, String> {
         .map_err(|e| e.to_string())?;
     let log_path = kubeconfig.with_extension("log");
     let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
+    let cgroup = MemoryCgroup::create(&format!(
+        "kubenft-bench-{}-{services}x{endpoints}",
+        std::process::id()
+    ));
     let start = Instant::now();
-    let mut child = Command::new("ip")
+    // Through a shell that first joins the cgroup, so everything the daemon allocates from its
+    // first instruction is charged there; `exec` keeps one pid from the shell to the daemon.
+    let mut command = match &cgroup {
+        Some(cg) => {
+            let mut c = Command::new("sh");
+            c.args(["-c", "echo $$ > \"$0/cgroup.procs\" && exec \"$@\""])
+                .arg(&cg.dir)
+                .arg("ip");
+            c
+        }
+        None => Command::new("ip"),
+    };
+    let mut child = command
         .args(["netns", "exec", ns.name()])
         .arg(&bin)
         .args(["run", "--kubeconfig"])
@@ -296,17 +410,25 @@ pub fn measure(services: usize, endpoints: usize) -> Result<DaemonRun, String> {
             .find(|l| l.contains(" synced ") && l.contains("kind=Full"))
         {
             let first_sync = start.elapsed();
-            let first_sync_itself = field(line, "seconds")
-                .and_then(|v| v.parse().ok())
-                .map(Duration::from_secs_f64);
+            let seconds = |key| {
+                field(line, key)
+                    .and_then(|v| v.parse().ok())
+                    .map(Duration::from_secs_f64)
+            };
             // Holding the state, not finishing the sync: let the daemon settle first.
             std::thread::sleep(Duration::from_secs(2));
             let (rss_mib, peak_rss_mib) = (status_mib(pid, "VmRSS:"), status_mib(pid, "VmHWM:"));
+            let cgroup_mib = cgroup.as_ref().and_then(|c| c.read(c.current));
+            let peak_cgroup_mib = cgroup.as_ref().and_then(|c| c.read(c.peak));
             break Ok(DaemonRun {
                 first_sync,
-                first_sync_itself,
+                first_sync_itself: seconds("seconds"),
+                first_sync_model: seconds("model_seconds"),
+                first_sync_kernel: seconds("kernel_seconds"),
                 rss_mib,
                 peak_rss_mib,
+                cgroup_mib,
+                peak_cgroup_mib,
                 endpoint_syncs: endpoint_syncs(&api, &log_path),
                 service_sync: service_sync(&api, &log_path, services, endpoints),
             });
@@ -321,7 +443,32 @@ pub fn measure(services: usize, endpoints: usize) -> Result<DaemonRun, String> {
     };
     let _ = child.kill();
     let _ = child.wait();
+    // The namespace's ruleset is charged to the cgroup: free it (no thread left in the
+    // namespace) before removing the cgroup.
+    drop(api);
+    drop(ns);
+    drop(cgroup);
     let _ = std::fs::remove_file(&kubeconfig);
     let _ = std::fs::remove_file(&log_path);
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memory_limit_is_read_from_the_limits_block_not_the_requests() {
+        let manifest =
+            "resources:\n  requests:\n    cpu: 50m\n    memory: 64Mi\n  limits:\n    memory: 1Gi\n";
+        assert_eq!(memory_limit(manifest), Some(1024.0));
+        assert_eq!(mebibytes("300M").map(|m| m.round()), Some(286.0));
+        assert_eq!(mebibytes("lots"), None);
+        assert_eq!(memory_limit("requests:\n  memory: 64Mi\n"), None);
+    }
+
+    #[test]
+    fn the_shipped_daemonset_has_a_memory_limit() {
+        assert!(shipped_memory_limit().unwrap() > 0.0);
+    }
 }

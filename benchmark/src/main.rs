@@ -162,6 +162,7 @@ fn main() {
         std::process::exit(2);
     }
 
+    let limit = daemon::shipped_memory_limit();
     let mut control_rows = Vec::new();
     let mut daemon_rows = Vec::new();
     for &(services, endpoints) in &a.scales {
@@ -169,9 +170,10 @@ fn main() {
             eprintln!("control plane: {services} × {endpoints} …");
             let row = control::measure(services, endpoints, a.repeats, a.iptables);
             eprint!(
-                "{}{}",
+                "{}{}{}",
                 report::cold_table(std::slice::from_ref(&row)),
-                report::change_table(std::slice::from_ref(&row))
+                report::change_table(std::slice::from_ref(&row)),
+                report::set_read_table(std::slice::from_ref(&row))
             );
             control_rows.push(row);
         }
@@ -179,7 +181,10 @@ fn main() {
             eprintln!("daemon: {services} × {endpoints} …");
             let run = daemon::measure(services, endpoints);
             let row = (format!("{services} × {endpoints}"), run);
-            eprint!("{}", report::daemon_table(std::slice::from_ref(&row)));
+            eprint!(
+                "{}",
+                report::daemon_table(std::slice::from_ref(&row), &limit)
+            );
             daemon_rows.push(row);
         }
     }
@@ -212,16 +217,18 @@ fn main() {
         let _ = write!(
             results,
             "## Control plane\n\n### Cold full sync (from an empty kernel)\n\n{}\n\
-             ### Changes in the loaded state\n\n{}\n",
+             ### Changes in the loaded state\n\n{}\n\
+             ### The restart's slowest sets to read back\n\n{}\n",
             report::cold_table(&control_rows),
-            report::change_table(&control_rows)
+            report::change_table(&control_rows),
+            report::set_read_table(&control_rows)
         );
     }
     if !daemon_rows.is_empty() {
         let _ = write!(
             results,
             "### The daemon holding the cluster\n\n{}\n",
-            report::daemon_table(&daemon_rows)
+            report::daemon_table(&daemon_rows, &limit)
         );
     }
     if !latency_rows.is_empty() {
@@ -282,13 +289,21 @@ const METHOD: &str = "\
   operations, *commit* is encoding and the kernel's transaction; *plan, comparing all* is the
   same plan found by comparing every service's inputs with its last plan (the fallback when
   the changed services are not known; the daemon knows them). *restart* is a new engine's full sync on the unchanged kernel (what a restarted
-  daemon does): read our table back over netlink, diff, send nothing.
+  daemon does): read our table back over netlink, diff, send nothing. Then, in the same
+  namespace, each set's elements are read back alone (one element dump each) and the two
+  slowest are shown, with the time to read the same elements split round-robin into 16 sets
+  of a scratch table (what sharding a set would give the restart).
 - **The daemon** is the real `kubenft run --kubeconfig` in a fresh namespace, watching the
   project's test API server there (the real kube-rs client over real HTTP, list then watch, as
   against a real API server) which holds the same cluster: wall time from process start to its
   first full sync (listing everything included), its resident memory (VmRSS) two seconds after
   it (the state it holds) and its high-water mark (VmHWM, the peak of listing and the first
-  sync); then one endpoint is added to one service's EndpointSlice through the API server, five
+  sync), the same two moments as charged to a memory cgroup made for the daemon alone (what a
+  container's limit is enforced on: its memory plus the kernel memory it causes, the ruleset's
+  sets and elements and the batch in the socket buffer), and whether the memory limit of
+  `deploy/daemonset.yaml`, read from the file, holds at that cgroup peak. Of the first sync, the
+  log line gives the model update (every stored object converted) and the kernel round trip;
+  then one endpoint is added to one service's EndpointSlice through the API server, five
   times for five services in turn, 1.2 s apart (beyond the default 1 s minimum sync period, so
   no change waits for it). Shown, median and slowest: *API write → synced*, from the server
   storing the change to the timestamp of the daemon's log line of that sync (the watch event's

