@@ -9,6 +9,8 @@ pub mod conntrack;
 #[cfg(feature = "daemon")]
 pub mod daemon;
 pub mod demo;
+#[cfg(feature = "daemon")]
+pub mod events;
 pub mod explain;
 pub mod lab;
 pub mod model;
