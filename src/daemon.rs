@@ -200,6 +200,7 @@ async fn run_async(
     let after_sync = AfterSyncFacts::new(&proxy.hostname);
     let ip_families = family_labels(&families(&Default::default(), &proxy));
     let mut sync_loop = SyncLoop {
+        nodeport_conflicts: BTreeSet::new(),
         ip_families,
         events,
         failures_in_a_row: 0,
@@ -326,6 +327,8 @@ struct SyncLoop {
     /// proxier, and one set of sync metrics, per family).
     ip_families: Vec<&'static str>,
     events: Recorder,
+    /// NodePorts a local process listens on, as last found (each logged once).
+    nodeport_conflicts: BTreeSet<crate::nodeport_conflicts::Conflict>,
     /// Failed syncs since the last successful one.
     failures_in_a_row: u32,
     syncer: Syncer<Nftables>,
@@ -577,6 +580,7 @@ impl SyncLoop {
                 }
             }
         }
+        self.check_nodeport_conflicts();
         let counts = self.after_sync.no_local_endpoints();
         for (family, (internal, external)) in serve::metrics::IP_FAMILIES.iter().zip(counts) {
             self.metrics
@@ -605,6 +609,22 @@ impl SyncLoop {
         self.health
             .set_node_eligible(node_eligible(store.node(&self.proxy.hostname).as_ref()));
         (changed, store.take_triggers())
+    }
+
+    /// Warns once about each NodePort a local process also listens on, and counts them.
+    fn check_nodeport_conflicts(&mut self) {
+        use crate::nodeport_conflicts::{conflicts, read_listeners};
+        let listeners = read_listeners(Path::new("/proc/self/net"));
+        let found = conflicts(&self.live.state, &listeners);
+        for c in found.difference(&self.nodeport_conflicts) {
+            tracing::warn!(service = %c.service, node_port = c.node_port, protocol = ?c.listener.protocol, address = %c.listener.addr, "a local process listens on a NodePort's port; the Service takes its traffic");
+        }
+        let ports: BTreeSet<_> = found
+            .iter()
+            .map(|c| (c.listener.protocol, c.node_port))
+            .collect();
+        self.metrics.set_nodeport_conflicts(ports.len() as u64);
+        self.nodeport_conflicts = found;
     }
 
     fn report_rejected(&mut self) {

@@ -16,6 +16,7 @@ pub mod lab;
 pub mod model;
 pub mod netns;
 pub mod nft;
+pub mod nodeport_conflicts;
 pub mod proxier;
 pub mod serve;
 pub mod source;
