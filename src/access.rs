@@ -40,12 +40,8 @@ pub const API_ACCESS: &[Access] = &[
         resource: "servicecidrs",
         verbs: WATCH,
     },
-    // Events about sync failures and skipped objects, on both event APIs.
-    Access {
-        group: "",
-        resource: "events",
-        verbs: RECORD,
-    },
+    // Events (events.k8s.io/v1 only): the start, skipped objects, syncs that keep failing.
+    // Created once, then patched as their series grows.
     Access {
         group: "events.k8s.io",
         resource: "events",

@@ -20,8 +20,9 @@ use crate::serve::ServiceHealth;
 /// only ones the gauges and healthCheckNodePorts concern).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct LocalFacts {
-    no_local_internal: bool,
-    no_local_external: bool,
+    /// Per IP family (IPv4, IPv6), as kube-proxy's per-family proxiers count them.
+    no_local_internal: [bool; 2],
+    no_local_external: [bool; 2],
     /// The healthCheckNodePort, its Service as `namespace/name`, and the local endpoints.
     health_check: Option<(u16, String, usize)>,
 }
@@ -104,14 +105,18 @@ impl AfterSyncFacts {
         checks
     }
 
-    /// Service ports with an internal / external Local policy and no local endpoint.
-    pub fn no_local_endpoints(&self) -> (u64, u64) {
-        let count =
-            |f: fn(&LocalFacts) -> bool| self.local.values().filter(|l| f(l)).count() as u64;
-        (
-            count(|l| l.no_local_internal),
-            count(|l| l.no_local_external),
-        )
+    /// Service ports with an internal / external Local policy and no local endpoint, per IP
+    /// family (IPv4, IPv6).
+    pub fn no_local_endpoints(&self) -> [(u64, u64); 2] {
+        [0, 1].map(|i| {
+            let count = |f: fn(&LocalFacts) -> [bool; 2]| {
+                self.local.values().filter(|l| f(l)[i]).count() as u64
+            };
+            (
+                count(|l| l.no_local_internal),
+                count(|l| l.no_local_external),
+            )
+        })
     }
 
     fn derive(&mut self, state: &ClusterState, sp: &ServicePort) {
@@ -180,13 +185,26 @@ fn local_facts(sp: &ServicePort, all: &[Endpoint], hostname: &str) -> Option<Loc
         return None;
     }
     let local = proxier::local_endpoints(all, hostname).len();
+    // Each family's proxier in kube-proxy sees the service's IPs and endpoints of its family.
     // Like kube-proxy, a service without usable endpoints anywhere is not counted: it rejects
     // rather than drops, whatever its policies.
-    let usable_anywhere = all.iter().any(|e| e.ready || (e.serving && e.terminating));
-    let no_local = local == 0 && usable_anywhere;
+    let no_local = [true, false].map(|v4| {
+        if !sp.cluster_ips.iter().any(|ip| ip.is_ipv4() == v4) {
+            return false;
+        }
+        let of_family: Vec<Endpoint> = all
+            .iter()
+            .filter(|e| e.ip.is_ipv4() == v4)
+            .cloned()
+            .collect();
+        let usable_anywhere = of_family
+            .iter()
+            .any(|e| e.ready || (e.serving && e.terminating));
+        usable_anywhere && proxier::local_endpoints(&of_family, hostname).is_empty()
+    });
     Some(LocalFacts {
-        no_local_internal: internal && no_local,
-        no_local_external: external && no_local,
+        no_local_internal: no_local.map(|n| internal && n),
+        no_local_external: no_local.map(|n| external && n),
         health_check: sp.health_check_node_port.filter(|_| external).map(|port| {
             let name = format!("{}/{}", sp.name.namespace, sp.name.name);
             (port, name, local)
@@ -207,25 +225,37 @@ pub fn udp_frontends(state: &ClusterState) -> Frontends<ServicePortName> {
 }
 
 /// [`AfterSyncFacts::health_checks`] and [`AfterSyncFacts::no_local_endpoints`] derived from
-/// scratch, port by port.
+/// scratch, port by port and family by family.
 pub fn local_endpoint_facts(
     state: &ClusterState,
     hostname: &str,
-) -> (BTreeMap<u16, ServiceHealth>, (u64, u64)) {
+) -> (BTreeMap<u16, ServiceHealth>, [(u64, u64); 2]) {
     let mut checks: BTreeMap<u16, ServiceHealth> = BTreeMap::new();
-    let (mut internal, mut external) = (0, 0);
+    let mut counts = [(0, 0); 2];
     for sp in state.services.values() {
         let all = state.endpoints.get(&sp.name).map_or(&[][..], Vec::as_slice);
-        let local = proxier::local_endpoints(all, hostname).len();
-        let usable_anywhere = all.iter().any(|e| e.ready || (e.serving && e.terminating));
-        let no_local = local == 0 && usable_anywhere;
-        if sp.internal_policy == TrafficPolicy::Local && no_local {
-            internal += 1;
+        for (i, count) in counts.iter_mut().enumerate() {
+            let v4 = i == 0;
+            if !sp.cluster_ips.iter().any(|ip| ip.is_ipv4() == v4) {
+                continue;
+            }
+            let mine: Vec<Endpoint> = all
+                .iter()
+                .filter(|e| e.ip.is_ipv4() == v4)
+                .cloned()
+                .collect();
+            let local = proxier::local_endpoints(&mine, hostname).len();
+            let usable_anywhere = mine.iter().any(|e| e.ready || (e.serving && e.terminating));
+            let no_local = local == 0 && usable_anywhere;
+            if sp.internal_policy == TrafficPolicy::Local && no_local {
+                count.0 += 1;
+            }
+            if sp.has_external() && sp.external_policy == TrafficPolicy::Local && no_local {
+                count.1 += 1;
+            }
         }
         if sp.has_external() && sp.external_policy == TrafficPolicy::Local {
-            if no_local {
-                external += 1;
-            }
+            let local = proxier::local_endpoints(all, hostname).len();
             if let Some(port) = sp.health_check_node_port {
                 let entry = checks.entry(port).or_insert(ServiceHealth {
                     name: format!("{}/{}", sp.name.namespace, sp.name.name),
@@ -235,7 +265,7 @@ pub fn local_endpoint_facts(
             }
         }
     }
-    (checks, (internal, external))
+    (checks, counts)
 }
 
 #[cfg(test)]

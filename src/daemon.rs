@@ -24,6 +24,7 @@ use crate::cli::{
 };
 use crate::config::{Config, RunSettings};
 use crate::conntrack;
+use crate::events::{Limits, Occurrence, Recorder};
 use crate::model::{LiveState, ServiceRef};
 use crate::nft::netlink::Nftables;
 use crate::proxier::{EndpointBlocks, IpFamily, Planner, ProxyConfig, families};
@@ -142,6 +143,7 @@ async fn run_async(
         servers.push(tokio::spawn(serve::serve_healthz_on(
             listener,
             health.clone(),
+            metrics.clone(),
             stopped(),
         )));
     }
@@ -158,7 +160,7 @@ async fn run_async(
     let nft = Nftables::open().map_err(DaemonError::Netlink)?;
     let store = Arc::new(Mutex::new(ClusterStore::default()));
     let wake = Arc::new(Notify::new());
-    let sources = match source {
+    let (sources, events) = match source {
         Source::Api {
             kubeconfig,
             service_proxy_name,
@@ -166,25 +168,42 @@ async fn run_async(
             let client = kube_source::client(kubeconfig.as_deref())
                 .await
                 .map_err(DaemonError::Kube)?;
-            kube_source::spawn_watchers(
+            let events = Recorder::spawn(
+                client.clone(),
+                &proxy.hostname,
+                metrics.clone(),
+                Limits::default(),
+            );
+            let watchers = kube_source::spawn_watchers(
                 client,
                 &proxy.hostname,
                 service_proxy_name.as_deref(),
                 store.clone(),
                 wake.clone(),
-            )
+            );
+            // kube-proxy's "birth cry", once its watchers run.
+            events.record(Occurrence::starting(&proxy.hostname));
+            (watchers, events)
         }
-        Source::Manifests { path, poll } => vec![tokio::spawn(poll_manifests(
-            path,
-            proxy.hostname.clone(),
-            poll,
-            store.clone(),
-            wake.clone(),
-        ))],
+        Source::Manifests { path, poll } => (
+            vec![tokio::spawn(poll_manifests(
+                path,
+                proxy.hostname.clone(),
+                poll,
+                store.clone(),
+                wake.clone(),
+            ))],
+            Recorder::disabled(metrics.clone()),
+        ),
     };
 
     let after_sync = AfterSyncFacts::new(&proxy.hostname);
+    let ip_families = family_labels(&families(&Default::default(), &proxy));
     let mut sync_loop = SyncLoop {
+        nodeport_conflicts: BTreeSet::new(),
+        ip_families,
+        events,
+        failures_in_a_row: 0,
         syncer: Syncer::new(nft, &proxy.table_name),
         planner: Planner::new(),
         proxy,
@@ -288,6 +307,10 @@ fn lock(store: &Mutex<ClusterStore>) -> std::sync::MutexGuard<'_, ClusterStore> 
     store.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Failed syncs in a row before a Warning event says so: one failure is retried at once and
+/// usually passes; three mean something needs a look.
+const FAILURES_BEFORE_EVENT: u32 = 3;
+
 /// Where a sync's time went, for its log line. `seconds` is the sync up to and including the
 /// commit: `model_seconds` of it brought the model up to date from the store, and the
 /// report's kernel time was the transaction's round trip; planning and encoding are the rest.
@@ -300,6 +323,14 @@ struct SyncTimings {
 
 struct SyncLoop {
     proxy: ProxyConfig,
+    /// The `ip_family` labels of the tables the last sync programmed (kube-proxy keeps one
+    /// proxier, and one set of sync metrics, per family).
+    ip_families: Vec<&'static str>,
+    events: Recorder,
+    /// NodePorts a local process listens on, as last found (each logged once).
+    nodeport_conflicts: BTreeSet<crate::nodeport_conflicts::Conflict>,
+    /// Failed syncs since the last successful one.
+    failures_in_a_row: u32,
     syncer: Syncer<Nftables>,
     /// What the last successful sync planned, service by service, so the next one replans and
     /// sends only the services that changed.
@@ -314,7 +345,7 @@ struct SyncLoop {
     /// The cluster as of the last sync, kept up to date service by service.
     live: LiveState,
     /// Objects rejected at the last sync, so each rejection is logged and counted once.
-    rejected_before: BTreeSet<(String, String, String, String)>,
+    rejected_before: BTreeSet<(&'static str, String, String, String)>,
     /// The families whose NodePorts take every local address, as last logged: logged again
     /// only when this changes (a node IP appears, say).
     nodeport_fallbacks_logged: Vec<(IpFamily, &'static str)>,
@@ -352,7 +383,9 @@ impl SyncLoop {
         self.schedule.changed();
         let now = SystemTime::now();
         self.health.queued(now);
-        self.metrics.set_last_queued_timestamp(unix_seconds(now));
+        self.metrics
+            .set_last_queued_timestamp(unix_seconds(now), &self.ip_families);
+        self.metrics.set_changes(lock(&self.store).change_counts());
     }
 
     /// One sync; returns whether it was (or fell back to) a full one.
@@ -366,6 +399,7 @@ impl SyncLoop {
         if let Err(e) = add_local_addresses(&mut proxy, self.live.state.node.as_ref()) {
             tracing::warn!(error = %e, "cannot read local addresses; NodePorts use the previous ones");
         }
+        self.ip_families = family_labels(&families(&self.live.state, &proxy));
         self.report_rejected();
         let fallbacks = nodeport_fallbacks(&self.live.state, &proxy);
         if fallbacks != self.nodeport_fallbacks_logged {
@@ -413,11 +447,27 @@ impl SyncLoop {
                 self.succeeded(report, timings, now, &triggers);
             }
             Err(e) => {
-                self.metrics
-                    .record_sync(metric_kind(attempted), SyncResult::Failure, seconds);
+                self.metrics.record_sync(
+                    metric_kind(attempted),
+                    SyncResult::Failure,
+                    seconds,
+                    &self.ip_families,
+                );
                 self.schedule.finished(Instant::now(), None);
                 lock(&self.store).requeue_triggers(triggers);
                 tracing::error!(error = %e, source = ?std::error::Error::source(&e), retry_in = ?self.schedule.periods().sync_period, "sync failed; the previous rules stay in place");
+                self.failures_in_a_row += 1;
+                if self.failures_in_a_row >= FAILURES_BEFORE_EVENT {
+                    let error = match std::error::Error::source(&e) {
+                        Some(source) => format!("{e}: {source}"),
+                        None => e.to_string(),
+                    };
+                    self.events.record(Occurrence::syncs_failing(
+                        &self.proxy.hostname,
+                        self.failures_in_a_row,
+                        &error,
+                    ));
+                }
             }
         }
         attempted
@@ -453,8 +503,12 @@ impl SyncLoop {
         now: SystemTime,
         triggers: &[SystemTime],
     ) {
-        self.metrics
-            .record_sync(metric_kind(report.kind), SyncResult::Success, t.seconds);
+        self.metrics.record_sync(
+            metric_kind(report.kind),
+            SyncResult::Success,
+            t.seconds,
+            &self.ip_families,
+        );
         if report.ops > 0 {
             self.metrics.observe_transaction(report.ops, report.bytes);
             tracing::info!(
@@ -470,14 +524,17 @@ impl SyncLoop {
         } else {
             tracing::debug!(kind = ?report.kind, seconds = t.seconds, "synced; nothing to change");
         }
-        self.metrics.set_last_sync_timestamp(unix_seconds(now));
+        self.metrics
+            .set_last_sync_timestamp(unix_seconds(now), &self.ip_families);
         self.health.synced(now);
         for t in triggers {
             if let Ok(d) = now.duration_since(*t) {
-                self.metrics.observe_network_programming(d.as_secs_f64());
+                self.metrics
+                    .observe_network_programming(d.as_secs_f64(), &self.ip_families);
             }
         }
         self.schedule.finished(Instant::now(), Some(report.kind));
+        self.failures_in_a_row = 0;
     }
 
     /// What follows a successful sync: stale UDP conntrack entries, healthCheckNodePorts and
@@ -523,8 +580,12 @@ impl SyncLoop {
                 }
             }
         }
-        let (internal, external) = self.after_sync.no_local_endpoints();
-        self.metrics.set_no_local_endpoints(internal, external);
+        self.check_nodeport_conflicts();
+        let counts = self.after_sync.no_local_endpoints();
+        for (family, (internal, external)) in serve::metrics::IP_FAMILIES.iter().zip(counts) {
+            self.metrics
+                .set_no_local_endpoints(family, internal, external);
+        }
         let state = &self.live.state;
         self.health_checks.set_addresses(
             proxy.health_check_addresses(&families(state, proxy), state.node.as_ref()),
@@ -544,9 +605,26 @@ impl SyncLoop {
     fn update_model(&mut self) -> (BTreeSet<ServiceRef>, Vec<SystemTime>) {
         let mut store = lock(&self.store);
         let changed = store.update_model(&mut self.live, &self.proxy.hostname);
+        self.metrics.set_changes(store.change_counts());
         self.health
             .set_node_eligible(node_eligible(store.node(&self.proxy.hostname).as_ref()));
         (changed, store.take_triggers())
+    }
+
+    /// Warns once about each NodePort a local process also listens on, and counts them.
+    fn check_nodeport_conflicts(&mut self) {
+        use crate::nodeport_conflicts::{conflicts, read_listeners};
+        let listeners = read_listeners(Path::new("/proc/self/net"));
+        let found = conflicts(&self.live.state, &listeners);
+        for c in found.difference(&self.nodeport_conflicts) {
+            tracing::warn!(service = %c.service, node_port = c.node_port, protocol = ?c.listener.protocol, address = %c.listener.addr, "a local process listens on a NodePort's port; the Service takes its traffic");
+        }
+        let ports: BTreeSet<_> = found
+            .iter()
+            .map(|c| (c.listener.protocol, c.node_port))
+            .collect();
+        self.metrics.set_nodeport_conflicts(ports.len() as u64);
+        self.nodeport_conflicts = found;
     }
 
     fn report_rejected(&mut self) {
@@ -555,7 +633,7 @@ impl SyncLoop {
             .rejected()
             .map(|r| {
                 (
-                    r.kind.to_string(),
+                    r.kind,
                     r.namespace.clone(),
                     r.name.clone(),
                     r.reason.clone(),
@@ -565,6 +643,8 @@ impl SyncLoop {
         for (kind, namespace, name, reason) in now.difference(&self.rejected_before) {
             tracing::warn!(%kind, %namespace, %name, %reason, "skipped: the object, or the part of it the reason names; everything else is unaffected");
             self.metrics.inc_objects_rejected(kind);
+            self.events
+                .record(Occurrence::rejected(kind, namespace, name, reason));
         }
         self.rejected_before = now;
     }
@@ -575,6 +655,17 @@ fn metric_kind(kind: SyncKind) -> serve::SyncKind {
         SyncKind::Full => serve::SyncKind::Full,
         SyncKind::Partial => serve::SyncKind::Partial,
     }
+}
+
+/// kube-proxy's `ip_family` label values of `families`.
+fn family_labels(families: &[IpFamily]) -> Vec<&'static str> {
+    families
+        .iter()
+        .map(|f| match f {
+            IpFamily::V4 => "IPv4",
+            IpFamily::V6 => "IPv6",
+        })
+        .collect()
 }
 
 fn unix_seconds(t: SystemTime) -> f64 {

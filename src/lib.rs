@@ -9,11 +9,14 @@ pub mod conntrack;
 #[cfg(feature = "daemon")]
 pub mod daemon;
 pub mod demo;
+#[cfg(feature = "daemon")]
+pub mod events;
 pub mod explain;
 pub mod lab;
 pub mod model;
 pub mod netns;
 pub mod nft;
+pub mod nodeport_conflicts;
 pub mod proxier;
 pub mod serve;
 pub mod source;

@@ -1832,10 +1832,15 @@ fn no_endpoints_metric() {
         let mut facts = kubenft::after_sync::AfterSyncFacts::new(flows::NODE_NAME);
         facts.update(&state);
         let (_, from_scratch) = kubenft::after_sync::local_endpoint_facts(&state, flows::NODE_NAME);
-        for counts in [facts.no_local_endpoints(), from_scratch] {
+        for [v4, v6] in [facts.no_local_endpoints(), from_scratch] {
             assert_eq!(
-                counts, want,
-                "{name}: (internal, external) service ports without local endpoints"
+                v4, want,
+                "{name}: (internal, external) IPv4 service ports without local endpoints"
+            );
+            assert_eq!(
+                v6,
+                (0, 0),
+                "{name}: an IPv4-only service counts for IPv4 only"
             );
         }
     }

@@ -193,17 +193,89 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
+/// kube-proxy's `ip_family` label values, in the order of the per-family arrays.
+pub const IP_FAMILIES: [&str; 2] = ["IPv4", "IPv6"];
+
+fn family_index(ip_family: &str) -> Option<usize> {
+    let i = IP_FAMILIES.iter().position(|f| *f == ip_family);
+    debug_assert!(i.is_some(), "unknown ip_family {ip_family}");
+    i
+}
+
+/// Which kube-proxy probe endpoint answered (for `kubeproxy_proxy_{healthz,livez}_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    Healthz,
+    Livez,
+}
+
+/// What became of one Event the daemon meant to record (`kubenft_events_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventOutcome {
+    /// Created, or its series updated, in the API.
+    Written,
+    /// Folded into the series of an identical recent event; written later, or never if it
+    /// does not recur.
+    Aggregated,
+    /// The API refused it or could not be reached.
+    Failed,
+    /// The queue to the writer was full (the API is slow or down).
+    Dropped,
+}
+
+impl EventOutcome {
+    const ALL: [EventOutcome; 4] = [
+        EventOutcome::Written,
+        EventOutcome::Aggregated,
+        EventOutcome::Failed,
+        EventOutcome::Dropped,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            EventOutcome::Written => "written",
+            EventOutcome::Aggregated => "aggregated",
+            EventOutcome::Failed => "failed",
+            EventOutcome::Dropped => "dropped",
+        }
+    }
+}
+
+/// kube-proxy's change-tracker counts: changes seen since start, and services whose changes
+/// wait for the next sync.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChangeCounts {
+    pub service_changes_total: u64,
+    pub service_changes_pending: u64,
+    pub endpoint_changes_total: u64,
+    pub endpoint_changes_pending: u64,
+}
+
+fn per_family<T>(f: impl Fn() -> T) -> [T; 2] {
+    [f(), f()]
+}
+
 #[derive(Debug)]
 struct Registry {
-    sync_duration: Histogram,
-    sync_full_duration: Histogram,
-    sync_partial_duration: Histogram,
-    network_programming: Histogram,
-    last_sync_timestamp: AtomicF64,
-    last_queued_timestamp: AtomicF64,
-    nftables_sync_failures: AtomicU64,
-    no_local_endpoints_internal: AtomicU64,
-    no_local_endpoints_external: AtomicU64,
+    /// The sync metrics are kept per family, as kube-proxy keeps one proxier per family; one
+    /// kubenft sync programs every active family at once and is recorded under each.
+    sync_duration: [Histogram; 2],
+    sync_full_duration: [Histogram; 2],
+    sync_partial_duration: [Histogram; 2],
+    network_programming: [Histogram; 2],
+    last_sync_timestamp: [AtomicF64; 2],
+    last_queued_timestamp: [AtomicF64; 2],
+    nftables_sync_failures: [AtomicU64; 2],
+    nftables_cleanup_failures: [AtomicU64; 2],
+    no_local_endpoints_internal: [AtomicU64; 2],
+    no_local_endpoints_external: [AtomicU64; 2],
+    service_changes_total: AtomicU64,
+    service_changes_pending: AtomicU64,
+    endpoint_changes_total: AtomicU64,
+    endpoint_changes_pending: AtomicU64,
+    /// Probe answers by HTTP status code; few codes, so a lock is fine.
+    healthz: Mutex<BTreeMap<u16, u64>>,
+    livez: Mutex<BTreeMap<u16, u64>>,
     transaction_operations: Histogram,
     transaction_bytes: Histogram,
     /// Rejections are rare and keyed by free-form kind, so a lock is fine here.
@@ -213,10 +285,10 @@ struct Registry {
     /// kube-proxy's conntrack reconciler metrics, indexed by family as [`IP_FAMILIES`].
     conntrack_reconcile_duration: [Histogram; 2],
     conntrack_deleted: [AtomicU64; 2],
+    nodeport_conflicts: AtomicU64,
+    /// Indexed as [`EventOutcome::ALL`].
+    events: [AtomicU64; 4],
 }
-
-/// kube-proxy's `ip_family` label values, in the order of the per-family arrays.
-const IP_FAMILIES: [&str; 2] = ["IPv4", "IPv6"];
 
 /// The daemon's metrics. Cloning is cheap and every clone updates the same registry; all
 /// updates are atomic adds or stores, safe from any thread.
@@ -235,15 +307,22 @@ impl Metrics {
     pub fn new() -> Self {
         Metrics {
             inner: Arc::new(Registry {
-                sync_duration: Histogram::new(sync_duration_buckets()),
-                sync_full_duration: Histogram::new(sync_duration_buckets()),
-                sync_partial_duration: Histogram::new(sync_duration_buckets()),
-                network_programming: Histogram::new(network_programming_buckets()),
-                last_sync_timestamp: AtomicF64::default(),
-                last_queued_timestamp: AtomicF64::default(),
-                nftables_sync_failures: AtomicU64::new(0),
-                no_local_endpoints_internal: AtomicU64::new(0),
-                no_local_endpoints_external: AtomicU64::new(0),
+                sync_duration: per_family(|| Histogram::new(sync_duration_buckets())),
+                sync_full_duration: per_family(|| Histogram::new(sync_duration_buckets())),
+                sync_partial_duration: per_family(|| Histogram::new(sync_duration_buckets())),
+                network_programming: per_family(|| Histogram::new(network_programming_buckets())),
+                last_sync_timestamp: Default::default(),
+                last_queued_timestamp: Default::default(),
+                nftables_sync_failures: Default::default(),
+                nftables_cleanup_failures: Default::default(),
+                no_local_endpoints_internal: Default::default(),
+                no_local_endpoints_external: Default::default(),
+                service_changes_total: AtomicU64::new(0),
+                service_changes_pending: AtomicU64::new(0),
+                endpoint_changes_total: AtomicU64::new(0),
+                endpoint_changes_pending: AtomicU64::new(0),
+                healthz: Mutex::new(BTreeMap::new()),
+                livez: Mutex::new(BTreeMap::new()),
                 // 1 .. 4^11 (~4M) operations: one service is a handful, a full sync of a big
                 // cluster hundreds of thousands.
                 transaction_operations: Histogram::new(exponential_buckets(1.0, 4.0, 12)),
@@ -251,57 +330,112 @@ impl Metrics {
                 transaction_bytes: Histogram::new(exponential_buckets(256.0, 4.0, 11)),
                 objects_rejected: Mutex::new(BTreeMap::new()),
                 syncs: Default::default(),
-                conntrack_reconcile_duration: [
-                    Histogram::new(sync_duration_buckets()),
-                    Histogram::new(sync_duration_buckets()),
-                ],
+                conntrack_reconcile_duration: per_family(
+                    || Histogram::new(sync_duration_buckets()),
+                ),
                 conntrack_deleted: Default::default(),
+                nodeport_conflicts: AtomicU64::new(0),
+                events: Default::default(),
             }),
         }
     }
 
-    /// Records one finished sync attempt: its duration (in the overall and the per-kind
-    /// histogram, as kube-proxy does) and its outcome. A failure also counts as an nftables
-    /// sync failure.
-    pub fn record_sync(&self, kind: SyncKind, result: SyncResult, seconds: f64) {
+    /// Records one finished sync attempt of the `ip_families` it programmed: its duration (in
+    /// the overall and the per-kind histogram) and its outcome. A failure also counts as an
+    /// nftables sync failure of each family.
+    pub fn record_sync(
+        &self,
+        kind: SyncKind,
+        result: SyncResult,
+        seconds: f64,
+        ip_families: &[&str],
+    ) {
         let r = &self.inner;
-        r.sync_duration.observe(seconds);
-        match kind {
-            SyncKind::Full => r.sync_full_duration.observe(seconds),
-            SyncKind::Partial => r.sync_partial_duration.observe(seconds),
+        for i in ip_families.iter().filter_map(|f| family_index(f)) {
+            r.sync_duration[i].observe(seconds);
+            match kind {
+                SyncKind::Full => r.sync_full_duration[i].observe(seconds),
+                SyncKind::Partial => r.sync_partial_duration[i].observe(seconds),
+            }
+            if result == SyncResult::Failure {
+                r.nftables_sync_failures[i].fetch_add(1, Ordering::Relaxed);
+            }
         }
         let k = matches!(kind, SyncKind::Partial) as usize;
         let s = matches!(result, SyncResult::Failure) as usize;
         r.syncs[k][s].fetch_add(1, Ordering::Relaxed);
-        if result == SyncResult::Failure {
-            r.nftables_sync_failures.fetch_add(1, Ordering::Relaxed);
-        }
     }
 
     /// Records the time from a Service/EndpointSlice change to its rules being in the kernel.
-    pub fn observe_network_programming(&self, seconds: f64) {
-        self.inner.network_programming.observe(seconds);
+    pub fn observe_network_programming(&self, seconds: f64, ip_families: &[&str]) {
+        for i in ip_families.iter().filter_map(|f| family_index(f)) {
+            self.inner.network_programming[i].observe(seconds);
+        }
     }
 
-    /// Sets the Unix time (seconds) of the last successful sync.
-    pub fn set_last_sync_timestamp(&self, unix_seconds: f64) {
-        self.inner.last_sync_timestamp.set(unix_seconds);
+    /// Sets the Unix time (seconds) of the last successful sync of `ip_families`.
+    pub fn set_last_sync_timestamp(&self, unix_seconds: f64, ip_families: &[&str]) {
+        for i in ip_families.iter().filter_map(|f| family_index(f)) {
+            self.inner.last_sync_timestamp[i].set(unix_seconds);
+        }
     }
 
-    /// Sets the Unix time (seconds) at which a sync was last queued.
-    pub fn set_last_queued_timestamp(&self, unix_seconds: f64) {
-        self.inner.last_queued_timestamp.set(unix_seconds);
+    /// Sets the Unix time (seconds) at which a sync of `ip_families` was last queued.
+    pub fn set_last_queued_timestamp(&self, unix_seconds: f64, ip_families: &[&str]) {
+        for i in ip_families.iter().filter_map(|f| family_index(f)) {
+            self.inner.last_queued_timestamp[i].set(unix_seconds);
+        }
     }
 
-    /// Sets how many services with a Local internal / external traffic policy have no local
-    /// endpoint, as counted by the last sync (a gauge despite the `_total` name, like
-    /// kube-proxy's).
-    pub fn set_no_local_endpoints(&self, internal: u64, external: u64) {
+    /// Sets how many services of `ip_family` with a Local internal / external traffic policy
+    /// have no local endpoint, as counted by the last sync (a gauge despite the `_total` name,
+    /// like kube-proxy's).
+    pub fn set_no_local_endpoints(&self, ip_family: &str, internal: u64, external: u64) {
+        let Some(i) = family_index(ip_family) else {
+            return;
+        };
         let r = &self.inner;
-        r.no_local_endpoints_internal
-            .store(internal, Ordering::Relaxed);
-        r.no_local_endpoints_external
-            .store(external, Ordering::Relaxed);
+        r.no_local_endpoints_internal[i].store(internal, Ordering::Relaxed);
+        r.no_local_endpoints_external[i].store(external, Ordering::Relaxed);
+    }
+
+    /// Sets the Service and EndpointSlice change counts.
+    pub fn set_changes(&self, c: ChangeCounts) {
+        let r = &self.inner;
+        r.service_changes_total
+            .store(c.service_changes_total, Ordering::Relaxed);
+        r.service_changes_pending
+            .store(c.service_changes_pending, Ordering::Relaxed);
+        r.endpoint_changes_total
+            .store(c.endpoint_changes_total, Ordering::Relaxed);
+        r.endpoint_changes_pending
+            .store(c.endpoint_changes_pending, Ordering::Relaxed);
+    }
+
+    /// Counts one answer of `/healthz` or `/livez` with HTTP status `code`.
+    pub fn count_probe(&self, probe: Probe, code: u16) {
+        let map = match probe {
+            Probe::Healthz => &self.inner.healthz,
+            Probe::Livez => &self.inner.livez,
+        };
+        *map.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(code)
+            .or_insert(0) += 1;
+    }
+
+    /// Sets how many NodePorts a local process also listens on.
+    pub fn set_nodeport_conflicts(&self, n: u64) {
+        self.inner.nodeport_conflicts.store(n, Ordering::Relaxed);
+    }
+
+    /// Counts what became of one Event.
+    pub fn count_event(&self, outcome: EventOutcome) {
+        let i = EventOutcome::ALL
+            .iter()
+            .position(|o| *o == outcome)
+            .unwrap_or_default();
+        self.inner.events[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records the size of one transaction sent to the kernel.
@@ -313,8 +447,7 @@ impl Metrics {
     /// Records one family's conntrack reconciliation (`ip_family` is `IPv4` or `IPv6`): how long
     /// it took and how many entries it deleted.
     pub fn observe_conntrack_reconcile(&self, ip_family: &str, seconds: f64, deleted: u64) {
-        let Some(i) = IP_FAMILIES.iter().position(|f| *f == ip_family) else {
-            debug_assert!(false, "unknown ip_family {ip_family}");
+        let Some(i) = family_index(ip_family) else {
             return;
         };
         self.inner.conntrack_reconcile_duration[i].observe(seconds);
@@ -334,9 +467,9 @@ impl Metrics {
     /// Renders every metric in the Prometheus text exposition format.
     pub fn render(&self) -> String {
         let r = &self.inner;
-        let mut out = String::with_capacity(8 * 1024);
+        let mut out = String::with_capacity(16 * 1024);
 
-        let histograms: [(&str, &str, &Histogram); 6] = [
+        let per_family_histograms: [(&str, &str, &[Histogram; 2]); 5] = [
             (
                 "kubeproxy_sync_proxy_rules_duration_seconds",
                 "SyncProxyRules latency in seconds",
@@ -358,6 +491,20 @@ impl Metrics {
                 &r.network_programming,
             ),
             (
+                "kubeproxy_conntrack_reconciler_sync_duration_seconds",
+                "ReconcileConntrackFlowsLatency latency in seconds",
+                &r.conntrack_reconcile_duration,
+            ),
+        ];
+        for (name, help, hs) in per_family_histograms {
+            header(&mut out, name, "histogram", help);
+            for (family, h) in IP_FAMILIES.iter().zip(hs) {
+                h.render_labelled(&mut out, name, &format!("ip_family=\"{family}\""));
+            }
+        }
+
+        for (name, help, h) in [
+            (
                 "kubenft_transaction_operations",
                 "Number of operations in each nftables transaction sent to the kernel",
                 &r.transaction_operations,
@@ -367,8 +514,7 @@ impl Metrics {
                 "Size in bytes of each netlink batch sent to the kernel",
                 &r.transaction_bytes,
             ),
-        ];
-        for (name, help, h) in histograms {
+        ] {
             header(&mut out, name, "histogram", help);
             h.render(&mut out, name);
         }
@@ -386,21 +532,37 @@ impl Metrics {
             ),
         ] {
             header(&mut out, name, "gauge", help);
-            let _ = writeln!(out, "{name} {}", fmt_f64(g.get()));
+            for (family, g) in IP_FAMILIES.iter().zip(g) {
+                let _ = writeln!(out, "{name}{{ip_family=\"{family}\"}} {}", fmt_f64(g.get()));
+            }
         }
 
-        let name = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total";
-        header(
-            &mut out,
-            name,
-            "counter",
-            "Cumulative proxy nftables sync failures",
-        );
-        let _ = writeln!(
-            out,
-            "{name} {}",
-            r.nftables_sync_failures.load(Ordering::Relaxed)
-        );
+        for (name, help, c) in [
+            (
+                "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+                "Cumulative proxy nftables sync failures",
+                &r.nftables_sync_failures,
+            ),
+            (
+                "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
+                "Cumulative proxy nftables cleanup failures",
+                &r.nftables_cleanup_failures,
+            ),
+            (
+                "kubeproxy_conntrack_reconciler_deleted_entries_total",
+                "Cumulative conntrack flows deleted by conntrack reconciler",
+                &r.conntrack_deleted,
+            ),
+        ] {
+            header(&mut out, name, "counter", help);
+            for (family, n) in IP_FAMILIES.iter().zip(c) {
+                let _ = writeln!(
+                    out,
+                    "{name}{{ip_family=\"{family}\"}} {}",
+                    n.load(Ordering::Relaxed)
+                );
+            }
+        }
 
         let name = "kubeproxy_sync_proxy_rules_no_local_endpoints_total";
         header(
@@ -409,40 +571,72 @@ impl Metrics {
             "gauge",
             "Number of services with a Local traffic policy and no endpoints",
         );
-        for (policy, v) in [
-            ("external", &r.no_local_endpoints_external),
-            ("internal", &r.no_local_endpoints_internal),
-        ] {
-            let _ = writeln!(
-                out,
-                "{name}{{traffic_policy=\"{policy}\"}} {}",
-                v.load(Ordering::Relaxed)
-            );
+        for (i, family) in IP_FAMILIES.iter().enumerate() {
+            for (policy, v) in [
+                ("external", &r.no_local_endpoints_external[i]),
+                ("internal", &r.no_local_endpoints_internal[i]),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "{name}{{ip_family=\"{family}\",traffic_policy=\"{policy}\"}} {}",
+                    v.load(Ordering::Relaxed)
+                );
+            }
         }
 
-        let name = "kubeproxy_conntrack_reconciler_sync_duration_seconds";
-        header(
-            &mut out,
-            name,
-            "histogram",
-            "ReconcileConntrackFlowsLatency latency in seconds",
-        );
-        for (family, h) in IP_FAMILIES.iter().zip(&r.conntrack_reconcile_duration) {
-            h.render_labelled(&mut out, name, &format!("ip_family=\"{family}\""));
+        for (name, kind, help, v) in [
+            (
+                "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+                "gauge",
+                "Pending proxy rules Endpoint changes",
+                &r.endpoint_changes_pending,
+            ),
+            (
+                "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+                "counter",
+                "Cumulative proxy rules Endpoint changes",
+                &r.endpoint_changes_total,
+            ),
+            (
+                "kubeproxy_sync_proxy_rules_service_changes_pending",
+                "gauge",
+                "Pending proxy rules Service changes",
+                &r.service_changes_pending,
+            ),
+            (
+                "kubeproxy_sync_proxy_rules_service_changes_total",
+                "counter",
+                "Cumulative proxy rules Service changes",
+                &r.service_changes_total,
+            ),
+            (
+                "kubenft_nodeport_conflicts",
+                "gauge",
+                "NodePorts that a process on the node also listens on, as found after the last sync",
+                &r.nodeport_conflicts,
+            ),
+        ] {
+            header(&mut out, name, kind, help);
+            let _ = writeln!(out, "{name} {}", v.load(Ordering::Relaxed));
         }
-        let name = "kubeproxy_conntrack_reconciler_deleted_entries_total";
-        header(
-            &mut out,
-            name,
-            "counter",
-            "Cumulative conntrack flows deleted by conntrack reconciler",
-        );
-        for (family, n) in IP_FAMILIES.iter().zip(&r.conntrack_deleted) {
-            let _ = writeln!(
-                out,
-                "{name}{{ip_family=\"{family}\"}} {}",
-                n.load(Ordering::Relaxed)
-            );
+
+        for (name, help, codes) in [
+            (
+                "kubeproxy_proxy_healthz_total",
+                "Cumulative proxy healthz HTTP status",
+                &r.healthz,
+            ),
+            (
+                "kubeproxy_proxy_livez_total",
+                "Cumulative proxy livez HTTP status",
+                &r.livez,
+            ),
+        ] {
+            header(&mut out, name, "counter", help);
+            let codes = codes.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            for (code, n) in codes {
+                let _ = writeln!(out, "{name}{{code=\"{code}\"}} {n}");
+            }
         }
 
         let name = "kubenft_objects_rejected_total";
@@ -459,6 +653,22 @@ impl Metrics {
             .clone();
         for (kind, n) in rejected {
             let _ = writeln!(out, "{name}{{kind=\"{}\"}} {n}", escape_label(&kind));
+        }
+
+        let name = "kubenft_events_total";
+        header(
+            &mut out,
+            name,
+            "counter",
+            "Events the daemon meant to record, by what became of them",
+        );
+        for (outcome, n) in EventOutcome::ALL.iter().zip(&r.events) {
+            let _ = writeln!(
+                out,
+                "{name}{{result=\"{}\"}} {}",
+                outcome.label(),
+                n.load(Ordering::Relaxed)
+            );
         }
 
         let name = "kubenft_sync_total";
@@ -488,6 +698,8 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const V4: &[&str] = &["IPv4"];
 
     /// The value of the sample line that starts with `series ` in `text`.
     fn sample(text: &str, series: &str) -> String {
@@ -567,31 +779,75 @@ mod tests {
     #[test]
     fn histogram_buckets_are_cumulative_and_end_with_inf_sum_and_count() {
         let m = Metrics::new();
-        m.record_sync(SyncKind::Full, SyncResult::Success, 0.0005);
-        m.record_sync(SyncKind::Full, SyncResult::Success, 0.003);
-        m.record_sync(SyncKind::Partial, SyncResult::Success, 0.004);
-        m.record_sync(SyncKind::Partial, SyncResult::Success, 100.0);
+        m.record_sync(SyncKind::Full, SyncResult::Success, 0.0005, V4);
+        m.record_sync(SyncKind::Full, SyncResult::Success, 0.003, V4);
+        m.record_sync(SyncKind::Partial, SyncResult::Success, 0.004, V4);
+        m.record_sync(SyncKind::Partial, SyncResult::Success, 100.0, V4);
         let text = m.render();
         let n = "kubeproxy_sync_proxy_rules_duration_seconds";
-        assert_eq!(sample(&text, &format!("{n}_bucket{{le=\"0.001\"}}")), "1");
-        assert_eq!(sample(&text, &format!("{n}_bucket{{le=\"0.002\"}}")), "1");
-        // 0.004 sits exactly on a bound: buckets are "less than or equal".
-        assert_eq!(sample(&text, &format!("{n}_bucket{{le=\"0.004\"}}")), "3");
-        assert_eq!(sample(&text, &format!("{n}_bucket{{le=\"16.384\"}}")), "3");
-        assert_eq!(sample(&text, &format!("{n}_bucket{{le=\"+Inf\"}}")), "4");
-        assert_eq!(sample(&text, &format!("{n}_count")), "4");
-        let sum: f64 = sample(&text, &format!("{n}_sum")).parse().unwrap();
-        assert!((sum - 100.0075).abs() < 1e-9, "sum {sum}");
-
-        let full = "kubeproxy_sync_full_proxy_rules_duration_seconds";
-        assert_eq!(sample(&text, &format!("{full}_count")), "2");
-        let partial = "kubeproxy_sync_partial_proxy_rules_duration_seconds";
         assert_eq!(
-            sample(&text, &format!("{partial}_bucket{{le=\"0.004\"}}")),
+            sample(
+                &text,
+                &format!("{n}_bucket{{ip_family=\"IPv4\",le=\"0.001\"}}")
+            ),
             "1"
         );
         assert_eq!(
-            sample(&text, &format!("{partial}_bucket{{le=\"+Inf\"}}")),
+            sample(
+                &text,
+                &format!("{n}_bucket{{ip_family=\"IPv4\",le=\"0.002\"}}")
+            ),
+            "1"
+        );
+        // 0.004 sits exactly on a bound: buckets are "less than or equal".
+        assert_eq!(
+            sample(
+                &text,
+                &format!("{n}_bucket{{ip_family=\"IPv4\",le=\"0.004\"}}")
+            ),
+            "3"
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("{n}_bucket{{ip_family=\"IPv4\",le=\"16.384\"}}")
+            ),
+            "3"
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("{n}_bucket{{ip_family=\"IPv4\",le=\"+Inf\"}}")
+            ),
+            "4"
+        );
+        assert_eq!(
+            sample(&text, &format!("{n}_count{{ip_family=\"IPv4\"}}")),
+            "4"
+        );
+        let sum: f64 = sample(&text, &format!("{n}_sum{{ip_family=\"IPv4\"}}"))
+            .parse()
+            .unwrap();
+        assert!((sum - 100.0075).abs() < 1e-9, "sum {sum}");
+
+        let full = "kubeproxy_sync_full_proxy_rules_duration_seconds";
+        assert_eq!(
+            sample(&text, &format!("{full}_count{{ip_family=\"IPv4\"}}")),
+            "2"
+        );
+        let partial = "kubeproxy_sync_partial_proxy_rules_duration_seconds";
+        assert_eq!(
+            sample(
+                &text,
+                &format!("{partial}_bucket{{ip_family=\"IPv4\",le=\"0.004\"}}")
+            ),
+            "1"
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!("{partial}_bucket{{ip_family=\"IPv4\",le=\"+Inf\"}}")
+            ),
             "2"
         );
     }
@@ -617,8 +873,8 @@ mod tests {
         let n = "kubeproxy_network_programming_duration_seconds_bucket";
         let les: Vec<&str> = text
             .lines()
-            .filter(|l| l.starts_with(n))
-            .map(|l| l.split('"').nth(1).unwrap())
+            .filter(|l| l.starts_with(&format!("{n}{{ip_family=\"IPv4\"")))
+            .map(|l| l.split("le=\"").nth(1).unwrap().split('"').next().unwrap())
             .collect();
         assert_eq!(les.first(), Some(&"0"));
         assert_eq!(les.get(1), Some(&"0.25"));
@@ -628,15 +884,15 @@ mod tests {
     #[test]
     fn failed_syncs_count_as_nftables_failures_and_by_kind_and_result() {
         let m = Metrics::new();
-        m.record_sync(SyncKind::Full, SyncResult::Failure, 0.1);
-        m.record_sync(SyncKind::Partial, SyncResult::Failure, 0.1);
-        m.record_sync(SyncKind::Partial, SyncResult::Success, 0.1);
-        m.record_sync(SyncKind::Partial, SyncResult::Success, 0.1);
+        m.record_sync(SyncKind::Full, SyncResult::Failure, 0.1, V4);
+        m.record_sync(SyncKind::Partial, SyncResult::Failure, 0.1, V4);
+        m.record_sync(SyncKind::Partial, SyncResult::Success, 0.1, V4);
+        m.record_sync(SyncKind::Partial, SyncResult::Success, 0.1, V4);
         let text = m.render();
         assert_eq!(
             sample(
                 &text,
-                "kubeproxy_sync_proxy_rules_nftables_sync_failures_total"
+                "kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family=\"IPv4\"}"
             ),
             "2"
         );
@@ -668,30 +924,42 @@ mod tests {
     #[test]
     fn gauges_report_the_last_value_set() {
         let m = Metrics::new();
-        m.set_last_sync_timestamp(1_700_000_000.5);
-        m.set_last_sync_timestamp(1_700_000_001.25);
-        m.set_last_queued_timestamp(1_700_000_002.0);
-        m.set_no_local_endpoints(3, 1);
-        m.set_no_local_endpoints(2, 0);
+        m.set_last_sync_timestamp(1_700_000_000.5, V4);
+        m.set_last_sync_timestamp(1_700_000_001.25, V4);
+        m.set_last_queued_timestamp(1_700_000_002.0, V4);
+        m.set_no_local_endpoints("IPv4", 3, 1);
+        m.set_no_local_endpoints("IPv4", 2, 0);
         let text = m.render();
         assert_eq!(
-            sample(&text, "kubeproxy_sync_proxy_rules_last_timestamp_seconds"),
+            sample(
+                &text,
+                &format!(
+                    "{}{{ip_family=\"IPv4\"}}",
+                    "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
+                )
+            ),
             "1700000001.25"
         );
         assert_eq!(
             sample(
                 &text,
-                "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds"
+                "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family=\"IPv4\"}"
             ),
             "1700000002"
         );
         let n = "kubeproxy_sync_proxy_rules_no_local_endpoints_total";
         assert_eq!(
-            sample(&text, &format!("{n}{{traffic_policy=\"internal\"}}")),
+            sample(
+                &text,
+                &format!("{n}{{ip_family=\"IPv4\",traffic_policy=\"internal\"}}")
+            ),
             "2"
         );
         assert_eq!(
-            sample(&text, &format!("{n}{{traffic_policy=\"external\"}}")),
+            sample(
+                &text,
+                &format!("{n}{{ip_family=\"IPv4\",traffic_policy=\"external\"}}")
+            ),
             "0"
         );
     }
@@ -738,7 +1006,7 @@ mod tests {
                 let m = m.clone();
                 std::thread::spawn(move || {
                     for _ in 0..1000 {
-                        m.record_sync(SyncKind::Partial, SyncResult::Success, 0.25);
+                        m.record_sync(SyncKind::Partial, SyncResult::Success, 0.25, V4);
                     }
                 })
             })
@@ -748,8 +1016,14 @@ mod tests {
         }
         let text = m.render();
         let n = "kubeproxy_sync_proxy_rules_duration_seconds";
-        assert_eq!(sample(&text, &format!("{n}_count")), "4000");
-        assert_eq!(sample(&text, &format!("{n}_sum")), "1000");
+        assert_eq!(
+            sample(&text, &format!("{n}_count{{ip_family=\"IPv4\"}}")),
+            "4000"
+        );
+        assert_eq!(
+            sample(&text, &format!("{n}_sum{{ip_family=\"IPv4\"}}")),
+            "1000"
+        );
     }
 
     #[test]

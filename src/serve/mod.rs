@@ -21,7 +21,7 @@ use tokio::task::JoinSet;
 
 pub use health::{Clock, HealthReport, HealthState, SystemClock};
 pub use healthcheck::{HealthCheckError, HealthCheckServers, ServiceHealth};
-pub use metrics::{Metrics, SyncKind, SyncResult};
+pub use metrics::{ChangeCounts, EventOutcome, Metrics, Probe, SyncKind, SyncResult};
 
 /// Failures of the health and metrics servers.
 #[derive(Debug, thiserror::Error)]
@@ -78,28 +78,32 @@ pub async fn serve_healthz(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let listener = bind(parse_bind_address(addr)?).await?;
-    serve_healthz_on(listener, health, shutdown).await
+    serve_healthz_on(listener, health, Metrics::new(), shutdown).await
 }
 
-/// Serves `/healthz` and `/livez` on an already bound listener until `shutdown` resolves.
+/// Serves `/healthz` and `/livez` on an already bound listener until `shutdown` resolves,
+/// counting each probe's answer in `metrics` as kube-proxy does.
 pub async fn serve_healthz_on(
     listener: TcpListener,
     health: HealthState,
+    metrics: Metrics,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     serve_on(
         listener,
         Arc::new(move |method: &Method, path: &str| {
             let now = health.clock().now();
-            let report = match path {
-                "/healthz" => health.healthz(now),
-                "/livez" => health.livez(now),
+            let (probe, report) = match path {
+                "/healthz" => (Probe::Healthz, health.healthz(now)),
+                "/livez" => (Probe::Livez, health.livez(now)),
                 _ => return not_found(),
             };
             if !read_method(method) {
                 return method_not_allowed();
             }
-            json_response(report.healthy, report.body)
+            let response = json_response(report.healthy, report.body);
+            metrics.count_probe(probe, response.status().as_u16());
+            response
         }),
         shutdown,
     )
@@ -357,12 +361,18 @@ mod tests {
         let t0 = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         let clock = Arc::new(FixedClock(Mutex::new(t0)));
         let health = HealthState::with_clock(Duration::from_secs(60), clock.clone());
+        let metrics = Metrics::new();
         let listener = bind(loopback()).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(serve_healthz_on(listener, health.clone(), async {
-            let _ = stopped.await;
-        }));
+        let server = tokio::spawn(serve_healthz_on(
+            listener,
+            health.clone(),
+            metrics.clone(),
+            async {
+                let _ = stopped.await;
+            },
+        ));
 
         let ok = get(addr, "/healthz").await.unwrap();
         assert_eq!(ok.status, 200, "{ok:?}");
@@ -387,6 +397,15 @@ mod tests {
 
         assert_eq!(get(addr, "/").await.unwrap().status, 404);
         assert_eq!(get(addr, "/metrics").await.unwrap().status, 404);
+        // Each answer is counted by probe and code, as kube-proxy counts them.
+        let counted = metrics.render();
+        for series in [
+            "kubeproxy_proxy_healthz_total{code=\"200\"} ",
+            "kubeproxy_proxy_healthz_total{code=\"503\"} ",
+            "kubeproxy_proxy_livez_total{code=\"200\"} ",
+        ] {
+            assert!(counted.contains(series), "{series} in\n{counted}");
+        }
 
         stop.send(()).unwrap();
         // The server task ends on shutdown. (Probing the port afterwards would race with other
@@ -397,7 +416,7 @@ mod tests {
     #[tokio::test]
     async fn metrics_are_served_as_prometheus_text_at_slash_metrics_only() {
         let metrics = Metrics::new();
-        metrics.record_sync(SyncKind::Full, SyncResult::Success, 0.01);
+        metrics.record_sync(SyncKind::Full, SyncResult::Success, 0.01, &["IPv4"]);
         let listener = bind(loopback()).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -409,18 +428,18 @@ mod tests {
         assert_eq!(a.status, 200);
         assert_eq!(a.header("content-type"), Some(metrics::CONTENT_TYPE));
         assert!(
-            a.body
-                .contains("kubeproxy_sync_full_proxy_rules_duration_seconds_count 1\n"),
+            a.body.contains(
+                "kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 1\n"
+            ),
             "{}",
             a.body
         );
         // The answer is rendered per request, not cached.
-        metrics.record_sync(SyncKind::Full, SyncResult::Success, 0.01);
+        metrics.record_sync(SyncKind::Full, SyncResult::Success, 0.01, &["IPv4"]);
         let b = get(addr, "/metrics").await.unwrap();
-        assert!(
-            b.body
-                .contains("kubeproxy_sync_full_proxy_rules_duration_seconds_count 2\n")
-        );
+        assert!(b.body.contains(
+            "kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 2\n"
+        ));
 
         assert_eq!(get(addr, "/healthz").await.unwrap().status, 404);
         assert_eq!(get(addr, "/metrics/x").await.unwrap().status, 404);

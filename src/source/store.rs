@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 
 use super::Inputs;
 use crate::model::{LiveState, NodeInfo, ServiceRef, service_ref, slice_service_ref};
+use crate::serve::ChangeCounts;
 
 /// EndpointSlice annotation: when the change that this slice reflects happened (kube-proxy's
 /// source for network programming latency).
@@ -244,6 +245,12 @@ pub struct ClusterStore {
     members: BTreeMap<ServiceRef, Members>,
     /// Services whose Service object or slices changed since the last `take_changed`.
     changed: BTreeSet<ServiceRef>,
+    /// kube-proxy's change counts: Service and EndpointSlice changes since start, and the
+    /// services with such changes not yet taken by a sync.
+    service_changes: u64,
+    endpoint_changes: u64,
+    service_changes_pending: BTreeSet<ServiceRef>,
+    endpoint_changes_pending: BTreeSet<ServiceRef>,
 }
 
 /// Store keys of the objects that make up one service.
@@ -290,7 +297,10 @@ fn track(
 impl ClusterStore {
     pub fn apply_service(&mut self, event: Event<Service>) -> Change {
         let (members, changed) = (&mut self.members, &mut self.changed);
+        let (total, pending) = (&mut self.service_changes, &mut self.service_changes_pending);
         self.services.apply_observed(event, |key, before, after| {
+            *total += 1;
+            pending.extend(after.or(before).and_then(Stored::service).cloned());
             let list: MemberList = |m| &mut m.services;
             track(
                 members,
@@ -310,8 +320,14 @@ impl ClusterStore {
             self.pending_triggers.push(t);
         }
         let (members, changed) = (&mut self.members, &mut self.changed);
+        let (total, pending) = (
+            &mut self.endpoint_changes,
+            &mut self.endpoint_changes_pending,
+        );
         self.endpoint_slices
             .apply_observed(event, |key, before, after| {
+                *total += 1;
+                pending.extend(after.or(before).and_then(Stored::service).cloned());
                 let list: MemberList = |m| &mut m.slices;
                 let of = |s: Option<&Stored>| s.and_then(Stored::service).cloned();
                 track(members, changed, list, key, of(before), of(after));
@@ -339,7 +355,20 @@ impl ClusterStore {
 
     /// Takes the services whose objects changed since the last call.
     pub fn take_changed(&mut self) -> BTreeSet<ServiceRef> {
+        self.service_changes_pending.clear();
+        self.endpoint_changes_pending.clear();
         std::mem::take(&mut self.changed)
+    }
+
+    /// Service and EndpointSlice changes seen since start, and the services with changes that
+    /// no sync has taken yet (kube-proxy's change-tracker metrics).
+    pub fn change_counts(&self) -> ChangeCounts {
+        ChangeCounts {
+            service_changes_total: self.service_changes,
+            service_changes_pending: self.service_changes_pending.len() as u64,
+            endpoint_changes_total: self.endpoint_changes,
+            endpoint_changes_pending: self.endpoint_changes_pending.len() as u64,
+        }
     }
 
     /// Brings `live` up to date with the objects: re-converts the services whose objects
@@ -634,6 +663,26 @@ mod tests {
         store.update_model(&mut live, "node-a");
         assert!(live.state.service_cidrs.is_empty());
         assert_eq!(live.rejected().count(), 0);
+    }
+
+    #[test]
+    fn changes_are_counted_as_kube_proxy_counts_them_and_pending_until_a_sync_takes_them() {
+        let mut store = ClusterStore::default();
+        store.apply_service(Event::Apply(svc("a", 80)));
+        store.apply_service(Event::Apply(svc("a", 81)));
+        store.apply_service(Event::Apply(svc("b", 80)));
+        // Rewriting an identical object is no change.
+        store.apply_service(Event::Apply(svc("b", 80)));
+        let c = store.change_counts();
+        assert_eq!(c.service_changes_total, 3);
+        assert_eq!(c.service_changes_pending, 2, "two services wait");
+        assert_eq!(c.endpoint_changes_total, 0);
+        store.take_changed();
+        store.apply_service(Event::Delete(svc("a", 81)));
+        let c = store.change_counts();
+        assert_eq!(c.service_changes_total, 4);
+        assert_eq!(c.service_changes_pending, 1);
+        assert_eq!(c.endpoint_changes_pending, 0);
     }
 
     #[test]

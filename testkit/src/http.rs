@@ -59,6 +59,29 @@ pub(crate) enum RequestError {
     ListTooLargeVersion { requested: u64, current: u64 },
     #[error("the server is currently unable to handle the request")]
     Unavailable,
+    #[error(
+        "{plural}{group} is forbidden: User \"system:anonymous\" cannot {verb} resource \"{plural}\" in API group \"{group_name}\""
+    )]
+    Forbidden {
+        verb: &'static str,
+        plural: &'static str,
+        group: String,
+        group_name: String,
+    },
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{plural} {name:?} already exists")]
+    AlreadyExists { plural: &'static str, name: String },
+    #[error("{kind} {name:?} is invalid: {}", causes.iter().map(|(f, m)| format!("{f}: {m}")).collect::<Vec<_>>().join(", "))]
+    Invalid {
+        kind: &'static str,
+        name: String,
+        causes: Vec<(String, String)>,
+    },
+    #[error(
+        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+    )]
+    UnsupportedMediaType,
 }
 
 impl RequestError {
@@ -90,6 +113,26 @@ impl RequestError {
             RequestError::Unavailable => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "ServiceUnavailable",
+                json!({}),
+            ),
+            RequestError::Forbidden { plural, .. } => {
+                (StatusCode::FORBIDDEN, "Forbidden", json!({"kind": plural}))
+            }
+            RequestError::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest", json!({})),
+            RequestError::AlreadyExists { plural, name } => (
+                StatusCode::CONFLICT,
+                "AlreadyExists",
+                json!({"name": name, "kind": plural}),
+            ),
+            RequestError::Invalid { kind, name, causes } => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                json!({"name": name, "kind": kind, "causes": causes.iter().map(|(f, m)|
+                    json!({"reason": "FieldValueInvalid", "message": m, "field": f})).collect::<Vec<_>>()}),
+            ),
+            RequestError::UnsupportedMediaType => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UnsupportedMediaType",
                 json!({}),
             ),
         }
@@ -317,13 +360,36 @@ pub(crate) async fn handle(
     if shared.unavailable.load(std::sync::atomic::Ordering::SeqCst) {
         return Ok(RequestError::Unavailable.into_response());
     }
+    let (parts, body) = request.into_parts();
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body = match body.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return Ok(RequestError::BadRequest(format!("reading the body: {e}")).into_response());
+        }
+    };
     let response = serve(
         &shared,
-        request.method(),
-        uri.path(),
-        uri.query().unwrap_or(""),
+        &parts.method,
+        parts.uri.path(),
+        parts.uri.query().unwrap_or(""),
+        Write {
+            content_type: &content_type,
+            body: &body,
+        },
     );
     Ok(response.unwrap_or_else(RequestError::into_response))
+}
+
+/// The body of a write request.
+struct Write<'a> {
+    content_type: &'a str,
+    body: &'a [u8],
 }
 
 fn serve(
@@ -331,11 +397,266 @@ fn serve(
     method: &Method,
     path: &str,
     raw_query: &str,
+    write: Write<'_>,
 ) -> Result<Response<Body>, RequestError> {
     let route = route(path).ok_or(RequestError::RouteNotFound)?;
-    if method != Method::GET {
-        return Err(RequestError::MethodNotAllowed);
+    let kind = match &route {
+        Route::Collection { kind, .. } | Route::Object { kind, .. } => Some(*kind),
+        _ => None,
+    };
+    if let Some(kind) = kind
+        && shared
+            .forbidden
+            .lock()
+            .expect("forbidden lock")
+            .contains(&kind)
+    {
+        let group = kind.api_version().rsplit_once('/').map_or("", |(g, _)| g);
+        return Err(RequestError::Forbidden {
+            verb: verb(method, &route),
+            plural: kind.plural(),
+            group: if group.is_empty() {
+                String::new()
+            } else {
+                format!(".{group}")
+            },
+            group_name: group.to_string(),
+        });
     }
+    match (method, route) {
+        (&Method::POST, Route::Collection { kind, namespace }) => {
+            create(shared, kind, namespace, &write)
+        }
+        (
+            &Method::PATCH,
+            Route::Object {
+                kind,
+                namespace,
+                name,
+            },
+        ) => patch(shared, kind, namespace, &name, &write),
+        (&Method::GET, route) => read(shared, route, raw_query),
+        _ => Err(RequestError::MethodNotAllowed),
+    }
+}
+
+/// The RBAC verb a request needs.
+fn verb(method: &Method, route: &Route) -> &'static str {
+    match *method {
+        Method::POST => "create",
+        Method::PATCH => "patch",
+        Method::PUT => "update",
+        Method::DELETE => "delete",
+        _ if matches!(route, Route::Object { .. }) => "get",
+        _ => "list",
+    }
+}
+
+/// POST to a collection: the object is created, or refused as the real server refuses it.
+fn create(
+    shared: &Arc<Shared>,
+    kind: Kind,
+    namespace: Option<String>,
+    write: &Write<'_>,
+) -> Result<Response<Body>, RequestError> {
+    let mut object: Value = serde_json::from_slice(write.body)
+        .map_err(|e| RequestError::BadRequest(format!("the body is not a JSON object: {e}")))?;
+    if !object.is_object() {
+        return Err(RequestError::BadRequest(
+            "the body is not a JSON object".into(),
+        ));
+    }
+    for (field, want) in [("apiVersion", kind.api_version()), ("kind", kind.name())] {
+        match object.get(field).and_then(Value::as_str) {
+            None => object[field] = want.into(),
+            Some(got) if got == want => {}
+            Some(got) => {
+                return Err(RequestError::BadRequest(format!(
+                    "{field} {got:?} does not match the {want:?} of the request's path"
+                )));
+            }
+        }
+    }
+    if kind.namespaced() {
+        let Some(ns) = namespace else {
+            return Err(RequestError::MethodNotAllowed);
+        };
+        match object["metadata"]["namespace"].as_str() {
+            None | Some("") => object["metadata"]["namespace"] = ns.into(),
+            Some(got) if got == ns => {}
+            Some(_) => {
+                return Err(RequestError::BadRequest(
+                    "the namespace of the provided object does not match the namespace sent on the request".into(),
+                ));
+            }
+        }
+    }
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    if name.is_empty() {
+        return Err(RequestError::Invalid {
+            kind: kind.name(),
+            name,
+            causes: vec![(
+                "metadata.name".into(),
+                "name or generateName is required".into(),
+            )],
+        });
+    }
+    if kind == Kind::Event {
+        validate_event(&object)?;
+    }
+    let mut store = shared.store.lock().expect("store lock");
+    let ns = object["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    if store.get(kind, &ns, &name).is_some() {
+        return Err(RequestError::AlreadyExists {
+            plural: kind.plural(),
+            name,
+        });
+    }
+    let (event, stored) = store
+        .apply(object)
+        .map_err(|e| RequestError::BadRequest(e.to_string()))?;
+    if let Some(event) = event {
+        let _ = shared.events.send(event);
+    }
+    Ok(json_response(StatusCode::CREATED, &stored))
+}
+
+/// PATCH of one object with a JSON merge patch (RFC 7386; a strategic merge patch means the
+/// same for the fields these kinds have).
+fn patch(
+    shared: &Arc<Shared>,
+    kind: Kind,
+    namespace: Option<String>,
+    name: &str,
+    write: &Write<'_>,
+) -> Result<Response<Body>, RequestError> {
+    let media = write.content_type.split(';').next().unwrap_or("").trim();
+    if media != "application/merge-patch+json" && media != "application/strategic-merge-patch+json"
+    {
+        return Err(RequestError::UnsupportedMediaType);
+    }
+    let patch: Value = serde_json::from_slice(write.body)
+        .map_err(|e| RequestError::BadRequest(format!("the patch is not JSON: {e}")))?;
+    let mut store = shared.store.lock().expect("store lock");
+    let ns = namespace.unwrap_or_default();
+    let current = store
+        .get(kind, &ns, name)
+        .ok_or(RequestError::GetNotFound {
+            plural: kind.plural(),
+            name: name.to_string(),
+        })?;
+    let mut object = (*current).clone();
+    merge_patch(&mut object, &patch);
+    if kind == Kind::Event {
+        validate_event(&object)?;
+    }
+    let (event, stored) = store
+        .apply(object)
+        .map_err(|e| RequestError::BadRequest(e.to_string()))?;
+    if let Some(event) = event {
+        let _ = shared.events.send(event);
+    }
+    Ok(json_response(StatusCode::OK, &stored))
+}
+
+/// RFC 7386: objects merge key by key, `null` deletes, anything else replaces.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Some(fields) = patch.as_object() else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let object = target.as_object_mut().expect("made an object above");
+    for (key, value) in fields {
+        if value.is_null() {
+            object.remove(key);
+        } else {
+            merge_patch(object.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
+}
+
+/// The checks the API server makes on an events.k8s.io/v1 Event, for the fields a client
+/// writes: what a real server would answer 422 to is answered 422 here.
+fn validate_event(event: &Value) -> Result<(), RequestError> {
+    let mut causes = Vec::new();
+    let text = |field: &str| event[field].as_str().unwrap_or("");
+    if event["eventTime"].as_str().is_none_or(str::is_empty) {
+        causes.push(("eventTime".to_string(), "Required value".to_string()));
+    }
+    for field in [
+        "reportingController",
+        "reportingInstance",
+        "action",
+        "reason",
+    ] {
+        let value = text(field);
+        if value.is_empty() {
+            causes.push((field.to_string(), "Required value".to_string()));
+        } else if value.len() > 128 {
+            causes.push((field.to_string(), "must have at most 128 bytes".to_string()));
+        }
+    }
+    if !matches!(text("type"), "Normal" | "Warning") {
+        causes.push((
+            "type".to_string(),
+            "Unsupported value: must be Normal or Warning".to_string(),
+        ));
+    }
+    if text("note").len() > 1024 {
+        causes.push((
+            "note".to_string(),
+            "must have at most 1024 bytes".to_string(),
+        ));
+    }
+    if let Some(series) = event.get("series").filter(|s| !s.is_null()) {
+        if series["count"].as_u64().is_none_or(|c| c < 2) {
+            causes.push((
+                "series.count".to_string(),
+                "should be at least 2".to_string(),
+            ));
+        }
+        if series["lastObservedTime"]
+            .as_str()
+            .is_none_or(str::is_empty)
+        {
+            causes.push((
+                "series.lastObservedTime".to_string(),
+                "Required value".to_string(),
+            ));
+        }
+    }
+    let regarding_ns = event["regarding"]["namespace"].as_str().unwrap_or("");
+    if !regarding_ns.is_empty() && Some(regarding_ns) != event["metadata"]["namespace"].as_str() {
+        causes.push((
+            "regarding.namespace".to_string(),
+            "does not match event.namespace".to_string(),
+        ));
+    }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    Err(RequestError::Invalid {
+        kind: "Event",
+        name: event["metadata"]["name"].as_str().unwrap_or("").to_string(),
+        causes,
+    })
+}
+
+fn read(
+    shared: &Arc<Shared>,
+    route: Route,
+    raw_query: &str,
+) -> Result<Response<Body>, RequestError> {
     match route {
         Route::Version => Ok(json_response(StatusCode::OK, &version_info())),
         Route::Health => Ok(Response::new(

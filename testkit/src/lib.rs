@@ -1,6 +1,7 @@
 //! A Kubernetes API test server that kube-rs cannot tell from a kube-apiserver for what kubenft
-//! uses: list and watch of Services, EndpointSlices, Nodes and ServiceCIDRs over plain HTTP on
-//! 127.0.0.1, with an etcd-like global resourceVersion, selectors, paging, bookmarks, streaming
+//! uses: list and watch of Services, EndpointSlices, Nodes and ServiceCIDRs, and creating and
+//! merge-patching events.k8s.io/v1 Events (validated as the real server validates them), over
+//! plain HTTP on 127.0.0.1, with an etcd-like global resourceVersion, selectors, paging, bookmarks, streaming
 //! lists, expired revisions reported in-stream, and fault injection for tests.
 //!
 //! ```no_run
@@ -123,6 +124,8 @@ pub(crate) struct Shared {
     pub(crate) stall_until: Mutex<Option<tokio::time::Instant>>,
     pub(crate) requests: Mutex<Vec<RecordedRequest>>,
     pub(crate) bookmark_interval: Duration,
+    /// Kinds every request about is answered 403 Forbidden (RBAC missing).
+    pub(crate) forbidden: Mutex<std::collections::BTreeSet<Kind>>,
 }
 
 /// Settings for a [`TestApiServer`]; defaults suit tests.
@@ -200,6 +203,7 @@ impl Builder {
             stall_until: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
             bookmark_interval: self.bookmark_interval.max(Duration::from_millis(10)),
+            forbidden: Mutex::new(std::collections::BTreeSet::new()),
         });
         let (shutdown, _) = watch::channel(false);
         let accept = tokio::spawn(accept_loop(listener, shared.clone(), shutdown.subscribe()));
@@ -375,6 +379,27 @@ impl TestApiServer {
         if unavailable {
             self.drop_watches();
         }
+    }
+
+    /// While true, every request about `kind` is answered 403 Forbidden, as when the client's
+    /// role does not grant it.
+    pub fn set_forbidden(&self, kind: Kind, forbidden: bool) {
+        let mut set = self.shared.forbidden.lock().expect("forbidden lock");
+        if forbidden {
+            set.insert(kind);
+        } else {
+            set.remove(&kind);
+        }
+    }
+
+    /// Every object of `kind` as currently stored, in key order.
+    pub fn objects(&self, kind: Kind) -> Vec<serde_json::Value> {
+        let store = self.shared.store.lock().expect("store lock");
+        let rv = store.resource_version();
+        store
+            .list_at(kind, rv)
+            .map(|list| list.into_iter().map(|(_, o)| (*o).clone()).collect())
+            .unwrap_or_default()
     }
 
     /// Forgets the event history: every resourceVersion handed out so far becomes too old, so

@@ -37,15 +37,18 @@ pub enum Kind {
     Node,
     /// networking.k8s.io/v1 ServiceCIDR (cluster-scoped).
     ServiceCIDR,
+    /// events.k8s.io/v1 Event (namespaced), written by clients.
+    Event,
 }
 
 impl Kind {
     /// Every served kind, for routing.
-    pub const ALL: [Kind; 4] = [
+    pub const ALL: [Kind; 5] = [
         Kind::Service,
         Kind::EndpointSlice,
         Kind::Node,
         Kind::ServiceCIDR,
+        Kind::Event,
     ];
 
     /// The `apiVersion` written in objects of this kind.
@@ -54,6 +57,7 @@ impl Kind {
             Kind::Service | Kind::Node => "v1",
             Kind::EndpointSlice => "discovery.k8s.io/v1",
             Kind::ServiceCIDR => "networking.k8s.io/v1",
+            Kind::Event => "events.k8s.io/v1",
         }
     }
 
@@ -64,6 +68,7 @@ impl Kind {
             Kind::EndpointSlice => "EndpointSlice",
             Kind::Node => "Node",
             Kind::ServiceCIDR => "ServiceCIDR",
+            Kind::Event => "Event",
         }
     }
 
@@ -74,6 +79,7 @@ impl Kind {
             Kind::EndpointSlice => "endpointslices",
             Kind::Node => "nodes",
             Kind::ServiceCIDR => "servicecidrs",
+            Kind::Event => "events",
         }
     }
 
@@ -88,6 +94,7 @@ impl Kind {
             Kind::Service | Kind::Node => "/api/v1",
             Kind::EndpointSlice => "/apis/discovery.k8s.io/v1",
             Kind::ServiceCIDR => "/apis/networking.k8s.io/v1",
+            Kind::Event => "/apis/events.k8s.io/v1",
         }
     }
 

@@ -1,0 +1,152 @@
+//! NodePorts that a local process also listens on. kube-proxy up to 1.20 held every NodePort
+//! open so no process could take it; later versions (and kubenft) do not, so a process bound
+//! to a NodePort's port on an address the NodePort serves quietly loses its traffic to the
+//! Service. This finds such pairs: the sockets are read from `/proc/self/net/{tcp,tcp6,udp,udp6}`
+//! (the daemon's own network namespace), and matched by a pure function.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::Path;
+
+use crate::model::{ClusterState, Protocol, ServicePortName};
+
+/// A socket that accepts traffic: a listening TCP socket or an unconnected bound UDP one.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Listener {
+    pub protocol: Protocol,
+    pub addr: IpAddr,
+    pub port: u16,
+}
+
+/// A NodePort and the local socket on its port.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Conflict {
+    pub service: ServicePortName,
+    pub node_port: u16,
+    pub listener: Listener,
+}
+
+/// Reads the listening sockets of the network namespace `proc_net` describes (normally
+/// `/proc/self/net`). A table that cannot be read (IPv6 disabled, say) is skipped.
+pub fn read_listeners(proc_net: &Path) -> Vec<Listener> {
+    let mut out = Vec::new();
+    for (file, protocol) in [
+        ("tcp", Protocol::Tcp),
+        ("tcp6", Protocol::Tcp),
+        ("udp", Protocol::Udp),
+        ("udp6", Protocol::Udp),
+    ] {
+        if let Ok(text) = std::fs::read_to_string(proc_net.join(file)) {
+            out.extend(parse_table(&text, protocol));
+        }
+    }
+    out
+}
+
+/// TCP_LISTEN and, for UDP, TCP_CLOSE (an unconnected socket) in the kernel's state numbering.
+const LISTEN: &str = "0A";
+const UDP_UNCONNECTED: &str = "07";
+
+/// The accepting sockets of one `/proc/net` table.
+pub fn parse_table(text: &str, protocol: Protocol) -> Vec<Listener> {
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let local = fields.nth(1)?;
+            let remote = fields.next()?;
+            let state = fields.next()?;
+            let accepting = match protocol {
+                Protocol::Tcp => state == LISTEN,
+                _ => state == UDP_UNCONNECTED && remote.split(':').nth(1) == Some("0000"),
+            };
+            if !accepting {
+                return None;
+            }
+            let (addr, port) = local.split_once(':')?;
+            Some(Listener {
+                protocol,
+                addr: parse_addr(addr)?,
+                port: u16::from_str_radix(port, 16).ok()?,
+            })
+        })
+        .collect()
+}
+
+/// `/proc/net` addresses: hex of the address's 32-bit words, each in host (little-endian) order.
+fn parse_addr(hex: &str) -> Option<IpAddr> {
+    let words: Option<Vec<u32>> = (0..hex.len() / 8)
+        .map(|i| u32::from_str_radix(hex.get(i * 8..i * 8 + 8)?, 16).ok())
+        .collect();
+    let bytes: Vec<u8> = words?.iter().flat_map(|w| w.to_le_bytes()).collect();
+    match bytes.len() {
+        4 => Some(IpAddr::V4(Ipv4Addr::new(
+            bytes[0], bytes[1], bytes[2], bytes[3],
+        ))),
+        16 => {
+            let b: [u8; 16] = bytes.try_into().ok()?;
+            Some(IpAddr::V6(Ipv6Addr::from(b)))
+        }
+        _ => None,
+    }
+}
+
+/// The NodePorts of `state` that a listener also takes. NodePorts are not served on loopback
+/// addresses in nftables mode, so only a wildcard or non-loopback listener conflicts.
+pub fn conflicts(state: &ClusterState, listeners: &[Listener]) -> BTreeSet<Conflict> {
+    let mut out = BTreeSet::new();
+    for sp in state.services.values() {
+        let Some(node_port) = sp.node_port else {
+            continue;
+        };
+        for l in listeners {
+            if l.protocol == sp.name.protocol && l.port == node_port && !l.addr.is_loopback() {
+                out.insert(Conflict {
+                    service: sp.name.clone(),
+                    node_port,
+                    listener: l.clone(),
+                });
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TCP: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000:7596 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0
+   1: 0100007F:7597 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2 1 0 100 0 0 10 0
+   2: 0100000A:7598 0200000A:D431 01 00000000:00000000 00:00000000 00000000     0        0 3 1 0 100 0 0 10 0
+";
+    const UDP6: &str = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops
+  1: 00000000000000000000000000000000:7596 00000000000000000000000000000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4 2 0 0
+";
+
+    #[test]
+    fn listening_and_unconnected_sockets_are_read_with_their_addresses() {
+        let tcp = parse_table(TCP, Protocol::Tcp);
+        assert_eq!(
+            tcp,
+            vec![
+                Listener {
+                    protocol: Protocol::Tcp,
+                    addr: "0.0.0.0".parse().unwrap(),
+                    port: 30102,
+                },
+                Listener {
+                    protocol: Protocol::Tcp,
+                    addr: "127.0.0.1".parse().unwrap(),
+                    port: 30103,
+                },
+            ],
+            "the established connection is not a listener"
+        );
+        let udp = parse_table(UDP6, Protocol::Udp);
+        assert_eq!(udp.len(), 1);
+        assert_eq!(udp[0].addr, "::".parse::<IpAddr>().unwrap());
+        assert_eq!(udp[0].port, 30102);
+    }
+}

@@ -1,0 +1,173 @@
+//! Events, as the real daemon writes them through kube-rs to the test API server (which
+//! validates them as a kube-apiserver does): kube-proxy's `Starting` event on the Node, a
+//! Warning for a skipped object, one rate-limited Warning for syncs that keep failing, and
+//! syncs that go on when events cannot be written at all.
+
+mod common;
+#[path = "common/daemon.rs"]
+#[allow(dead_code)]
+mod harness;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use harness::*;
+use kubenft_testkit::Kind;
+use serde_json::{Value, json};
+
+const METRICS: &str = "127.0.0.1:10249";
+
+/// The events stored with `reason`.
+fn events(api: &ApiServer, reason: &str) -> Vec<Value> {
+    api.server
+        .objects(Kind::Event)
+        .into_iter()
+        .filter(|e| e["reason"] == reason)
+        .collect()
+}
+
+/// The value of the sample `series` (name and labels exactly as rendered).
+fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+fn events_metric(topo: &common::Topology, result: &str) -> f64 {
+    let (_, page) = http_get(&topo.node, addr(METRICS), "/metrics").unwrap_or_default();
+    sample(
+        &page,
+        &format!("kubenft_events_total{{result=\"{result}\"}}"),
+    )
+    .unwrap_or(-1.0)
+}
+
+#[test]
+fn the_daemon_records_kube_proxys_start_event_and_a_warning_for_a_skipped_object() {
+    let Some((topo, api)) = lab("evS") else {
+        return;
+    };
+    api.apply(service("web", "10.96.0.10", 80));
+    api.apply(slice("web", &[1]));
+    let mut bad = service("bad", "10.96.0.99", 81);
+    bad["spec"]["clusterIP"] = json!("not-an-ip");
+    bad["spec"]["clusterIPs"] = json!(["not-an-ip"]);
+    api.apply(bad);
+    let daemon = start_daemon(&topo, &api, &[]);
+    wait_for_backends(&topo, WEB, &["pod-1"], Duration::from_secs(20));
+
+    let start = eventually(Duration::from_secs(10), "the Starting event", || {
+        events(&api, "Starting").pop()
+    });
+    assert_eq!(start["type"], "Normal");
+    assert_eq!(start["action"], "StartKubeProxy");
+    assert_eq!(start["regarding"]["kind"], "Node");
+    assert_eq!(start["regarding"]["name"], NODE);
+    assert_eq!(start["metadata"]["namespace"], "default");
+    assert_eq!(start["reportingController"], "kubenft");
+    assert_eq!(start["reportingInstance"], format!("kubenft-{NODE}"));
+    assert!(
+        start["eventTime"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
+    assert_eq!(events(&api, "Starting").len(), 1, "one start, one event");
+
+    let warning = eventually(
+        Duration::from_secs(10),
+        "a Warning for the bad Service",
+        || events(&api, "RejectedObject").pop(),
+    );
+    assert_eq!(warning["type"], "Warning");
+    assert_eq!(warning["regarding"]["kind"], "Service");
+    assert_eq!(warning["regarding"]["namespace"], "demo");
+    assert_eq!(warning["regarding"]["name"], "bad");
+    assert_eq!(warning["metadata"]["namespace"], "demo");
+    assert!(
+        warning["note"].as_str().unwrap().contains("not-an-ip"),
+        "the note says why: {warning}"
+    );
+    // The good Service is unaffected, and a change to it is still programmed.
+    api.apply(slice("web", &[1, 2]));
+    wait_for_backends(&topo, WEB, &["pod-1", "pod-2"], Duration::from_secs(5));
+    assert!(
+        api.server.requests().iter().any(
+            |r| r.method == "POST" && r.path == "/apis/events.k8s.io/v1/namespaces/demo/events"
+        ),
+        "written to events.k8s.io/v1"
+    );
+    drop(daemon);
+}
+
+#[test]
+fn syncs_that_keep_failing_raise_one_rate_limited_warning_on_the_node() {
+    let Some((topo, api)) = lab("evF") else {
+        return;
+    };
+    std::fs::set_permissions(api.kubeconfig(), std::fs::Permissions::from_mode(0o644)).unwrap();
+    api.apply(service("web", "10.96.0.10", 80));
+    api.apply(slice("web", &[1]));
+    // Without CAP_NET_ADMIN the kernel refuses every sync.
+    let wrapper = unprivileged("");
+    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+    let daemon = start_daemon_wrapped(
+        &topo,
+        &api,
+        &wrapper,
+        &[
+            "--healthz-bind-address",
+            "127.0.0.1:10256",
+            "--sync-period",
+            "1s",
+        ],
+    );
+    let warning = eventually(Duration::from_secs(30), "a sync-failure Warning", || {
+        events(&api, "SyncProxyRulesFailed").pop()
+    });
+    assert_eq!(warning["type"], "Warning");
+    assert_eq!(warning["action"], "SyncProxyRules");
+    assert_eq!(warning["regarding"]["kind"], "Node");
+    assert_eq!(warning["regarding"]["name"], NODE);
+    let note = warning["note"].as_str().unwrap();
+    assert!(note.starts_with("3 syncs in a row failed"), "{note}");
+    assert!(note.contains("Operation not permitted"), "{note}");
+
+    // Later failures fold into that event instead of writing new ones.
+    eventually(Duration::from_secs(20), "two more failures folded", || {
+        (events_metric(&topo, "aggregated") >= 2.0).then_some(())
+    });
+    assert_eq!(events(&api, "SyncProxyRulesFailed").len(), 1);
+    assert!(
+        !api.server.requests().iter().any(|r| r.method == "PATCH"),
+        "no series update within the interval"
+    );
+    drop(daemon);
+}
+
+#[test]
+fn when_events_cannot_be_written_syncs_go_on() {
+    let Some((topo, api)) = lab("evX") else {
+        return;
+    };
+    api.server.set_forbidden(Kind::Event, true);
+    api.apply(service("web", "10.96.0.10", 80));
+    api.apply(slice("web", &[1]));
+    let daemon = start_daemon(&topo, &api, &[]);
+    wait_for_backends(&topo, WEB, &["pod-1"], Duration::from_secs(20));
+    eventually(
+        Duration::from_secs(10),
+        "the refused write is counted",
+        || (events_metric(&topo, "failed") >= 1.0).then_some(()),
+    );
+    assert!(
+        daemon.log().contains("cannot record an event"),
+        "{}",
+        daemon.log()
+    );
+    // Changes keep being programmed, partial syncs included.
+    api.apply(slice("web", &[2]));
+    wait_for_backends(&topo, WEB, &["pod-2"], Duration::from_secs(5));
+    api.apply(slice("web", &[1, 2]));
+    wait_for_backends(&topo, WEB, &["pod-1", "pod-2"], Duration::from_secs(5));
+    assert!(api.server.objects(Kind::Event).is_empty());
+    assert!(!daemon.log().contains("sync failed"), "{}", daemon.log());
+}
