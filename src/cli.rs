@@ -21,6 +21,12 @@ pub enum CliError {
     Manifests(#[source] ManifestError),
     #[error("reading local addresses for --nodeport-addresses: {0}")]
     LocalAddresses(#[source] LocalAddrError),
+    #[error("writing the configuration to {path}: {source}")]
+    WriteConfig {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("writing the rendered tables: {0}")]
     Output(#[source] std::io::Error),
     #[error("opening the nf_tables netlink socket: {0}")]
@@ -174,18 +180,18 @@ mod glue {
     use std::io::Write;
 
     use super::*;
-    use crate::config::Command;
+    use crate::config::Task;
     use crate::nft::model::Table;
     use crate::nft::netlink::Nftables;
     use crate::nft::transaction::Transaction;
 
     /// Runs the validated subcommand.
     pub fn run(config: &Config) -> Result<(), CliError> {
-        match config.command {
+        match &config.task {
             // `render` is for reading, on any machine: it shows both families, as on a node
             // whose kernel has both.
-            Command::Render => {
-                let tables = build_tables(config, config.proxy.clone())?;
+            Task::Render { manifests } => {
+                let tables = build_tables(manifests, config.proxy.clone())?;
                 let mut out = std::io::stdout().lock();
                 for table in &tables {
                     write!(out, "{}", crate::nft::render::render_table(table))
@@ -193,16 +199,16 @@ mod glue {
                 }
                 out.flush().map_err(CliError::Output)
             }
-            Command::Sync { .. } => {
+            Task::Sync { manifests } => {
                 let proxy = ProxyConfig {
                     supported_families: kernel_families(),
                     ..config.proxy.clone()
                 };
-                let tables = build_tables(config, proxy)?;
+                let tables = build_tables(manifests, proxy)?;
                 sync_once(&config.proxy.table_name, tables)
             }
-            Command::Demo => crate::demo::run().map_err(|e| CliError::Demo(Box::new(e))),
-            Command::Explain(ref flags) => {
+            Task::Demo => crate::demo::run().map_err(|e| CliError::Demo(Box::new(e))),
+            Task::Explain(flags) => {
                 let answer = crate::explain::run(flags, &config.proxy.table_name)
                     .map_err(|e| CliError::Explain(Box::new(e)))?;
                 let text = match flags.output {
@@ -219,10 +225,19 @@ mod glue {
                 out.flush().map_err(CliError::Output)
             }
             #[cfg(feature = "daemon")]
-            Command::Run(_) => crate::daemon::run(config).map_err(|e| CliError::Run(Box::new(e))),
+            Task::Run(settings) => crate::daemon::run(&config.proxy, settings.clone())
+                .map_err(|e| CliError::Run(Box::new(e))),
             #[cfg(not(feature = "daemon"))]
-            Command::Run(_) => Err(CliError::NoDaemon),
-            Command::Cleanup => apply(
+            Task::Run(_) => Err(CliError::NoDaemon),
+            Task::WriteConfig { path, yaml } => {
+                std::fs::write(path, yaml).map_err(|source| CliError::WriteConfig {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                tracing::info!(path = %path.display(), "configuration written");
+                Ok(())
+            }
+            Task::Cleanup => apply(
                 "cleanup",
                 &crate::sync::cleanup_transaction(&config.proxy.table_name),
             ),
@@ -230,11 +245,7 @@ mod glue {
     }
 
     /// Manifests → cluster state → desired tables, warning about every rejected object.
-    fn build_tables(config: &Config, mut proxy: ProxyConfig) -> Result<Vec<Table>, CliError> {
-        let path = config
-            .manifests
-            .as_deref()
-            .expect("validation requires --manifests for render and sync");
+    fn build_tables(path: &Path, mut proxy: ProxyConfig) -> Result<Vec<Table>, CliError> {
         let inputs = load_inputs(path, &proxy.hostname)?;
         let (mut state, mut rejected) = crate::model::ClusterState::from_objects(
             &inputs.services,

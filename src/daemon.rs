@@ -22,7 +22,7 @@ use crate::after_sync::AfterSyncFacts;
 use crate::cli::{
     add_local_addresses, kernel_families, load_inputs, log_nodeport_fallbacks, nodeport_fallbacks,
 };
-use crate::config::{Config, RunSettings};
+use crate::config::RunSettings;
 use crate::conntrack;
 use crate::events::{Limits, Occurrence, Recorder};
 use crate::model::{LiveState, ServiceRef};
@@ -67,11 +67,7 @@ enum Source {
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
-pub fn run(config: &Config) -> Result<(), DaemonError> {
-    let settings = config
-        .run
-        .clone()
-        .expect("validation fills the run settings for `run`");
+pub fn run(proxy: &ProxyConfig, settings: RunSettings) -> Result<(), DaemonError> {
     let failed = apply_node_settings(&settings.conntrack);
     if settings.init_only {
         return match failed {
@@ -79,7 +75,7 @@ pub fn run(config: &Config) -> Result<(), DaemonError> {
             failed => Err(DaemonError::NodeSettings { failed }),
         };
     }
-    let source = match &config.manifests {
+    let source = match &settings.manifests {
         Some(path) => Source::Manifests {
             path: path.clone(),
             poll: settings.manifests_poll_period,
@@ -97,7 +93,7 @@ pub fn run(config: &Config) -> Result<(), DaemonError> {
         .map_err(DaemonError::Runtime)?;
     let proxy = ProxyConfig {
         supported_families: kernel_families(),
-        ..config.proxy.clone()
+        ..proxy.clone()
     };
     runtime.block_on(run_async(proxy, settings, source))
 }

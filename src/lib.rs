@@ -4,7 +4,6 @@ pub mod access;
 pub mod after_sync;
 pub mod cli;
 pub mod config;
-pub mod config_file;
 pub mod conntrack;
 #[cfg(feature = "daemon")]
 pub mod daemon;

@@ -4,7 +4,7 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use kubenft::config::{Cli, LogFlags, LogFormat};
+use kubenft::config::{Cli, LogFormat, LogSettings, Task};
 use tracing_subscriber::EnvFilter;
 
 /// sysexits.h EX_USAGE: the command was used incorrectly.
@@ -23,7 +23,7 @@ fn main() -> ExitCode {
             };
         }
     };
-    init_tracing(&cli.log);
+    // Validated before logging starts, since the --config file can set the log format.
     let config = match cli.validate() {
         Ok(config) => config,
         Err(e) => {
@@ -31,12 +31,11 @@ fn main() -> ExitCode {
             return ExitCode::from(EX_USAGE);
         }
     };
+    init_tracing(config.log);
     // Flag warnings concern the planner; the demo and cleanup do not use these flags.
     let plans = matches!(
-        config.command,
-        kubenft::config::Command::Render
-            | kubenft::config::Command::Sync { .. }
-            | kubenft::config::Command::Run(_)
+        config.task,
+        Task::Render { .. } | Task::Sync { .. } | Task::Run(_) | Task::WriteConfig { .. }
     );
     for warning in config.warnings.iter().filter(|_| plans) {
         tracing::warn!("{warning}");
@@ -68,9 +67,9 @@ fn with_causes(e: &dyn std::error::Error) -> String {
 
 /// Logs go to stderr so `render` output on stdout stays clean. RUST_LOG, when set, overrides
 /// the -v level.
-fn init_tracing(flags: &LogFlags) {
+fn init_tracing(settings: LogSettings) {
     // -v is about kubenft; the HTTP and kube client crates stay at info until -vvv.
-    let level = match flags.verbose {
+    let level = match settings.verbosity {
         0 => "info",
         1 => "info,kubenft=debug",
         2 => "info,kubenft=trace",
@@ -82,7 +81,7 @@ fn init_tracing(flags: &LogFlags) {
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    match flags.log_format {
+    match settings.format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }

@@ -113,8 +113,8 @@ fn the_cluster_role_grants_exactly_what_the_code_uses() {
 fn the_daemonsets_command_line_and_the_configmaps_configuration_validate_without_warnings() {
     let cm: ConfigMap = one("configmap.yaml", "ConfigMap");
     let text = cm.data.unwrap()["config.yaml"].clone();
-    let file = kubenft::config_file::parse(&text, "deploy/configmap.yaml").unwrap();
-    assert!(file.warnings.is_empty(), "{:?}", file.warnings);
+    let file = kubenft::config::file::parse(&text, "deploy/configmap.yaml").unwrap();
+    assert_eq!(file.warning, None);
 
     // The container's arguments, with the mounted file at a temporary path and the
     // downward-API node name filled in.
@@ -133,7 +133,9 @@ fn the_daemonsets_command_line_and_the_configmaps_configuration_validate_without
     let config = cli.validate().unwrap();
     assert!(config.warnings.is_empty(), "{:?}", config.warnings);
     assert_eq!(config.proxy.hostname, "node-a");
-    let run = config.run.expect("the DaemonSet runs the daemon");
+    let kubenft::config::Task::Run(run) = config.task else {
+        panic!("the DaemonSet runs the daemon")
+    };
     assert_eq!(
         run.healthz_bind_address,
         Some("0.0.0.0:10256".parse().unwrap())

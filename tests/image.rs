@@ -441,10 +441,10 @@ fn metrics_address(c: &Container, node: &str) -> SocketAddr {
         .unwrap()
         .validate()
         .unwrap();
-    config
-        .run
-        .unwrap()
-        .metrics_bind_address
+    let kubenft::config::Task::Run(run) = config.task else {
+        panic!("the DaemonSet runs the daemon")
+    };
+    run.metrics_bind_address
         .expect("the DaemonSet serves metrics")
 }
 

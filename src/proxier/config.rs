@@ -60,6 +60,9 @@ pub struct ProxyConfig {
     /// family gets its table whatever addresses the node has, as kube-proxy runs both families
     /// whenever the kernel has them.
     pub supported_families: Vec<IpFamily>,
+    /// Whether endpoints' node hints (`forNodes`, written for PreferSameNode) count: the
+    /// PreferSameTrafficDistribution feature gate. Off, only zone hints steer topology.
+    pub use_node_hints: bool,
 }
 
 impl Default for ProxyConfig {
@@ -76,6 +79,7 @@ impl Default for ProxyConfig {
             masquerade_bit: 14,
             detect_local: DetectLocal::ClusterCidr,
             supported_families: vec![IpFamily::V4, IpFamily::V6],
+            use_node_hints: true,
         }
     }
 }

@@ -622,10 +622,23 @@ spec: {clusterIP: 10.96.0.10, trafficDistribution: PreferSameNode, ports: [{name
 ",
     );
     let hinted = "[{addresses: [10.244.0.11], nodeName: node-a, hints: {forNodes: [{name: node-a}], forZones: [{name: zone-a}]}, conditions: {ready: true}}, {addresses: [10.244.1.12], nodeName: node-b, hints: {forNodes: [{name: node-b}], forZones: [{name: zone-a}]}, conditions: {ready: true}}]";
-    let t = plan(&[svc], &[slice("web", "IPv4", 8080, hinted)], &config());
+    let t = plan(
+        std::slice::from_ref(&svc),
+        &[slice("web", "IPv4", 8080, hinted)],
+        &config(),
+    );
     let endpoints = slot_endpoints(v4(&t));
     assert_eq!(endpoints.len(), 1, "{endpoints:?}");
     assert!(endpoints[0].contains("10.244.0.11"));
+
+    // With the PreferSameTrafficDistribution gate off, kube-proxy reads no node hints: both
+    // endpoints share this zone's hint, so both serve.
+    let gate_off = ProxyConfig {
+        use_node_hints: false,
+        ..config()
+    };
+    let t = plan(&[svc], &[slice("web", "IPv4", 8080, hinted)], &gate_off);
+    assert_eq!(slot_endpoints(v4(&t)).len(), 2);
 }
 
 #[test]

@@ -42,7 +42,7 @@ impl Builder<'_> {
         if cluster_ips.is_empty() {
             return; // a single-stack service of the other family
         }
-        let all: Vec<Endpoint> = self
+        let mut all: Vec<Endpoint> = self
             .state
             .endpoints
             .get(&sp.name)
@@ -51,6 +51,10 @@ impl Builder<'_> {
             .filter(|e| f.has(&e.ip))
             .cloned()
             .collect();
+        if !self.config.use_node_hints {
+            // As kube-proxy with the PreferSameTrafficDistribution gate off: node hints unread.
+            all.iter_mut().for_each(|e| e.hint_nodes.clear());
+        }
         let node = self.state.node.as_ref();
         let hostname = self.config.hostname.as_str();
         let eps = categorize(sp, &all, hostname, node.and_then(|n| n.zone.as_deref()));
