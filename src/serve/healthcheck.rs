@@ -236,14 +236,22 @@ mod tests {
         }
     }
 
-    /// A port that was free a moment ago on 127.0.0.1 (the kernel does not hand it out again
-    /// right away, so the race with other tests is negligible).
+    /// A port that was free a moment ago on 127.0.0.1 and that no other test of this process
+    /// was given: the kernel may hand a just-released port out again to the next `bind(0)`.
     fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
+        static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+        let mut given = GIVEN.lock().unwrap();
+        loop {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            if !given.contains(&port) {
+                given.push(port);
+                return port;
+            }
+        }
     }
 
     fn loopback(port: u16) -> SocketAddr {
