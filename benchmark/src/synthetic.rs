@@ -112,6 +112,7 @@ pub fn add_service(state: &mut ClusterState, s: usize, endpoints: usize) {
             affinity_timeout: None,
             health_check_node_port: None,
             traffic_distribution: None,
+            consistent: None,
         },
     );
     let eps = (0..endpoints)

@@ -895,6 +895,17 @@ fn ip_route_and_misc() -> Table {
                 },
             ])
             .with_comment("a random endpoint from block 1 of the endpoint map"),
+            Rule::new(vec![
+                Stmt::match_eq(Selector::L4Proto, Value::Proto(6)),
+                Stmt::DnatHashMap {
+                    fields: vec![Selector::IpSaddr],
+                    seed: 0x6b75_6265,
+                    modulus: 65536,
+                    offset: 65536,
+                    map: "endpoints".into(),
+                },
+            ])
+            .with_comment("the endpoint of the client's address in block 1"),
         ]),
         Chain::base("nat-post", ChainType::Nat, Hook::Postrouting, 100).with_rules(vec![
             Rule::new(vec![
@@ -1039,16 +1050,33 @@ fn ip6_misc() -> Table {
                 },
             ]),
         ]),
-        Chain::base("pre", ChainType::Nat, Hook::Prerouting, -100).with_rules(vec![Rule::new(
-            vec![
+        Chain::base("pre", ChainType::Nat, Hook::Prerouting, -100).with_rules(vec![
+            Rule::new(vec![
                 Stmt::match_eq(Selector::L4Proto, Value::Proto(17)),
                 Stmt::DnatNumgenMap {
                     modulus: 1024,
                     offset: 0,
                     map: "endpoints6".into(),
                 },
-            ],
-        )]),
+            ]),
+            Rule::new(vec![
+                Stmt::match_eq(Selector::L4Proto, Value::Proto(17)),
+                Stmt::DnatHashMap {
+                    fields: vec![
+                        Selector::Ip6Saddr,
+                        Selector::ThSport,
+                        Selector::Ip6Daddr,
+                        Selector::ThDport,
+                        Selector::L4Proto,
+                    ],
+                    seed: 1,
+                    modulus: 1024,
+                    offset: 0,
+                    map: "endpoints6".into(),
+                },
+            ])
+            .with_comment("the endpoint of the connection's 5-tuple"),
+        ]),
         Chain::new("pick-2").with_rules(vec![
             Rule::new(vec![draw_slot(Family::Ip6, 2, "slots6")]),
             Rule::new(vec![dnat_by_frontend(Family::Ip6, "first6")]),
@@ -1337,6 +1365,10 @@ mod tests {
                 seen.insert(format!("dnat numgen map offset={} {fam}", *offset != 0));
                 "dnat numgen map"
             }
+            Stmt::DnatHashMap { offset, .. } => {
+                seen.insert(format!("dnat hash map offset={} {fam}", *offset != 0));
+                "dnat hash map"
+            }
             Stmt::DnatSlotMap { .. } => {
                 seen.insert(format!("dnat slot map {fam}"));
                 "dnat slot map"
@@ -1488,6 +1520,9 @@ mod tests {
             "stmt dnat numgen map",
             "dnat numgen map offset=true Ip",
             "dnat numgen map offset=false Ip6",
+            "stmt dnat hash map",
+            "dnat hash map offset=true Ip",
+            "dnat hash map offset=false Ip6",
             "stmt dnat slot map",
             "dnat slot map Ip",
             "dnat slot map Ip6",

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::time::Duration;
 
+use crate::nft::jhash;
 use crate::nft::model::{
     AddrType, Chain, ChainType, CmpOp, CtState, CtStatus, Element, Family, Hook, MapData, MapRef,
     MarkOp, Policy, Rule, Selector, Set, Stmt, Table, Value, Verdict,
@@ -562,6 +563,34 @@ impl Walker<'_> {
         }))
     }
 
+    /// The numbers `[lo, hi)` a numgen or jhash interval draw may yield, each equally likely:
+    /// a jhash whose fields the packet gives is one number, else (as numgen) its whole range.
+    fn drawn(&self, here: &RuleRef, stmt: &Stmt, state: &State) -> (u64, u64) {
+        let (modulus, offset) = match stmt {
+            Stmt::DnatHashMap {
+                fields,
+                seed,
+                modulus,
+                offset,
+                ..
+            } => {
+                let known = fields
+                    .iter()
+                    .map(|f| self.read(here, *f, state).ok().flatten())
+                    .collect::<Option<Vec<Value>>>();
+                if let Some(v) = known.and_then(|v| jhash::draw(&v, *seed, *modulus, *offset)) {
+                    return (u64::from(v), u64::from(v) + 1);
+                }
+                (*modulus, *offset)
+            }
+            Stmt::DnatNumgenMap {
+                modulus, offset, ..
+            } => (*modulus, *offset),
+            _ => (0, 0),
+        };
+        (u64::from(offset), u64::from(offset) + u64::from(modulus))
+    }
+
     fn key(
         &self,
         here: &RuleRef,
@@ -762,14 +791,10 @@ impl Walker<'_> {
                 out.push(p, Step::Go(state.clone()));
                 out.push(1.0 - p, Step::End(RuleEnd::NoMatch(state)));
             }
-            Stmt::DnatNumgenMap {
-                modulus,
-                offset,
-                map,
-            } => {
+            Stmt::DnatNumgenMap { map, .. } | Stmt::DnatHashMap { map, .. } => {
                 let s = self.set(here, map)?;
-                let (lo, hi) = (u64::from(*offset), u64::from(*offset) + u64::from(*modulus));
-                let total = f64::from((*modulus).max(1));
+                let (lo, hi) = self.drawn(here, stmt, &state);
+                let total = (hi - lo).max(1) as f64;
                 let mut covered = 0u64;
                 for e in &s.elements {
                     let Some(Value::IntRange { first, last }) = e.key.first() else {

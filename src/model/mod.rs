@@ -89,6 +89,44 @@ pub struct ServicePort {
     pub health_check_node_port: Option<u16>,
     /// `spec.trafficDistribution` (PreferClose, PreferSameZone, PreferSameNode).
     pub traffic_distribution: Option<String>,
+    /// The Service's `CONSISTENT_ENDPOINT_ANNOTATION`: endpoints chosen by a hash of the
+    /// connection instead of at random.
+    pub consistent: Option<ConsistentEndpoint>,
+}
+
+/// The Service annotation that opts a Service into consistent endpoint choice: `client` or
+/// `connection` (`ConsistentEndpoint`).
+pub const CONSISTENT_ENDPOINT_ANNOTATION: &str = "kubenft.io/consistent-endpoint";
+
+/// What a consistent endpoint choice hashes, so that every node, given the same endpoints,
+/// sends it to the same endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConsistentEndpoint {
+    /// The source address: every connection of a client reaches the same endpoint.
+    Client,
+    /// Source and destination address and port and the protocol: a connection moved to
+    /// another node (ECMP rehashing) reaches the same endpoint there.
+    Connection,
+}
+
+impl ConsistentEndpoint {
+    /// The annotation's value on `svc`: none without the annotation, an error for a value
+    /// that is not a mode.
+    pub fn of(svc: &Service) -> Result<Option<ConsistentEndpoint>, String> {
+        let value = svc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CONSISTENT_ENDPOINT_ANNOTATION));
+        match value.map(|v| v.trim()) {
+            None => Ok(None),
+            Some("client") => Ok(Some(ConsistentEndpoint::Client)),
+            Some("connection") => Ok(Some(ConsistentEndpoint::Connection)),
+            Some(other) => Err(format!(
+                "annotation {CONSISTENT_ENDPOINT_ANNOTATION}: {other:?} is neither \"client\" nor \"connection\"; endpoints are chosen at random"
+            )),
+        }
+    }
 }
 
 impl ServicePort {
@@ -250,7 +288,11 @@ impl ClusterState {
                         for p in ports {
                             self.services.insert(p.name.clone(), p);
                         }
-                        continue;
+                        // A bad value costs the opt-in only: the Service is still proxied.
+                        match ConsistentEndpoint::of(svc) {
+                            Err(reason) => reason,
+                            Ok(_) => continue,
+                        }
                     }
                     Err(reason) => reason,
                 }
@@ -525,6 +567,7 @@ fn service_ports(svc: &Service) -> Result<Vec<ServicePort>, String> {
                 .and_then(|p| u16::try_from(p).ok())
                 .filter(|p| *p != 0),
             traffic_distribution: spec.traffic_distribution.clone(),
+            consistent: ConsistentEndpoint::of(svc).ok().flatten(),
         });
     }
     Ok(out)

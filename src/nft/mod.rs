@@ -6,6 +6,7 @@ pub mod diff;
 #[cfg(any(test, feature = "fake-kernel"))]
 pub mod fake;
 pub mod inspect;
+pub mod jhash;
 pub mod model;
 mod model_ext;
 pub mod netlink;

@@ -268,6 +268,16 @@ pub enum Stmt {
         offset: u32,
         map: String,
     },
+    /// `dnat to jhash f . f … mod M seed S offset O map @map`: like `DnatNumgenMap`, but the
+    /// number is the Jenkins hash of the packet's `fields`, so the same fields always draw the
+    /// same slot, on every host programmed with the same seed (see `nft::jhash`).
+    DnatHashMap {
+        fields: Vec<Selector>,
+        seed: u32,
+        modulus: u32,
+        offset: u32,
+        map: String,
+    },
     /// `dnat to key . key … . numgen random mod M map @map`: the packet's key and a random slot
     /// below M are looked up in a hash map whose data is `address . port`. Rules sharing one
     /// chain serve every key the map holds, so keys (services) come and go as elements. A slot

@@ -356,6 +356,24 @@ pub fn render_stmt(stmt: &Stmt, family: Option<Family>) -> String {
             };
             format!("dnat {ip} to numgen random mod {modulus}{offset} map @{map}")
         }
+        Stmt::DnatHashMap {
+            fields,
+            seed,
+            modulus,
+            offset,
+            map,
+        } => {
+            let offset = if *offset == 0 {
+                String::new()
+            } else {
+                format!(" offset {offset}")
+            };
+            format!(
+                "dnat {} to jhash {} mod {modulus} seed 0x{seed:x}{offset} map @{map}",
+                dnat_map_family(family),
+                concat(fields)
+            )
+        }
         Stmt::DnatSlotMap { key, modulus, map } => format!(
             "dnat {} to {} . numgen random mod {modulus} map @{map}",
             dnat_map_family(family),

@@ -109,6 +109,7 @@ impl Svc {
             affinity_timeout: None,
             health_check_node_port: None,
             traffic_distribution: None,
+            consistent: None,
         }
     }
 }

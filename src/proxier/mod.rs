@@ -2,6 +2,7 @@
 
 mod build;
 pub mod config;
+pub mod consistent;
 mod endpoints;
 pub mod names;
 mod plan;
@@ -38,6 +39,8 @@ pub fn build_after(
         .collect()
 }
 
+#[cfg(test)]
+mod consistent_tests;
 #[cfg(test)]
 mod family_tests;
 #[cfg(test)]

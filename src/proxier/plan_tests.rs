@@ -47,6 +47,7 @@ fn cluster(service_cidrs: &[&str]) -> ClusterState {
             affinity_timeout: None,
             health_check_node_port: None,
             traffic_distribution: None,
+            consistent: None,
         };
         state.services.insert(port.name.clone(), port);
     }

@@ -533,6 +533,16 @@ pub enum Expr {
         kind: u32,
         offset: u32,
     },
+    /// `hash`: NFT_HASH_JENKINS (`jhash`) or NFT_HASH_SYM over `len` bytes from `sreg`.
+    Hash {
+        sreg: u32,
+        dreg: u32,
+        len: u32,
+        modulus: u32,
+        seed: u32,
+        offset: u32,
+        kind: u32,
+    },
     Nat {
         kind: u32,
         family: u32,
@@ -633,6 +643,18 @@ impl fmt::Display for Expr {
             } => write!(
                 f,
                 "numgen reg {dreg} = type {kind} mod {modulus} offset {offset}"
+            ),
+            Expr::Hash {
+                sreg,
+                dreg,
+                len,
+                modulus,
+                seed,
+                offset,
+                kind,
+            } => write!(
+                f,
+                "hash reg {dreg} = type {kind} (reg {sreg}, {len}, {seed:#x}) mod {modulus} offset {offset}"
             ),
             Expr::Nat { kind, flags, .. } => write!(f, "nat type {kind} flags {flags:#x}"),
             Expr::Masq { flags, .. } => write!(f, "masq flags {flags:#x}"),
@@ -848,6 +870,15 @@ fn expr(buf: &[u8]) -> Result<Expr, DecodeError> {
             modulus: f.need32("NFTA_NG_MODULUS", NFTA_NG_MODULUS)?,
             kind: f.need32("NFTA_NG_TYPE", NFTA_NG_TYPE)?,
             offset: f.u32(NFTA_NG_OFFSET)?.unwrap_or(0),
+        },
+        "hash" => Expr::Hash {
+            sreg: f.need32("NFTA_HASH_SREG", NFTA_HASH_SREG)?,
+            dreg: f.need32("NFTA_HASH_DREG", NFTA_HASH_DREG)?,
+            len: f.need32("NFTA_HASH_LEN", NFTA_HASH_LEN)?,
+            modulus: f.need32("NFTA_HASH_MODULUS", NFTA_HASH_MODULUS)?,
+            seed: f.u32(NFTA_HASH_SEED)?.unwrap_or(0),
+            offset: f.u32(NFTA_HASH_OFFSET)?.unwrap_or(0),
+            kind: f.u32(NFTA_HASH_TYPE)?.unwrap_or(NFT_HASH_JENKINS),
         },
         "nat" => Expr::Nat {
             kind: f.need32("NFTA_NAT_TYPE", NFTA_NAT_TYPE)?,

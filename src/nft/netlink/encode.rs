@@ -683,6 +683,7 @@ fn expr_attrs(w: &mut AttrWriter, e: &Expr, anon: &BTreeMap<String, u32>) {
         Expr::Lookup { .. } => "lookup",
         Expr::Immediate { .. } => "immediate",
         Expr::Numgen { .. } => "numgen",
+        Expr::Hash { .. } => "hash",
         Expr::Nat { .. } => "nat",
         Expr::Masq { .. } => "masq",
         Expr::Counter => "counter",
@@ -786,6 +787,23 @@ fn expr_attrs(w: &mut AttrWriter, e: &Expr, anon: &BTreeMap<String, u32>) {
                 .be32(NFTA_NG_MODULUS, *modulus)
                 .be32(NFTA_NG_TYPE, *kind)
                 .be32(NFTA_NG_OFFSET, *offset);
+        }
+        Expr::Hash {
+            sreg,
+            dreg,
+            len,
+            modulus,
+            seed,
+            offset,
+            kind,
+        } => {
+            w.be32(NFTA_HASH_SREG, *sreg)
+                .be32(NFTA_HASH_DREG, *dreg)
+                .be32(NFTA_HASH_LEN, *len)
+                .be32(NFTA_HASH_MODULUS, *modulus)
+                .be32(NFTA_HASH_SEED, *seed)
+                .be32(NFTA_HASH_OFFSET, *offset)
+                .be32(NFTA_HASH_TYPE, *kind);
         }
         Expr::Nat {
             kind,

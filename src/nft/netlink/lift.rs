@@ -77,6 +77,15 @@ enum Reg {
         offset: u32,
         map: String,
     },
+    /// `jhash fields mod M seed S offset O`, converted to big endian for an interval map.
+    HashBigEndian(HashDraw),
+    /// `jhash fields mod M seed S offset O`, host-endian.
+    Hash(HashDraw),
+    /// The `address . port` data an interval map yielded for a hash key.
+    HashMapData {
+        draw: HashDraw,
+        map: String,
+    },
     /// The `address . port` data a hash map yielded for `key . numgen random mod M`.
     SlotMapData {
         key: Vec<Selector>,
@@ -89,6 +98,15 @@ enum Reg {
         map: String,
     },
     Imm(Vec<u8>),
+}
+
+/// The parameters of a `jhash` expression.
+#[derive(Debug, Clone)]
+struct HashDraw {
+    fields: Vec<Selector>,
+    seed: u32,
+    modulus: u32,
+    offset: u32,
 }
 
 struct Lifter<'a> {
@@ -278,6 +296,44 @@ impl Lifter<'_> {
                     offset: *offset,
                 },
             ),
+            Expr::Hash {
+                sreg,
+                dreg,
+                len,
+                modulus,
+                seed,
+                offset,
+                kind: NFT_HASH_JENKINS,
+            } => {
+                // The hashed fields: selector loads at consecutive 4-byte aligned offsets.
+                let mut off = self.off(e, *sreg)?;
+                let end = off + len;
+                let mut fields = Vec::new();
+                while off < end {
+                    match self.regs.remove(&off) {
+                        Some(Reg::Load { sel, len }) if len == full_len(sel) => {
+                            fields.push(sel);
+                            off += (len + 3) & !3;
+                        }
+                        other => {
+                            return Err(self.err(
+                                e,
+                                format!("hashed field at register offset {off} is {other:?}"),
+                            ));
+                        }
+                    }
+                }
+                if off != end || fields.is_empty() {
+                    return Err(self.err(e, "hash length does not end on a field"));
+                }
+                let draw = HashDraw {
+                    fields,
+                    seed: *seed,
+                    modulus: *modulus,
+                    offset: *offset,
+                };
+                self.load(e, *dreg, Reg::Hash(draw))
+            }
             // `dnat to … map`: the map's data is `address . port`.
             Expr::Nat {
                 kind: NFT_NAT_DNAT,
@@ -291,7 +347,12 @@ impl Lifter<'_> {
                 && proto_max.is_none_or(|m| m == *pmin)
                 && matches!(
                     self.regs.get(&self.off(e, *amin)?),
-                    Some(Reg::NumgenMapData { .. } | Reg::SlotMapData { .. } | Reg::MapData { .. })
+                    Some(
+                        Reg::NumgenMapData { .. }
+                            | Reg::HashMapData { .. }
+                            | Reg::SlotMapData { .. }
+                            | Reg::MapData { .. }
+                    )
                 ) =>
             {
                 self.dnat_map(e, *family, *amin, *pmin)
@@ -329,6 +390,7 @@ impl Lifter<'_> {
                 Reg::Numgen { modulus, offset } => {
                     self.load(e, *dreg, Reg::NumgenBigEndian { modulus, offset })
                 }
+                Reg::Hash(draw) => self.load(e, *dreg, Reg::HashBigEndian(draw)),
                 other => Err(self.err(e, format!("byteorder on {other:?}"))),
             },
             Expr::Byteorder {
@@ -560,6 +622,15 @@ impl Lifter<'_> {
             self.stmts.push(Stmt::NumgenVMap { modulus, map });
             return Ok(());
         }
+        if let Some(Reg::HashBigEndian(draw)) = self.regs.get(&self.off(e, sreg)?).cloned() {
+            let Some(dreg) = dreg.filter(|&d| d != NFT_REG_VERDICT && !inverted) else {
+                return Err(self.err(e, "a hash interval key only feeds a data map"));
+            };
+            self.take(e, sreg)?;
+            let map = set.to_owned();
+            self.load(e, dreg, Reg::HashMapData { draw, map })?;
+            return Ok(());
+        }
         if let Some(Reg::NumgenBigEndian { modulus, offset }) =
             self.regs.get(&self.off(e, sreg)?).cloned()
         {
@@ -649,6 +720,13 @@ impl Lifter<'_> {
             } => Stmt::DnatNumgenMap {
                 modulus,
                 offset,
+                map,
+            },
+            Reg::HashMapData { draw, map } => Stmt::DnatHashMap {
+                fields: draw.fields,
+                seed: draw.seed,
+                modulus: draw.modulus,
+                offset: draw.offset,
                 map,
             },
             Reg::SlotMapData { key, modulus, map } => Stmt::DnatSlotMap { key, modulus, map },

@@ -76,6 +76,9 @@ pub fn put_register(unit: u32) -> u32 {
     }
 }
 
+/// Where a hash expression's input starts: register 2, as nft places it.
+const HASH_INPUT_UNIT: u32 = 5;
+
 /// 32-bit units a value of `len` bytes occupies.
 fn units(len: u32) -> u32 {
     len.div_ceil(4)
@@ -406,6 +409,42 @@ impl Lowerer<'_> {
                     offset: *offset,
                 });
                 // The map's interval keys are big-endian, as nft converts the number.
+                self.out.exprs.push(Expr::Byteorder {
+                    sreg: r1,
+                    dreg: r1,
+                    op: NFT_BYTEORDER_HTON,
+                    len: 4,
+                    size: 4,
+                });
+                self.out.exprs.extend(dnat_via_map(map, proto, true));
+            }
+            Stmt::DnatHashMap {
+                fields,
+                seed,
+                modulus,
+                offset,
+                map,
+            } => {
+                let proto = self.dnat_family(stmt)?;
+                // As nft does: the fields from register 2 on, the hash into register 1.
+                let mut unit = HASH_INPUT_UNIT;
+                for sel in fields {
+                    self.dependency(*sel);
+                }
+                for sel in fields {
+                    let len = selector_len(*sel);
+                    self.out.exprs.push(load(*sel, len, unit));
+                    unit += units(len);
+                }
+                self.out.exprs.push(Expr::Hash {
+                    sreg: put_register(HASH_INPUT_UNIT),
+                    dreg: r1,
+                    len: (unit - HASH_INPUT_UNIT) * 4,
+                    modulus: *modulus,
+                    seed: *seed,
+                    offset: *offset,
+                    kind: NFT_HASH_JENKINS,
+                });
                 self.out.exprs.push(Expr::Byteorder {
                     sreg: r1,
                     dreg: r1,

@@ -282,6 +282,18 @@ pub const NFTA_NG_OFFSET: u16 = 4;
 // enum nft_ng_types
 pub const NFT_NG_RANDOM: u32 = 1;
 
+// enum nft_hash_types
+pub const NFT_HASH_JENKINS: u32 = 0;
+
+// enum nft_hash_attributes
+pub const NFTA_HASH_SREG: u16 = 1;
+pub const NFTA_HASH_DREG: u16 = 2;
+pub const NFTA_HASH_LEN: u16 = 3;
+pub const NFTA_HASH_MODULUS: u16 = 4;
+pub const NFTA_HASH_SEED: u16 = 5;
+pub const NFTA_HASH_OFFSET: u16 = 6;
+pub const NFTA_HASH_TYPE: u16 = 7;
+
 // linux/netfilter/nfnetlink.h
 pub const NFNETLINK_V0: u8 = 0;
 pub const NFNL_SUBSYS_NFTABLES: u16 = 10;

@@ -31,6 +31,12 @@ impl EndpointBlocks {
                         modulus: SLOTS_PER_BLOCK,
                         offset,
                         map,
+                    }
+                    | Stmt::DnatHashMap {
+                        modulus: SLOTS_PER_BLOCK,
+                        offset,
+                        map,
+                        ..
                     } = stmt
                         && is_endpoint_map(map)
                     {

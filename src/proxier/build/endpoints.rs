@@ -2,6 +2,7 @@
 //! map, or a cascade of endpoint chains (ClientIP affinity, or no block left).
 
 use super::*;
+use crate::proxier::consistent;
 
 impl Builder<'_> {
     /// The rules of `chain` that send a new connection to one of `eps`: a random slot of the
@@ -46,9 +47,13 @@ impl Builder<'_> {
         );
         s.interval = true;
         self.out.declare(s);
-        for (i, ep) in eps.iter().enumerate() {
-            let i = i as u64;
-            let (first, last) = (base + share(i), base + share(i + 1) - 1);
+        let owners: Vec<(u32, u32, &Endpoint)> = match sp.consistent {
+            Some(_) => consistent::slot_ranges(base, SLOTS_PER_BLOCK, eps),
+            None => (0..n)
+                .map(|i| (base + share(i), base + share(i + 1) - 1, &eps[i as usize]))
+                .collect(),
+        };
+        for (first, last, ep) in owners {
             self.out.push_element(
                 &shard,
                 Element {
@@ -67,10 +72,18 @@ impl Builder<'_> {
                         CmpOp::Eq,
                         Value::Proto(sp.name.protocol.number()),
                     ),
-                    Stmt::DnatNumgenMap {
-                        modulus: SLOTS_PER_BLOCK,
-                        offset: base,
-                        map: shard,
+                    match sp.consistent {
+                        Some(mode) => consistent::draw(
+                            consistent::fields(mode, self.fam.saddr(), self.fam.daddr()),
+                            SLOTS_PER_BLOCK,
+                            base,
+                            shard,
+                        ),
+                        None => Stmt::DnatNumgenMap {
+                            modulus: SLOTS_PER_BLOCK,
+                            offset: base,
+                            map: shard,
+                        },
                     },
                 ],
                 None,

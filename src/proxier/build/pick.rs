@@ -148,7 +148,8 @@ impl Builder<'_> {
                 .map(u32::next_power_of_two)
         };
         let external_ok = !sp.has_external() || sp.external_policy == TrafficPolicy::Cluster;
-        if sp.affinity_timeout.is_some() || !external_ok {
+        // A consistent choice hashes in a chain of its own (`consistent.rs`).
+        if sp.affinity_timeout.is_some() || sp.consistent.is_some() || !external_ok {
             return None;
         }
         Some(SlotCounts {
