@@ -20,8 +20,9 @@ enum CliError {
     #[error("parsing manifest {path}")]
     LoadParse {
         path: String,
+        // Boxed: the parser's error is large and this enum travels in every `Result`.
         #[source]
-        source: serde_saphyr::Error,
+        source: Box<serde_saphyr::Error>,
     },
     #[error("loading an object from {path}")]
     LoadApply {
@@ -75,7 +76,7 @@ fn load(server: &TestApiServer, path: &PathBuf) -> Result<usize, CliError> {
     let documents = serde_saphyr::from_multiple::<serde_json::Value>(&text).map_err(|source| {
         CliError::LoadParse {
             path: shown.clone(),
-            source,
+            source: Box::new(source),
         }
     })?;
     for value in documents {
