@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use std::collections::BTreeSet;
 
-use kubenft::model::{ClusterState, ServicePortName};
+use kubenft::model::{ClusterState, ConsistentEndpoint, ServicePortName};
 use kubenft::netns::Netns;
 use kubenft::nft::model::Table;
 use kubenft::nft::netlink::attr::AttrWriter;
@@ -167,10 +167,22 @@ pub fn iptables_ruleset(state: &ClusterState) -> String {
     chains + &rules + "COMMIT\n"
 }
 
-pub fn measure(services: usize, endpoints: usize, repeats: usize, iptables: bool) -> ControlRow {
-    let state = cluster(services, endpoints);
+/// A cold full sync of one cluster: the size of the planned tables, planning them, and the
+/// daemon's first sync of them over netlink (median of the repeats, each in a fresh namespace).
+#[derive(Default, Clone)]
+pub struct Cold {
+    pub chains: usize,
+    pub rules: usize,
+    /// Elements of every set and map.
+    pub elements: usize,
+    pub build: Duration,
+    pub netlink: Duration,
+}
+
+/// Plans `state` and cold-syncs it over netlink; the tables too, for the other ways to load them.
+pub fn cold(state: &ClusterState, repeats: usize) -> (Cold, Vec<Table>) {
     let started = Instant::now();
-    let tables = build(&state, &config());
+    let tables = build(state, &config());
     let build_time = started.elapsed();
     let count = |f: &dyn Fn(&Table) -> usize| tables.iter().map(f).sum::<usize>();
     let chains = count(&|t| t.chains.len());
@@ -189,6 +201,57 @@ pub fn measure(services: usize, endpoints: usize, repeats: usize, iptables: bool
         })
         .unwrap()
     });
+    let cold = Cold {
+        chains,
+        rules,
+        elements,
+        build: build_time,
+        netlink,
+    };
+    (cold, tables)
+}
+
+/// One cluster cold-synced with every Service as it is (`None`) or annotated with a
+/// consistent endpoint choice.
+pub struct ConsistentRow {
+    pub services: usize,
+    pub endpoints: usize,
+    pub mode: Option<ConsistentEndpoint>,
+    pub cold: Cold,
+}
+
+/// The synthetic cluster cold-synced twice: as it is (endpoints drawn by `numgen random`), then
+/// with every Service annotated `client` (drawn by a hash, from larger slot tables).
+pub fn consistent(services: usize, endpoints: usize, repeats: usize) -> Vec<ConsistentRow> {
+    [None, Some(ConsistentEndpoint::Client)]
+        .into_iter()
+        .map(|mode| {
+            let mut state = cluster(services, endpoints);
+            if let Some(mode) = mode {
+                synthetic::choose_consistently(&mut state, mode);
+            }
+            ConsistentRow {
+                services,
+                endpoints,
+                mode,
+                cold: cold(&state, repeats).0,
+            }
+        })
+        .collect()
+}
+
+pub fn measure(services: usize, endpoints: usize, repeats: usize, iptables: bool) -> ControlRow {
+    let state = cluster(services, endpoints);
+    let (
+        Cold {
+            chains,
+            rules,
+            elements,
+            build: build_time,
+            netlink,
+        },
+        tables,
+    ) = cold(&state, repeats);
 
     let text: String = tables.iter().map(render_table).collect();
     let nft_text = in_fresh_ns("bnft", repeats, move |ns| {

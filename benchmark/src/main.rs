@@ -8,6 +8,9 @@
 //! - the real daemon (`daemon`): `kubenft run --kubeconfig` against the test API server holding
 //!   the same clusters: time to its first sync, its resident memory, and one endpoint added
 //!   through the API until the daemon has synced it;
+//! - consistent endpoint choice (`--consistent`): the control plane's cold full sync over
+//!   netlink of each cluster as it is and with every Service annotated
+//!   `kubenft.io/consistent-endpoint: client`, side by side;
 //! - data plane (`dataplane`): new-connection latency through kubenft, through iptables and to
 //!   the pod directly, with 10 to 30,000 services in the table; numgen's endpoint spread.
 //!
@@ -16,7 +19,8 @@
 //! the `kubenft` binary it runs):
 //! `target/release/kubenft-bench [--scales 1000x10,10000x10] [--repeats 3] [--out BENCHMARKS.md]
 //! [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000]
-//! [--nodeport-percent 0] [--no-iptables] [--no-control] [--no-daemon] [--no-dataplane]`
+//! [--nodeport-percent 0] [--consistent] [--no-iptables] [--no-control] [--no-daemon]
+//! [--no-dataplane]`
 
 mod control;
 mod daemon;
@@ -43,6 +47,8 @@ struct Args {
     spread: Option<(usize, usize)>,
     /// Off with --no-control: only the daemon and data plane runs.
     control: bool,
+    /// With --consistent: each scale's cold full sync also with every Service annotated.
+    consistent: bool,
     /// Share of NodePort services (externalTrafficPolicy Local) in the control-plane and
     /// daemon clusters.
     nodeport_percent: usize,
@@ -60,7 +66,8 @@ fn pair(s: &str) -> (usize, usize) {
 
 const USAGE: &str = "usage: kubenft-bench [--scales 1000x10,10000x10] [--repeats 3] \
 [--out BENCHMARKS.md] [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000] \
-[--nodeport-percent 0] [--no-iptables] [--no-control] [--no-daemon] [--no-dataplane]";
+[--nodeport-percent 0] [--consistent] [--no-iptables] [--no-control] [--no-daemon] \
+[--no-dataplane]";
 const VALUE_OPTIONS: &[&str] = &[
     "--scales",
     "--repeats",
@@ -71,6 +78,7 @@ const VALUE_OPTIONS: &[&str] = &[
     "--nodeport-percent",
 ];
 const FLAGS: &[&str] = &[
+    "--consistent",
     "--no-iptables",
     "--no-control",
     "--no-daemon",
@@ -120,6 +128,7 @@ fn args() -> Args {
         iptables: !flag("--no-iptables"),
         daemon: !flag("--no-daemon"),
         control: !flag("--no-control"),
+        consistent: flag("--consistent"),
         latency_scales: if dataplane {
             value("--latency-scales")
                 .unwrap_or_else(|| DEFAULT_LATENCY_SCALES.into())
@@ -165,6 +174,7 @@ fn main() {
     let limit = daemon::shipped_memory_limit();
     let mut control_rows = Vec::new();
     let mut daemon_rows = Vec::new();
+    let mut consistent_rows = Vec::new();
     for &(services, endpoints) in &a.scales {
         if a.control {
             eprintln!("control plane: {services} × {endpoints} …");
@@ -176,6 +186,12 @@ fn main() {
                 report::set_read_table(std::slice::from_ref(&row))
             );
             control_rows.push(row);
+        }
+        if a.consistent {
+            eprintln!("consistent endpoint choice: {services} × {endpoints} …");
+            let rows = control::consistent(services, endpoints, a.repeats);
+            eprint!("{}", report::consistent_table(&rows));
+            consistent_rows.extend(rows);
         }
         if a.daemon {
             eprintln!("daemon: {services} × {endpoints} …");
@@ -222,6 +238,13 @@ fn main() {
             report::cold_table(&control_rows),
             report::change_table(&control_rows),
             report::set_read_table(&control_rows)
+        );
+    }
+    if !consistent_rows.is_empty() {
+        let _ = write!(
+            results,
+            "### Consistent endpoint choice: cold full sync\n\n{}\n",
+            report::consistent_table(&consistent_rows)
         );
     }
     if !daemon_rows.is_empty() {
@@ -283,6 +306,10 @@ const METHOD: &str = "\
   what kube-proxy's nftables mode does; *iptables-restore* applies kube-proxy's iptables-mode
   chains (KUBE-SERVICES → KUBE-SVC → KUBE-SEP) for the same services through iptables-nft.
   *planner only* is building the desired tables from the cluster state.
+- **Consistent endpoint choice** (`--consistent`): the same cold full sync over netlink and
+  the planner, of each cluster as it is and again with every Service annotated
+  `kubenft.io/consistent-endpoint: client` (a chain of its own per service port, whose slot
+  map holds 64 slots per power of two of endpoints instead of one per endpoint).
 - **Changes in the loaded state** are partial syncs through the incremental planner, phase by
   phase, each the median of 11 (the change is made and undone in turn): *plan* replans the
   changed service when told which one changed, *diff* turns its parts before and after into

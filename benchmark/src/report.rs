@@ -5,7 +5,9 @@ use std::fmt::Write as _;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::control::{ControlRow, SHARDS};
+use kubenft::model::ConsistentEndpoint;
+
+use crate::control::{ConsistentRow, ControlRow, SHARDS};
 use crate::daemon::{DaemonRun, LoggedSync};
 use crate::dataplane::{Latency, LatencyRow, Spread};
 
@@ -39,6 +41,31 @@ pub fn cold_table(rows: &[ControlRow]) -> String {
             r.iptables.map_or("—".into(), secs),
             r.nft_text.as_secs_f64() / r.netlink.as_secs_f64(),
             secs(r.build),
+        );
+    }
+    out
+}
+
+/// The same clusters cold-synced without and with consistent endpoint choice on every Service.
+pub fn consistent_table(rows: &[ConsistentRow]) -> String {
+    let mut out = String::from(
+        "| services × endpoints | endpoint choice | set and map elements | rules | planner only | kubenft netlink |\n|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let mode = match r.mode {
+            None => "numgen random (no annotation)",
+            Some(ConsistentEndpoint::Client) => "annotated `client` (jhash)",
+            Some(ConsistentEndpoint::Connection) => "annotated `connection` (jhash)",
+        };
+        let _ = writeln!(
+            out,
+            "| {} × {} | {mode} | {} | {} | {} | {} |",
+            r.services,
+            r.endpoints,
+            r.cold.elements,
+            r.cold.rules,
+            secs(r.cold.build),
+            secs(r.cold.netlink),
         );
     }
     out

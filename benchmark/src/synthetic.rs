@@ -6,7 +6,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::OnceLock;
 
 use kubenft::model::{
-    ClusterState, Endpoint, NodeInfo, Protocol, ServicePort, ServicePortName, TrafficPolicy,
+    ClusterState, ConsistentEndpoint, Endpoint, NodeInfo, Protocol, ServicePort, ServicePortName,
+    TrafficPolicy,
 };
 use kubenft::proxier::ProxyConfig;
 
@@ -84,6 +85,14 @@ pub fn cluster(services: usize, endpoints: usize) -> ClusterState {
         }
     }
     state
+}
+
+/// Annotates every Service of `state` with a consistent endpoint choice in `mode`, as
+/// `kubenft.io/consistent-endpoint` does.
+pub fn choose_consistently(state: &mut ClusterState, mode: ConsistentEndpoint) {
+    for sp in state.services.values_mut() {
+        sp.consistent = Some(mode);
+    }
 }
 
 pub fn service_name(s: usize) -> ServicePortName {
