@@ -91,9 +91,14 @@ fn rbac_of(request: &RecordedRequest) -> (String, String, String) {
         ["namespaces", _, rest @ ..] => rest,
         rest => rest,
     };
-    let verb = match (rest.len(), request.is_watch()) {
-        (_, true) => "watch",
-        (1, false) => "list",
+    let verb = match (request.method.as_str(), rest.len(), request.is_watch()) {
+        ("POST", _, _) => "create",
+        ("PATCH", _, _) => "patch",
+        ("PUT", _, _) => "update",
+        ("DELETE", 1, _) => "deletecollection",
+        ("DELETE", _, _) => "delete",
+        (_, _, true) => "watch",
+        (_, 1, false) => "list",
         _ => "get",
     };
     (group.into(), rest[0].into(), verb.into())
