@@ -19,8 +19,9 @@ pkgid="$(cargo pkgid --quiet -p kubenft)"
 image="localhost/kubenft:${pkgid##*[#@]}"
 
 rustup target add x86_64-unknown-linux-musl >/dev/null 2>&1
-# The same build command as the Containerfile's `compiled` stage.
+# The same build command as the Containerfile's `compiled` stage, in a target directory of its
+# own (cargo locks a target directory while it works, so this build can run beside the tests).
 CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked \
-    --target x86_64-unknown-linux-musl --bin kubenft >&2
+    --target x86_64-unknown-linux-musl --target-dir target/image --bin kubenft >&2
 buildah build --quiet --build-arg BINARY=prebuilt --tag "$image" --file Containerfile . >&2
 echo "$image"
