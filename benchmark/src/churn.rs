@@ -185,8 +185,13 @@ pub struct LoggedSyncs {
     pub full: usize,
     /// `sync failed` lines over the daemon's whole run.
     pub failed: usize,
-    /// The syncs' own durations and operation counts, largest first after the median.
+    /// The syncs' own durations (model update, planning, commit), of which the model update
+    /// and the kernel's round trip; the after-sync steps that follow the commit; their
+    /// operation counts.
     pub seconds: Option<Spread>,
+    pub model: Option<Spread>,
+    pub kernel: Option<Spread>,
+    pub after_sync: Option<Spread>,
     pub ops_p50: usize,
     pub ops_max: usize,
 }
@@ -206,6 +211,15 @@ pub fn logged_syncs(log: &str, skip_partial: usize) -> LoggedSyncs {
         .filter_map(|l| field(l, "ops")?.parse().ok())
         .collect();
     ops.sort_unstable();
+    let durations = |key: &str| {
+        spread(
+            partial
+                .iter()
+                .filter_map(|l| field(l, key)?.parse().ok())
+                .map(Duration::from_secs_f64)
+                .collect(),
+        )
+    };
     LoggedSyncs {
         partial: partial.len(),
         full: synced
@@ -214,13 +228,10 @@ pub fn logged_syncs(log: &str, skip_partial: usize) -> LoggedSyncs {
             .count()
             .saturating_sub(1),
         failed: log.lines().filter(|l| l.contains("sync failed")).count(),
-        seconds: spread(
-            partial
-                .iter()
-                .filter_map(|l| field(l, "seconds")?.parse().ok())
-                .map(Duration::from_secs_f64)
-                .collect(),
-        ),
+        seconds: durations("seconds"),
+        model: durations("model_seconds"),
+        kernel: durations("kernel_seconds"),
+        after_sync: durations("after_sync_seconds"),
         ops_p50: ops
             .get(ops.len().saturating_sub(1) / 2)
             .copied()
@@ -580,33 +591,45 @@ pub fn measure(config: &Config) -> Result<ChurnRun, String> {
         .map_err(|e| e.to_string())?;
     let log_path = kubeconfig.with_extension("log");
     let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", topo.node.name()])
-        .arg(&bin)
-        .args(["run", "--kubeconfig"])
-        .arg(&kubeconfig)
-        .args(["--hostname-override", synthetic::NODE])
-        .args(["--cluster-cidr", synthetic::CLUSTER_CIDR])
-        .args(["--min-sync-period", &config.min_sync_period])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .map_err(|e| format!("starting {}: {e}", bin.display()))?;
+    let mut child = Daemon(
+        Command::new("ip")
+            .args(["netns", "exec", topo.node.name()])
+            .arg(&bin)
+            .args(["run", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .args(["--hostname-override", synthetic::NODE])
+            .args(["--cluster-cidr", synthetic::CLUSTER_CIDR])
+            .args(["--min-sync-period", &config.min_sync_period])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", bin.display()))?,
+    );
     // `ip netns exec` execs the daemon in place, so the child's pid is the daemon's.
-    let pid = child.id();
+    let pid = child.0.id();
     let result = churn(config, min_sync_period, &topo, &api, &log_path, pid, || {
-        child.try_wait().ok().flatten()
+        child.0.try_wait().ok().flatten()
     });
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     for (b, pod) in backends.iter().zip(&topo.pods) {
         b.stop(pod);
     }
     drop(api);
     drop(topo);
     let _ = std::fs::remove_file(&kubeconfig);
-    let _ = std::fs::remove_file(&log_path);
+    // The evidence for the failed-sync count.
+    eprintln!("the daemon's log: {}", log_path.display());
     result
+}
+
+/// The daemon's process, killed when dropped (also when the bench panics).
+struct Daemon(std::process::Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn churn(
@@ -845,7 +868,7 @@ mod tests {
 T1 INFO synced kind=Full ops=9 bytes=1 seconds=3.0 model_seconds=1
 T2 INFO synced kind=Partial ops=5 bytes=1 seconds=0.5
 T3 ERROR sync failed error=x
-T4 INFO synced kind=Partial ops=40 bytes=1 seconds=0.020
+T4 INFO synced kind=Partial ops=40 bytes=1 seconds=0.020 model_seconds=0.002 kernel_seconds=0.009
 T5 INFO synced kind=Partial ops=60 bytes=1 seconds=0.040
 T6 INFO synced kind=Partial ops=50 bytes=1 seconds=0.030
 T7 INFO synced kind=Full ops=3 bytes=1 seconds=2.0
@@ -855,5 +878,8 @@ T7 INFO synced kind=Full ops=3 bytes=1 seconds=2.0
         assert_eq!((s.ops_p50, s.ops_max), (50, 60));
         let secs = s.seconds.unwrap();
         assert_eq!((secs.p50, secs.max), (30 * MS, 40 * MS));
+        assert_eq!(s.model.unwrap().max, 2 * MS);
+        assert_eq!(s.kernel.unwrap().p50, 9 * MS);
+        assert_eq!(s.after_sync, None);
     }
 }

@@ -363,13 +363,13 @@ pub fn churn_tables(runs: &[Result<ChurnRun, String>]) -> String {
         };
     }
     out.push_str(
-        "\n| services × endpoints | new connections (failed) | long-lived echoes (failed) | partial syncs | full syncs | failed syncs | sync: p50 | max | ops: p50 | max | RSS at start | middle | end | peak RSS | monitor overruns |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "\n| services × endpoints | new connections (failed) | long-lived echoes (failed) | partial syncs | full syncs | failed syncs | sync: p50 | max | of which model update: p50 | kernel round trip: p50 | after-sync steps: p50 | ops: p50 | max | RSS at start | middle | end | peak RSS | monitor overruns |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in runs.iter().flatten() {
         let s = &r.syncs;
         let _ = writeln!(
             out,
-            "| {} × {} | {} ({}) | {} ({}) | {} | {} | {} | {} | {} | {} | {} | {:.0} MiB | {:.0} MiB | {:.0} MiB | {:.0} MiB | {} |",
+            "| {} × {} | {} ({}) | {} ({}) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} MiB | {:.0} MiB | {:.0} MiB | {:.0} MiB | {} |",
             r.services,
             r.endpoints,
             r.traffic.connections,
@@ -381,6 +381,9 @@ pub fn churn_tables(runs: &[Result<ChurnRun, String>]) -> String {
             s.failed,
             shown(s.seconds.map(|p| p.p50)),
             shown(s.seconds.map(|p| p.max)),
+            shown(s.model.map(|p| p.p50)),
+            shown(s.kernel.map(|p| p.p50)),
+            shown(s.after_sync.map(|p| p.p50)),
             s.ops_p50,
             s.ops_max,
             r.rss_mib[0],
