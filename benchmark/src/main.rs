@@ -401,7 +401,8 @@ const METHOD: &str = "\
   netlink multicast group, read in the node's namespace; nothing is polled) an element
   carrying its new address: *API write → in the kernel* is from just before the write to
   that notification, over every change; changes not seen 30 s after the last write are
-  counted. The bar is p99 within `--min-sync-period` (changes wait for it) plus 100 ms.
+  counted. (With a listener the kernel builds a notification per changed element, which
+  lengthens the daemon's commits a little.) The bar is p99 within `--min-sync-period` (changes wait for it) plus 100 ms.
   Failed syncs are the daemon's `sync failed` log lines, the syncs' durations and operation
   counts its log lines of the partial syncs during the churn; RSS is read from /proc at the
   first write, after half of them, and once the last change is in the kernel.
