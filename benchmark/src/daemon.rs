@@ -57,7 +57,7 @@ pub struct LoggedSync {
 }
 
 /// `key=value` of a log line.
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     line.split_whitespace()
         .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
 }
@@ -76,7 +76,7 @@ pub fn binary() -> Result<PathBuf, String> {
     }
 }
 
-fn status_mib(pid: u32, field: &str) -> f64 {
+pub fn status_mib(pid: u32, field: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
@@ -173,6 +173,17 @@ impl Drop for MemoryCgroup {
     }
 }
 
+/// The documents of a synthetic manifest (each starts with a `---` line), parsed one by one:
+/// the YAML parser's safety budget refuses a stream of more than 1,024 documents, and a
+/// cluster of 10,000 services is 10,000 of them.
+fn documents(text: &str) -> impl Iterator<Item = &str> {
+    text.split("---\n").filter(|d| !d.trim().is_empty())
+}
+
+/// How long the first sync may take: listing and programming 100,000 × 5 on a loaded 2-core
+/// machine takes many minutes.
+pub const FIRST_SYNC_WAIT: Duration = Duration::from_secs(1800);
+
 /// How many one-endpoint changes are made, one after another, for the median.
 pub const ENDPOINT_CHANGES: usize = 5;
 
@@ -182,20 +193,21 @@ const BETWEEN_CHANGES: Duration = Duration::from_millis(1_200);
 
 /// The test API server, started on a thread that joined the daemon's namespace so the daemon
 /// reaches it on 127.0.0.1 there, as it reaches a real API server through its kubeconfig.
-struct ApiServer {
+pub struct ApiServer {
     // Field order matters: the server stops before its runtime goes away.
-    server: TestApiServer,
+    pub server: TestApiServer,
     _runtime: tokio::runtime::Runtime,
 }
 
 impl ApiServer {
-    fn start_in(ns: &Netns) -> Result<ApiServer, String> {
-        // Only the bench's own writes are replayed to watchers; the loaded cluster is listed,
-        // as a real server's compacted history would have it.
+    /// `history` events are kept for watches to resume from: only the bench's own writes need
+    /// replaying, the loaded cluster is listed, as a real server's compacted history would
+    /// have it.
+    pub fn start_in(ns: &Netns, history: usize) -> Result<ApiServer, String> {
         let (runtime, server) = ns
-            .run(|| {
+            .run(move || {
                 TestApiServer::builder()
-                    .history_limit(64)
+                    .history_limit(history)
                     .start_with_runtime()
             })
             .map_err(|e| e.to_string())?
@@ -207,11 +219,11 @@ impl ApiServer {
     }
 
     /// Stores every object of the synthetic cluster's manifests.
-    fn load(&self, services: usize, endpoints: usize) -> Result<(), String> {
+    pub fn load(&self, services: usize, endpoints: usize) -> Result<(), String> {
         for (name, text) in manifests(services, endpoints) {
-            let documents = serde_saphyr::from_multiple::<serde_json::Value>(&text)
-                .map_err(|e| format!("{name}: {e}"))?;
-            for value in documents {
+            for document in documents(&text) {
+                let value = serde_saphyr::from_str::<serde_json::Value>(document)
+                    .map_err(|e| format!("{name}: {e}"))?;
                 if value.is_null() {
                     continue;
                 }
@@ -362,7 +374,7 @@ fn partial_sync(
 pub fn measure(services: usize, endpoints: usize) -> Result<DaemonRun, String> {
     let bin = binary()?;
     let ns = Netns::create("bdmn").map_err(|e| e.to_string())?;
-    let api = ApiServer::start_in(&ns)?;
+    let api = ApiServer::start_in(&ns, 64)?;
     api.load(services, endpoints)?;
     let kubeconfig = std::env::temp_dir().join(format!(
         "kubenft-bench-{}-{services}x{endpoints}.kubeconfig",
@@ -436,8 +448,11 @@ pub fn measure(services: usize, endpoints: usize) -> Result<DaemonRun, String> {
         if let Ok(Some(status)) = child.try_wait() {
             break Err(format!("the daemon exited ({status}):\n{text}"));
         }
-        if start.elapsed() > Duration::from_secs(900) {
-            break Err(format!("no first sync within 15 minutes:\n{text}"));
+        if start.elapsed() > FIRST_SYNC_WAIT {
+            break Err(format!(
+                "no first sync within {} minutes:\n{text}",
+                FIRST_SYNC_WAIT.as_secs() / 60
+            ));
         }
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -465,6 +480,18 @@ mod tests {
         assert_eq!(mebibytes("300M").map(|m| m.round()), Some(286.0));
         assert_eq!(mebibytes("lots"), None);
         assert_eq!(memory_limit("requests:\n  memory: 64Mi\n"), None);
+    }
+
+    #[test]
+    fn every_document_of_a_large_manifest_is_loaded() {
+        for (name, text) in manifests(2_000, 2) {
+            let parsed: Vec<serde_json::Value> = documents(&text)
+                .map(|d| serde_saphyr::from_str(d).unwrap())
+                .collect();
+            let expected = if name == "node.yaml" { 1 } else { 2_000 };
+            assert_eq!(parsed.len(), expected, "{name}");
+            assert!(parsed.iter().all(|v| v["kind"].is_string()), "{name}");
+        }
     }
 
     #[test]

@@ -11,6 +11,10 @@
 //! - consistent endpoint choice (`--consistent`): the control plane's cold full sync over
 //!   netlink of each cluster as it is and with every Service annotated
 //!   `kubenft.io/consistent-endpoint: client`, side by side;
+//! - sustained churn (`--churn 10000x10`, `churn`): the daemon on a lab node holding the
+//!   cluster while 20 of its Services take continuous connections and the endpoints of the
+//!   others change through the API at `--churn-rate` per second for `--churn-seconds`: each
+//!   change's time from the API write to the kernel, failed connections, failed syncs, memory;
 //! - data plane (`dataplane`): new-connection latency through kubenft, through iptables and to
 //!   the pod directly, with 10 to 30,000 services in the table; numgen's endpoint spread.
 //!
@@ -19,9 +23,11 @@
 //! the `kubenft` binary it runs):
 //! `target/release/kubenft-bench [--scales 1000x10,10000x10] [--repeats 3] [--out BENCHMARKS.md]
 //! [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000]
-//! [--nodeport-percent 0] [--consistent] [--no-iptables] [--no-control] [--no-daemon]
-//! [--no-dataplane]`
+//! [--nodeport-percent 0] [--consistent] [--churn 10000x10] [--churn-rate 500]
+//! [--churn-seconds 60] [--churn-min-sync-period 1s] [--no-iptables] [--no-control]
+//! [--no-daemon] [--no-dataplane]`
 
+mod churn;
 mod control;
 mod daemon;
 mod dataplane;
@@ -52,6 +58,8 @@ struct Args {
     /// Share of NodePort services (externalTrafficPolicy Local) in the control-plane and
     /// daemon clusters.
     nodeport_percent: usize,
+    /// With --churn: the sustained-churn run.
+    churn: Option<churn::Config>,
 }
 
 fn pair(s: &str) -> (usize, usize) {
@@ -66,7 +74,8 @@ fn pair(s: &str) -> (usize, usize) {
 
 const USAGE: &str = "usage: kubenft-bench [--scales 1000x10,10000x10] [--repeats 3] \
 [--out BENCHMARKS.md] [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000] \
-[--nodeport-percent 0] [--consistent] [--no-iptables] [--no-control] [--no-daemon] \
+[--nodeport-percent 0] [--consistent] [--churn 10000x10] [--churn-rate 500] \
+[--churn-seconds 60] [--churn-min-sync-period 1s] [--no-iptables] [--no-control] [--no-daemon] \
 [--no-dataplane]";
 const VALUE_OPTIONS: &[&str] = &[
     "--scales",
@@ -76,6 +85,10 @@ const VALUE_OPTIONS: &[&str] = &[
     "--samples",
     "--spread",
     "--nodeport-percent",
+    "--churn",
+    "--churn-rate",
+    "--churn-seconds",
+    "--churn-min-sync-period",
 ];
 const FLAGS: &[&str] = &[
     "--consistent",
@@ -143,6 +156,17 @@ fn args() -> Args {
         spread: dataplane.then(|| pair(&value("--spread").unwrap_or_else(|| "10x10000".into()))),
         nodeport_percent: value("--nodeport-percent")
             .map_or(0, |p| p.parse().expect("--nodeport-percent N")),
+        churn: value("--churn").map(|c| {
+            let (services, endpoints) = pair(&c);
+            churn::Config {
+                services,
+                endpoints,
+                rate: value("--churn-rate").map_or(500, |r| r.parse().expect("--churn-rate N")),
+                seconds: value("--churn-seconds")
+                    .map_or(60, |s| s.parse().expect("--churn-seconds N")),
+                min_sync_period: value("--churn-min-sync-period").unwrap_or_else(|| "1s".into()),
+            }
+        }),
     }
 }
 
@@ -152,7 +176,11 @@ fn main() {
         eprintln!("kubenft-bench needs root (it creates network namespaces)");
         std::process::exit(1);
     }
-    if a.daemon
+    if let Some(Err(e)) = a.churn.as_ref().map(churn::Config::check) {
+        eprintln!("{e}");
+        std::process::exit(2);
+    }
+    if (a.daemon || a.churn.is_some())
         && let Err(e) = daemon::binary()
     {
         eprintln!("{e}; or pass --no-daemon");
@@ -204,6 +232,19 @@ fn main() {
             daemon_rows.push(row);
         }
     }
+    let churn_runs: Vec<_> = a
+        .churn
+        .iter()
+        .map(|c| {
+            eprintln!(
+                "churn: {} × {}, {} changes/s for {} s …",
+                c.services, c.endpoints, c.rate, c.seconds
+            );
+            let run = churn::measure(c);
+            eprint!("{}", report::churn_tables(std::slice::from_ref(&run)));
+            run
+        })
+        .collect();
     let mut latency_rows = Vec::new();
     if !a.latency_scales.is_empty() {
         eprintln!(
@@ -252,6 +293,13 @@ fn main() {
             results,
             "### The daemon holding the cluster\n\n{}\n",
             report::daemon_table(&daemon_rows, &limit)
+        );
+    }
+    if !churn_runs.is_empty() {
+        let _ = write!(
+            results,
+            "### Sustained churn\n\n{}\n",
+            report::churn_tables(&churn_runs)
         );
     }
     if !latency_rows.is_empty() {
@@ -340,6 +388,24 @@ const METHOD: &str = "\
   servers and gauges, for the changed service). Last, one service is added through the API
   with as many endpoints as the others: its EndpointSlice, then 1.2 s later its Service, timed
   from the Service's write to the daemon's log line of that sync, with its operations.
+- **Sustained churn** (`--churn SxE`): the real daemon runs on the node of the standard test
+  lab (client → node → pod namespaces), watching the test API server there, which holds the
+  cluster. 20 of its Services, spread over it, have their endpoints on the lab's two pods
+  (echo servers); from the first write to the end a client connects to them round-robin (100
+  new connections/s, each echoing a byte) and holds one long-lived connection to each (a byte
+  echoed every 100 ms). The other Services' endpoints change through the API server at
+  `--churn-rate` per second for `--churn-seconds`, round-robin over the Services (each
+  change replaces one endpoint's address by a new one, so each Service keeps its endpoint
+  count), paced by the clock: a writer that falls behind writes at once, and the rate it
+  achieved is shown. A change counts as programmed when the kernel notifies (nf_tables'
+  netlink multicast group, read in the node's namespace; nothing is polled) an element
+  carrying its new address: *API write → in the kernel* is from just before the write to
+  that notification, over every change; changes not seen 30 s after the last write are
+  counted. (With a listener the kernel builds a notification per changed element, which
+  lengthens the daemon's commits a little.) The bar is p99 within `--min-sync-period` (changes wait for it) plus 100 ms.
+  Failed syncs are the daemon's `sync failed` log lines, the syncs' durations and operation
+  counts its log lines of the partial syncs during the churn; RSS is read from /proc at the
+  first write, after half of them, and once the last change is in the kernel.
 - **Latency**: the standard test lab (client → node → pod namespaces, every packet through the
   node's hooks) with N one-endpoint services programmed on the node; the measured service is
   the last in iteration order, i.e. the last rule of iptables' KUBE-SERVICES (its worst case).

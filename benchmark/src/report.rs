@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use kubenft::model::ConsistentEndpoint;
 
+use crate::churn::ChurnRun;
 use crate::control::{ConsistentRow, ControlRow, SHARDS};
 use crate::daemon::{DaemonRun, LoggedSync};
 use crate::dataplane::{Latency, LatencyRow, Spread};
@@ -326,4 +327,88 @@ pub fn machine() -> String {
         version("nft"),
         version("iptables-restore")
     )
+}
+
+/// The churn run: how fast changes reached the kernel, then what the traffic, the daemon's
+/// syncs and its memory did meanwhile.
+pub fn churn_tables(runs: &[Result<ChurnRun, String>]) -> String {
+    let mut out = String::from(
+        "| services × endpoints | changes asked | written (achieved rate) | writer's worst lag | API write → in the kernel: p50 | p99 | max | not seen | bar: p99 ≤ min-sync-period + 100 ms |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let shown = |t: Option<Duration>| t.map_or("—".into(), secs);
+    for run in runs {
+        let _ = match run {
+            Ok(r) => writeln!(
+                out,
+                "| {} × {} | {}/s for {} s | {} ({:.0}/s) | {} | {} | {} | {} | {} | {} ({}) |",
+                r.services,
+                r.endpoints,
+                r.rate,
+                r.seconds,
+                r.written,
+                r.achieved_rate,
+                secs(r.writer_lag),
+                shown(r.programmed.map(|p| p.p50)),
+                shown(r.programmed.map(|p| p.p99)),
+                shown(r.programmed.map(|p| p.max)),
+                r.unseen,
+                if r.passes() { "**pass**" } else { "**fail**" },
+                secs(r.bar()),
+            ),
+            Err(e) => writeln!(
+                out,
+                "| not measured: {} | | | | | | | | |",
+                e.lines().next().unwrap_or("")
+            ),
+        };
+    }
+    out.push_str(
+        "\n| services × endpoints | new connections (failed) | long-lived echoes (failed) | partial syncs | full syncs | failed syncs | sync: p50 | max | of which model update: p50 | kernel round trip: p50 | after-sync steps: p50 | ops: p50 | max | RSS at start | middle | end | peak RSS | monitor overruns |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in runs.iter().flatten() {
+        let s = &r.syncs;
+        let _ = writeln!(
+            out,
+            "| {} × {} | {} ({}) | {} ({}) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} MiB | {:.0} MiB | {:.0} MiB | {:.0} MiB | {} |",
+            r.services,
+            r.endpoints,
+            r.traffic.connections,
+            r.traffic.failed,
+            r.traffic.round_trips,
+            r.traffic.long_failed,
+            s.partial,
+            s.full,
+            s.failed,
+            shown(s.seconds.map(|p| p.p50)),
+            shown(s.seconds.map(|p| p.max)),
+            shown(s.model.map(|p| p.p50)),
+            shown(s.kernel.map(|p| p.p50)),
+            shown(s.after_sync.map(|p| p.p50)),
+            s.ops_p50,
+            s.ops_max,
+            r.rss_mib[0],
+            r.rss_mib[1],
+            r.rss_mib[2],
+            r.peak_rss_mib,
+            r.monitor_overruns,
+        );
+    }
+    for r in runs.iter().flatten() {
+        // Honest about the load: a writer that fell behind measured a lower rate.
+        if r.achieved_rate < 0.95 * r.rate as f64 {
+            let _ = writeln!(
+                out,
+                "\nAt {} × {} the writer could not sustain {} changes/s: it wrote {:.0}/s.",
+                r.services, r.endpoints, r.rate, r.achieved_rate
+            );
+        }
+        for e in &r.traffic.errors {
+            let _ = writeln!(
+                out,
+                "\nFailed connection at {} × {}: {e}",
+                r.services, r.endpoints
+            );
+        }
+    }
+    out
 }
