@@ -73,12 +73,14 @@ fn load(server: &TestApiServer, path: &PathBuf) -> Result<usize, CliError> {
         source,
     })?;
     let mut count = 0;
-    let documents = serde_saphyr::from_multiple::<serde_json::Value>(&text).map_err(|source| {
-        CliError::LoadParse {
+    // No parser budget: the files are the operator's own test clusters, and the default budget
+    // refuses more than 1,024 documents (a cluster of 10,000 Services is 20,000).
+    let unbounded = serde_saphyr::options! { budget: None };
+    let documents = serde_saphyr::from_multiple_with_options::<serde_json::Value>(&text, unbounded)
+        .map_err(|source| CliError::LoadParse {
             path: shown.clone(),
             source: Box::new(source),
-        }
-    })?;
+        })?;
     for value in documents {
         if value.is_null() {
             continue; // an empty document, e.g. after a trailing "---"
@@ -142,5 +144,34 @@ async fn main() -> ExitCode {
             eprintln!("kubenft-testkit: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubenft_testkit::Kind;
+
+    #[tokio::test]
+    async fn loads_a_file_of_more_documents_than_the_parsers_default_budget() {
+        let server = TestApiServer::builder().start().await.unwrap();
+        let path = std::env::temp_dir().join(format!("testkit-load-{}.yaml", std::process::id()));
+        let services = 2_000;
+        let text: String = (0..services)
+            .map(|i| {
+                format!(
+                    "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: s{i}\n  \
+                     namespace: default\nspec:\n  clusterIP: 10.96.{}.{}\n  ports:\n  \
+                     - port: 80\n",
+                    i / 250,
+                    i % 250 + 1
+                )
+            })
+            .collect();
+        std::fs::write(&path, text).unwrap();
+        let loaded = load(&server, &path);
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(loaded.unwrap(), services);
+        assert_eq!(server.objects(Kind::Service).len(), services);
     }
 }
