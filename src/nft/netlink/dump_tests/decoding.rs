@@ -3,6 +3,24 @@
 
 use super::ip_table::IP_TABLE;
 use super::*;
+use crate::nft::netlink::decode::RawSet;
+
+/// Set `name` of table `t` as a dump describes it: 4-byte keys of nft type `key_type`, no
+/// data, timeout or comment.
+fn raw_set(name: &str, flags: u32, key_type: u32) -> RawSet {
+    RawSet {
+        table: "t".into(),
+        name: name.into(),
+        flags,
+        key_type,
+        key_len: 4,
+        data_type: None,
+        timeout_ms: None,
+        field_lens: Vec::new(),
+        comment: None,
+        key_typeof: false,
+    }
+}
 
 #[test]
 fn a_rule_nft_would_not_generate_for_the_model_is_an_error_naming_chain_and_handle() {
@@ -146,20 +164,9 @@ fn canonical_drops_only_the_nfproto_dependency_nft_would_add_and_plain_spells_re
 
 #[test]
 fn interval_elements_reassemble_into_cidrs_including_adjacent_and_top_ranges() {
-    use crate::nft::netlink::decode::{RawElem, RawSet};
+    use crate::nft::netlink::decode::RawElem;
     use crate::nft::netlink::sys::{NFT_SET_ELEM_INTERVAL_END, NFT_SET_INTERVAL};
-    let raw = RawSet {
-        table: "t".into(),
-        name: "s".into(),
-        flags: NFT_SET_INTERVAL,
-        key_type: 7,
-        key_len: 4,
-        data_type: None,
-        timeout_ms: None,
-        field_lens: Vec::new(),
-        comment: None,
-        key_typeof: false,
-    };
+    let raw = raw_set("s", NFT_SET_INTERVAL, 7);
     let e = |k: [u8; 4], end: bool| RawElem {
         key: k.to_vec(),
         key_end: None,
@@ -196,19 +203,8 @@ fn interval_elements_reassemble_into_cidrs_including_adjacent_and_top_ranges() {
 
 #[test]
 fn an_element_listed_twice_marks_the_set_dump_as_torn_so_it_is_read_again() {
-    use crate::nft::netlink::decode::{RawElem, RawSet};
-    let raw = RawSet {
-        table: "t".into(),
-        name: "ips".into(),
-        flags: 0,
-        key_type: 7,
-        key_len: 4,
-        data_type: None,
-        timeout_ms: None,
-        field_lens: Vec::new(),
-        comment: None,
-        key_typeof: false,
-    };
+    use crate::nft::netlink::decode::RawElem;
+    let raw = raw_set("ips", 0, 7);
     let e = |k: [u8; 4]| RawElem {
         key: k.to_vec(),
         key_end: None,
@@ -233,19 +229,12 @@ fn an_element_listed_twice_marks_the_set_dump_as_torn_so_it_is_read_again() {
 /// with the description, or as an anonymous map (which nft lists inline), it reads.
 #[test]
 fn an_integer_keyed_map_without_its_typeof_description_reads_as_unreadable() {
-    use crate::nft::netlink::decode::RawSet;
     use crate::nft::netlink::sys::{NFT_SET_ANONYMOUS, NFT_SET_CONSTANT, NFT_SET_MAP};
     let raw = |flags, key_typeof| RawSet {
-        table: "t".into(),
-        name: "pick".into(),
         flags: NFT_SET_MAP | flags,
-        key_type: 4,
-        key_len: 4,
         data_type: Some(crate::nft::netlink::sys::NFT_DATA_VERDICT),
-        timeout_ms: None,
-        field_lens: Vec::new(),
-        comment: None,
         key_typeof,
+        ..raw_set("pick", 0, 4)
     };
     let err = crate::nft::netlink::dump::build_set(&raw(0, false), Vec::new()).unwrap_err();
     assert!(
