@@ -63,7 +63,7 @@ impl Lifter<'_> {
             },
             Reg::SlotMapData { key, modulus, map } => Stmt::DnatSlotMap { key, modulus, map },
             Reg::MapData { key, map } => Stmt::DnatMap { key, map },
-            _ => unreachable!("matched above"),
+            _ => unreachable!("step admits only map data here"),
         };
         self.stmts.push(stmt);
         Ok(())

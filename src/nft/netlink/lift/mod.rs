@@ -222,8 +222,8 @@ impl Lifter<'_> {
 
     /// Lifts one expression: loads fill registers, and the expression that consumes them
     /// completes a statement. The patterns pick the shapes the model has; each kind is lifted
-    /// by a method of its own below. Longer than most functions because it is the dispatch
-    /// table: one arm per expression shape, its length is the patterns.
+    /// by a method of its own (matches.rs, actions.rs). Longer than most functions because it
+    /// is the dispatch table: one arm per expression shape, its length is the patterns.
     fn step(&mut self, e: &Expr) -> Result<(), LiftError> {
         match e {
             Expr::Payload {
