@@ -485,6 +485,24 @@ impl Stmt {
         Stmt::compare(left, CmpOp::Ne, right)
     }
 
+    /// `key @set`: the key is an element of `set`.
+    pub fn in_set(key: Vec<Selector>, set: impl Into<String>) -> Stmt {
+        Stmt::Lookup {
+            key,
+            set: set.into(),
+            negate: false,
+        }
+    }
+
+    /// `key != @set`: the key is not an element of `set`.
+    pub fn not_in_set(key: Vec<Selector>, set: impl Into<String>) -> Stmt {
+        Stmt::Lookup {
+            key,
+            set: set.into(),
+            negate: true,
+        }
+    }
+
     /// `ct state …`: any of the `states` bits is set.
     pub fn ct_state(states: CtState) -> Stmt {
         Stmt::match_eq(Selector::CtState, Value::CtState(states))
