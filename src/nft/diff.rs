@@ -640,7 +640,11 @@ mod tests {
                 assert!(lending[0].sets.values().all(|s| s.elements.is_empty()));
             }
             return_elements(ops, &mut lending);
-            assert_eq!(lending, [desired.clone()], "every element is back");
+            assert_eq!(
+                lending,
+                std::slice::from_ref(desired),
+                "every element is back"
+            );
         }
     }
 
