@@ -138,7 +138,7 @@ pub fn endpoint(ip: IpAddr, port: u16, node: usize) -> Endpoint {
         ready: true,
         serving: true,
         terminating: false,
-        node_name: Some(format!("node-{node}")),
+        node_name: Some(format!("node-{node}").into()),
         zone: None,
         hint_zones: vec![],
         hint_nodes: vec![],

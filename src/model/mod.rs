@@ -3,8 +3,9 @@
 //! invalid object is rejected with a reason and never affects another; headless and
 //! ExternalName Services are not proxied at all.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -148,6 +149,23 @@ impl ServicePort {
     }
 }
 
+/// `name` as endpoints hold it: one allocation per node, shared by every endpoint on it (a
+/// cluster has far more endpoints than nodes, and the daemon holds every endpoint).
+pub fn intern_node_name(name: &str) -> Arc<str> {
+    static NAMES: Mutex<BTreeSet<Arc<str>>> = Mutex::new(BTreeSet::new());
+    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(shared) = names.get(name) {
+        return shared.clone();
+    }
+    // Names no endpoint holds any more (nodes gone) are dropped as the set doubles.
+    if names.len() >= 64 && names.len().is_power_of_two() {
+        names.retain(|n| Arc::strong_count(n) > 1);
+    }
+    let shared: Arc<str> = name.into();
+    names.insert(shared.clone());
+    shared
+}
+
 /// One endpoint address of a service port.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Endpoint {
@@ -156,7 +174,8 @@ pub struct Endpoint {
     pub ready: bool,
     pub serving: bool,
     pub terminating: bool,
-    pub node_name: Option<String>,
+    /// Shared by every endpoint on that node (see `intern_node_name`).
+    pub node_name: Option<Arc<str>>,
     pub zone: Option<String>,
     pub hint_zones: Vec<String>,
     pub hint_nodes: Vec<String>,

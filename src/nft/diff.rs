@@ -197,6 +197,54 @@ fn element_changes(old: &Set, s: &Set) -> (Vec<Element>, Vec<Element>) {
 /// One function on purpose: it is the order of the numbered steps below that makes every
 /// reference valid when the kernel checks it, and that order reads best in one place.
 pub fn plan(current: Option<&Table>, desired: &Table) -> Vec<Op> {
+    plan_with(current, desired, |s| s.elements.clone())
+}
+
+/// [`plan`], with the elements of the sets it fills whole (new and recreated sets) moved out
+/// of `desired` into the operations rather than copied: a new table's sets hold nearly all of
+/// its memory, and a cold sync would otherwise hold the cluster's elements twice.
+/// [`return_elements`] puts them back once the operations were sent.
+pub fn plan_lending(current: Option<&Table>, desired: &mut Table) -> Vec<Op> {
+    let mut lent: BTreeMap<String, Vec<Element>> = desired
+        .sets
+        .values_mut()
+        .filter(|s| {
+            current
+                .and_then(|c| c.sets.get(&s.name))
+                .is_none_or(|old| !same_set_type(old, s))
+        })
+        .map(|s| (s.name.clone(), std::mem::take(&mut s.elements)))
+        .collect();
+    plan_with(current, desired, |s| {
+        lent.remove(&s.name).unwrap_or_default()
+    })
+}
+
+/// Moves the elements [`plan_lending`] lent to `ops` back into their sets in `tables`. Only
+/// whole-set fills were lent, and their sets were left empty: an `AddElements` of a set that
+/// still holds elements carries copies (added elements of a kept set) and is left alone.
+pub fn return_elements(ops: Vec<Op>, tables: &mut [Table]) {
+    for op in ops {
+        if let Op::AddElements {
+            table,
+            set,
+            elements,
+        } = op
+            && let Some(t) = tables.iter_mut().find(|t| t.table_ref() == table)
+            && let Some(s) = t.sets.get_mut(&set)
+            && s.elements.is_empty()
+        {
+            s.elements = elements;
+        }
+    }
+}
+
+/// [`plan`], taking the elements of each set filled whole from `fill`.
+fn plan_with(
+    current: Option<&Table>,
+    desired: &Table,
+    mut fill: impl FnMut(&Set) -> Vec<Element>,
+) -> Vec<Op> {
     let table = desired.table_ref();
     let empty = Table::new(desired.family, desired.name.clone());
     let cur = current.unwrap_or(&empty);
@@ -338,11 +386,15 @@ pub fn plan(current: Option<&Table>, desired: &Table) -> Vec<Op> {
     }
     for s in desired.sets.values() {
         let fresh = !cur.sets.contains_key(&s.name) || recreated_sets.contains(s.name.as_str());
-        if fresh && !s.elements.is_empty() {
+        if !fresh {
+            continue;
+        }
+        let elements = fill(s);
+        if !elements.is_empty() {
             ops.push(Op::AddElements {
                 table: table.clone(),
                 set: s.name.clone(),
-                elements: s.elements.clone(),
+                elements,
             });
         }
     }
@@ -568,6 +620,32 @@ mod tests {
         set.timeout = Some(60);
         let (_, got) = converge(Some(&before), &after);
         assert_eq!(got, after);
+    }
+
+    #[test]
+    fn lent_elements_make_the_same_operations_and_all_come_back() {
+        let before = cluster(3, 2);
+        let added = cluster(4, 2);
+        let mut recreated = cluster(3, 2);
+        recreated.sets.get_mut("service-ips").unwrap().timeout = Some(60);
+        for (current, desired) in [(None, &before), (Some(&before), &added)]
+            .into_iter()
+            .chain([(Some(&before), &recreated), (Some(&before), &before)])
+        {
+            let expected = plan(current, desired);
+            let mut lending = vec![desired.clone()];
+            let ops = plan_lending(current, &mut lending[0]);
+            assert_eq!(ops, expected);
+            if current.is_none() {
+                assert!(lending[0].sets.values().all(|s| s.elements.is_empty()));
+            }
+            return_elements(ops, &mut lending);
+            assert_eq!(
+                lending,
+                std::slice::from_ref(desired),
+                "every element is back"
+            );
+        }
     }
 
     #[test]

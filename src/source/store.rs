@@ -58,7 +58,8 @@ impl Kept for ServiceCIDR {
 /// An object as the store keeps it: as JSON, which takes a fraction of the typed object's
 /// memory (k8s-openapi structs reserve room for every optional field: 350 bytes per endpoint
 /// of a slice before its strings), decoded again only when its service changes. Fields no
-/// proxy reads (managedFields, kubectl's last-applied copy) are dropped first.
+/// proxy reads (managedFields, kubectl's last-applied copy, the server's bookkeeping: uid,
+/// resourceVersion, generation, creation time, owners) are dropped first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stored {
     json: Box<str>,
@@ -69,6 +70,11 @@ impl Stored {
     fn of<K: Kept>(mut object: K) -> Stored {
         let meta = object.meta_mut();
         meta.managed_fields = None;
+        meta.uid = None;
+        meta.resource_version = None;
+        meta.generation = None;
+        meta.creation_timestamp = None;
+        meta.owner_references = None;
         if let Some(annotations) = meta.annotations.as_mut() {
             annotations.remove(LAST_APPLIED);
         }
@@ -256,8 +262,35 @@ pub struct ClusterStore {
 /// Store keys of the objects that make up one service.
 #[derive(Debug, Default)]
 struct Members {
-    services: BTreeSet<String>,
-    slices: BTreeSet<String>,
+    services: Keys,
+    slices: Keys,
+}
+
+/// A few store keys, sorted, each once. A service has one Service object and one or a few
+/// slices: a `BTreeSet` would spend a 280-byte node on each list of every service.
+#[derive(Debug, Default)]
+struct Keys(Vec<Box<str>>);
+
+impl Keys {
+    fn insert(&mut self, key: &str) {
+        if let Err(i) = self.0.binary_search_by(|k| (**k).cmp(key)) {
+            self.0.insert(i, key.into());
+        }
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Ok(i) = self.0.binary_search_by(|k| (**k).cmp(key)) {
+            self.0.remove(i);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|k| &**k)
+    }
 }
 
 impl Members {
@@ -267,7 +300,7 @@ impl Members {
 }
 
 /// Which of a service's member lists an object kind goes to.
-type MemberList = fn(&mut Members) -> &mut BTreeSet<String>;
+type MemberList = fn(&mut Members) -> &mut Keys;
 
 /// Moves object `key` from the service `before` named to the one `after` names, and marks both
 /// changed.
@@ -289,7 +322,7 @@ fn track(
         changed.insert(service);
     }
     if let Some(service) = after {
-        list(members.entry(service.clone()).or_default()).insert(key.to_string());
+        list(members.entry(service.clone()).or_default()).insert(key);
         changed.insert(service);
     }
 }
@@ -561,7 +594,7 @@ mod tests {
     }
 
     #[test]
-    fn objects_come_back_as_they_were_without_managed_fields_and_kubectls_copy() {
+    fn objects_come_back_as_they_were_without_managed_fields_bookkeeping_and_kubectls_copy() {
         let mut service = svc("a", 80);
         service.metadata.annotations = Some(
             [
@@ -572,6 +605,8 @@ mod tests {
         );
         let mut expected = service.clone();
         service.metadata.managed_fields = Some(vec![Default::default()]);
+        service.metadata.uid = Some("7c8a0f2e-0000-4000-8000-000000000001".into());
+        service.metadata.resource_version = Some("12345".into());
         expected
             .metadata
             .annotations

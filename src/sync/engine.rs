@@ -13,7 +13,7 @@ use crate::nft::netlink::{ApplyError, DumpError, Nftables, canonicalized};
 use crate::nft::transaction::{TableRef, Transaction};
 use std::time::{Duration, Instant};
 
-use super::{Observed, reconcile_transaction};
+use super::{Observed, reconcile_transaction_lending, return_elements};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -194,7 +194,7 @@ impl<K: Kernel> Syncer<K> {
     /// or the ruleset generation moved since our last commit. The tables are taken, not
     /// copied: they are the whole cluster's ruleset.
     pub fn sync(&mut self, desired: Vec<Table>, force_full: bool) -> Result<SyncReport, SyncError> {
-        let desired: Vec<Table> = desired.into_iter().map(canonicalized).collect();
+        let mut desired: Vec<Table> = desired.into_iter().map(canonicalized).collect();
         let kind = if std::mem::take(&mut self.read_back) {
             SyncKind::Full
         } else {
@@ -204,9 +204,20 @@ impl<K: Kernel> Syncer<K> {
         let generation = self.generation.take();
         if !force_full && let (Some(applied), Some(generation)) = (applied, generation) {
             let observed = self.observed_from(applied);
-            let tx = || reconcile_transaction(&observed, &desired, Some(generation));
-            if let Some(committed) = self.commit_at(generation, tx)? {
-                return Ok(self.remember(desired, committed, kind));
+            if self.still_at(generation)? {
+                let tx = reconcile_transaction_lending(&observed, &mut desired, Some(generation));
+                let committed = self.commit(&tx);
+                return_elements(tx, &mut desired);
+                match committed {
+                    Ok(committed) => return Ok(self.remember(desired, committed, kind)),
+                    Err(SyncError::Apply {
+                        source: KernelError::GenerationChanged { .. },
+                        ..
+                    }) => {
+                        tracing::info!("the ruleset changed under a partial sync; syncing fully")
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
         self.full_sync(desired)
@@ -245,13 +256,7 @@ impl<K: Kernel> Syncer<K> {
         generation: u32,
         tx: impl FnOnce() -> Transaction,
     ) -> Result<Option<Committed>, SyncError> {
-        let now = self.kernel.generation().map_err(SyncError::Generation)?;
-        if now != generation {
-            tracing::info!(
-                expected = generation,
-                found = now,
-                "nftables changed since our last commit; syncing fully"
-            );
+        if !self.still_at(generation)? {
             return Ok(None);
         }
         match self.commit(&tx()) {
@@ -267,12 +272,30 @@ impl<K: Kernel> Syncer<K> {
         }
     }
 
-    fn full_sync(&mut self, desired: Vec<Table>) -> Result<SyncReport, SyncError> {
+    /// Whether the ruleset is still at `generation`, the one our last commit left; if not,
+    /// another program committed since and what we remember of the kernel is stale.
+    fn still_at(&mut self, generation: u32) -> Result<bool, SyncError> {
+        let now = self.kernel.generation().map_err(SyncError::Generation)?;
+        if now != generation {
+            tracing::info!(
+                expected = generation,
+                found = now,
+                "nftables changed since our last commit; syncing fully"
+            );
+        }
+        Ok(now == generation)
+    }
+
+    fn full_sync(&mut self, mut desired: Vec<Table>) -> Result<SyncReport, SyncError> {
         for _ in 0..FULL_SYNC_ATTEMPTS {
             let generation = self.kernel.generation().map_err(SyncError::Generation)?;
             let observed = self.read_tables()?;
-            let tx = reconcile_transaction(&observed, &desired, Some(generation));
-            match self.commit(&tx) {
+            // The elements are lent to the transaction and given back whatever the outcome:
+            // a retry and the memory of what was applied need them.
+            let tx = reconcile_transaction_lending(&observed, &mut desired, Some(generation));
+            let committed = self.commit(&tx);
+            return_elements(tx, &mut desired);
+            match committed {
                 Ok(committed) => return Ok(self.remember(desired, committed, SyncKind::Full)),
                 Err(SyncError::Apply {
                     source: KernelError::GenerationChanged { .. },

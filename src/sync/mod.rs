@@ -120,18 +120,57 @@ pub fn reconcile_transaction(
             Some(Observed::Absent) | None => ops.extend(crate::nft::diff::plan(None, table)),
         }
     }
-    for (tref, o) in observed {
-        let still_desired = desired.iter().any(|t| t.table_ref() == *tref);
-        if !still_desired && *o != Observed::Absent {
-            ops.push(Op::DeleteTable {
-                table: tref.clone(),
-            });
-        }
-    }
+    ops.extend(deleted_tables(observed, desired));
     Transaction {
         ops,
         expected_generation,
     }
+}
+
+/// [`reconcile_transaction`], with the elements of the sets it fills whole moved out of
+/// `desired` rather than copied (see `diff::plan_lending`); `return_elements(tx, desired)`
+/// puts them back. Same operations, in the same order.
+pub fn reconcile_transaction_lending(
+    observed: &[(TableRef, Observed)],
+    desired: &mut [Table],
+    expected_generation: Option<u32>,
+) -> Transaction {
+    let mut ops = Vec::new();
+    for table in desired.iter_mut() {
+        let tref = table.table_ref();
+        match observed.iter().find(|(r, _)| *r == tref).map(|(_, o)| o) {
+            Some(Observed::Read(current)) => {
+                ops.extend(crate::nft::diff::plan_lending(Some(current), table))
+            }
+            Some(Observed::Unreadable) => ops.extend(replace_table_ops(table)),
+            Some(Observed::Absent) | None => {
+                ops.extend(crate::nft::diff::plan_lending(None, table))
+            }
+        }
+    }
+    ops.extend(deleted_tables(observed, desired));
+    Transaction {
+        ops,
+        expected_generation,
+    }
+}
+
+/// Gives the elements a [`reconcile_transaction_lending`] moved into `tx` back to `desired`.
+pub fn return_elements(tx: Transaction, desired: &mut [Table]) {
+    crate::nft::diff::return_elements(tx.ops, desired);
+}
+
+/// Deletes our tables the kernel holds that are no longer desired.
+fn deleted_tables(observed: &[(TableRef, Observed)], desired: &[Table]) -> Vec<Op> {
+    observed
+        .iter()
+        .filter(|(tref, o)| {
+            *o != Observed::Absent && !desired.iter().any(|t| t.table_ref() == *tref)
+        })
+        .map(|(tref, _)| Op::DeleteTable {
+            table: tref.clone(),
+        })
+        .collect()
 }
 
 /// One transaction that applies planned changes: for each table, the difference between the

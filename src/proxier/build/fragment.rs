@@ -66,7 +66,6 @@ impl Fragment {
 /// the first chain, set or element key seen wins.
 pub fn assemble(head: &Table, fragments: impl IntoIterator<Item = Fragment>) -> Table {
     let mut t = head.clone();
-    let mut seen: BTreeMap<String, std::collections::HashSet<Vec<Value>>> = BTreeMap::new();
     for f in fragments {
         for set in f.sets {
             t.sets.entry(set.name.clone()).or_insert(set);
@@ -79,13 +78,15 @@ pub fn assemble(head: &Table, fragments: impl IntoIterator<Item = Fragment>) -> 
                 .sets
                 .get_mut(&name)
                 .expect("a fragment's elements go to declared sets");
-            let keys = seen.entry(name).or_default();
-            for e in elements {
-                if keys.insert(e.key.clone()) {
-                    set.elements.push(e);
-                }
-            }
+            set.elements.extend(elements);
         }
+    }
+    // The first of equal keys wins: a stable sort keeps them in fragment order. Sorting by key
+    // leaves the elements in the order `normalize` wants, without a copy of every key to
+    // remember which were seen.
+    for set in t.sets.values_mut() {
+        set.elements.sort_by(|a, b| a.key.cmp(&b.key));
+        set.elements.dedup_by(|later, first| later.key == first.key);
     }
     t.normalize();
     t
