@@ -12,9 +12,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use harness::*;
-use kubenft::nft::netlink::NetlinkSocket;
-use kubenft::nft::netlink::attr::AttrWriter;
-use kubenft::nft::netlink::socket::{NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST, NfHeader};
+use kubenft::netlink::NetlinkSocket;
+use kubenft::netlink::attr::AttrWriter;
+use kubenft::netlink::socket::{NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST, NfHeader};
 use kubenft::nft::netlink::sys::*;
 
 /// Creates `ip kubenft` with the OWNER flag from a socket of this test's: while that socket is

@@ -21,9 +21,9 @@ use netlink_packet_netfilter::conntrack::{
     ConntrackAttribute, ConntrackMessage, IPTuple, ProtoTuple, Tuple,
 };
 
-use crate::nft::netlink::socket::{Message, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NfHeader};
+use crate::netlink::socket::{Message, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NfHeader};
+use crate::netlink::{NetlinkSocket, SocketError};
 use crate::nft::netlink::sys::NLA_F_NESTED;
-use crate::nft::netlink::{NetlinkSocket, SocketError};
 
 /// Transport protocol of a flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

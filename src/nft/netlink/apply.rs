@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 use std::io;
 
-use super::attr::AttrWriter;
 use super::dump::{DumpError, dump_table};
 use super::encode::{EncodeError, Encoder, Msg};
-use super::socket::{NLM_F_ACK, NetlinkSocket, NfHeader, SocketError};
 use super::sys::*;
+use crate::netlink::attr::AttrWriter;
+use crate::netlink::socket::{NLM_F_ACK, NLM_F_REQUEST, NetlinkSocket, NfHeader, SocketError};
 use crate::nft::model::{Family, Table};
 use crate::nft::render::render_op;
 use crate::nft::transaction::{Op, TableRef, Transaction};
@@ -218,7 +218,7 @@ fn encode_batch(
     }
     NfHeader {
         msg_type: NFNL_MSG_BATCH_BEGIN,
-        flags: super::socket::NLM_F_REQUEST,
+        flags: NLM_F_REQUEST,
         seq: first,
         family: NFPROTO_UNSPEC,
         res_id: NFNL_SUBSYS_NFTABLES,
@@ -253,7 +253,7 @@ fn encode_batch(
     let total = seq.wrapping_sub(first) + 2;
     NfHeader {
         msg_type: NFNL_MSG_BATCH_END,
-        flags: super::socket::NLM_F_REQUEST,
+        flags: NLM_F_REQUEST,
         seq: first.wrapping_add(total - 1),
         family: NFPROTO_UNSPEC,
         res_id: NFNL_SUBSYS_NFTABLES,

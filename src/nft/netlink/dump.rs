@@ -4,11 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use super::attr::AttrWriter;
 use super::decode::{self, DecodeError, RawData, RawElem, RawSet};
 use super::lift::{LiftError, SetInfo, lift_rule};
-use super::socket::{NetlinkSocket, SocketError};
 use super::sys::*;
+use crate::netlink::attr::AttrWriter;
+use crate::netlink::{NetlinkSocket, SocketError};
 use crate::nft::model::{
     Chain, CmpOp, DataType, Element, Family, MapData, RejectKind, Rule, Selector, Set, Stmt, Table,
     Value,

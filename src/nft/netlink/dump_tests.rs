@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::decode::{self, DecodeError, RawRule};
 use super::dump::{DumpError, dump_table};
 use super::lift::{self, LiftError, SetInfo};
-use super::socket::NetlinkSocket;
+use crate::netlink::NetlinkSocket;
 use crate::netns::{Netns, can_create};
 use crate::nft::model::*;
 
@@ -768,8 +768,8 @@ fn a_rule_nft_would_not_generate_for_the_model_is_an_error_naming_chain_and_hand
 
 #[test]
 fn truncated_and_malformed_rule_messages_are_errors() {
-    use super::attr::AttrWriter;
     use super::sys::*;
+    use crate::netlink::attr::AttrWriter;
     let mut w = AttrWriter::new();
     w.string(NFTA_RULE_TABLE, "t")
         .string(NFTA_RULE_CHAIN, "c")
@@ -1013,7 +1013,7 @@ fn truncated_or_corrupted_kernel_dump_messages_decode_to_errors_never_panics() {
                     all.push((kind, m.nfgen().unwrap().2.to_vec()));
                 }
             }
-            let mut w = super::attr::AttrWriter::new();
+            let mut w = crate::netlink::attr::AttrWriter::new();
             w.string(NFTA_SET_ELEM_LIST_TABLE, "kubenft")
                 .string(NFTA_SET_ELEM_LIST_SET, "service-ips");
             for m in sock

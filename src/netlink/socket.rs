@@ -9,7 +9,9 @@ use std::io;
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_NETFILTER};
 
 use super::attr::AttrIter;
-use super::sys::{NFNETLINK_V0, NFNL_SUBSYS_NFTABLES, NFPROTO_UNSPEC, NFT_MSG_GETGEN, NFTA_GEN_ID};
+use crate::nft::netlink::sys::{
+    NFNETLINK_V0, NFNL_SUBSYS_NFTABLES, NFPROTO_UNSPEC, NFT_MSG_GETGEN, NFTA_GEN_ID,
+};
 
 // linux/netlink.h message types and flags, named as in the header.
 pub const NLMSG_NOOP: u16 = 1;
@@ -681,12 +683,12 @@ mod tests {
         let ns = Netns::create("enoent").unwrap();
         let mut sock = ns.run(|| NetlinkSocket::open().unwrap()).unwrap();
         let mut w = super::super::attr::AttrWriter::new();
-        w.string(super::super::sys::NFTA_TABLE_NAME, "absent");
+        w.string(crate::nft::netlink::sys::NFTA_TABLE_NAME, "absent");
         let err = sock
             .get(
                 "GETTABLE",
-                super::super::sys::NFT_MSG_GETTABLE,
-                super::super::sys::NFPROTO_IPV4,
+                crate::nft::netlink::sys::NFT_MSG_GETTABLE,
+                crate::nft::netlink::sys::NFPROTO_IPV4,
                 &w.buf,
             )
             .unwrap_err();
@@ -696,7 +698,7 @@ mod tests {
     #[test]
     fn a_failing_batch_reports_the_failed_message_seq_and_the_last_ack() {
         use super::super::attr::AttrWriter;
-        use super::super::sys::*;
+        use crate::nft::netlink::sys::*;
         if !can_create() {
             eprintln!("skipped: creating network namespaces needs root");
             return;
