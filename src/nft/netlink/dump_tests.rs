@@ -1009,16 +1009,16 @@ fn truncated_or_corrupted_kernel_dump_messages_decode_to_errors_never_panics() {
                 (NFT_MSG_GETSET, "set"),
                 (NFT_MSG_GETRULE, "rule"),
             ] {
-                for m in sock.dump("dump", msg, NFPROTO_IPV4, &[]).unwrap() {
+                for m in super::requests::dump(&mut sock, "dump", msg, NFPROTO_IPV4, &[]).unwrap() {
                     all.push((kind, m.nfgen().unwrap().2.to_vec()));
                 }
             }
             let mut w = crate::netlink::attr::AttrWriter::new();
             w.string(NFTA_SET_ELEM_LIST_TABLE, "kubenft")
                 .string(NFTA_SET_ELEM_LIST_SET, "service-ips");
-            for m in sock
-                .dump("elems", NFT_MSG_GETSETELEM, NFPROTO_IPV4, &w.buf)
-                .unwrap()
+            for m in
+                super::requests::dump(&mut sock, "elems", NFT_MSG_GETSETELEM, NFPROTO_IPV4, &w.buf)
+                    .unwrap()
             {
                 all.push(("elems", m.nfgen().unwrap().2.to_vec()));
             }

@@ -7,11 +7,13 @@ pub mod dump;
 pub mod encode;
 pub mod lift;
 pub mod lower;
+pub mod requests;
 pub mod sys;
 
 pub use crate::netlink::{NetlinkSocket, SocketError};
 pub use apply::{ApplyError, ApplyStats, Nftables};
-pub use dump::{DumpError, canonical, canonicalized, dump_table, generation};
+pub use dump::{DumpError, canonical, canonicalized, dump_table};
+pub use requests::generation;
 
 #[cfg(test)]
 mod dump_tests;
