@@ -154,17 +154,20 @@ impl Builder<'_> {
                 );
             }
         } else {
-            let (verdict, why) = p.no_endpoints.clone();
-            for ip in &p.cluster_ips {
-                self.out.push_element(
-                    NO_ENDPOINT_SERVICES,
-                    Element::map(
-                        vec![ip_value(*ip), p.proto.clone(), p.port.clone()],
-                        verdict.clone(),
-                    )
-                    .with_comment(format!("{label} {why}")),
-                );
-            }
+            self.no_endpoint_ips(p, &p.cluster_ips);
+        }
+    }
+
+    /// Each of `ips` with the port's service port in `no-endpoint-services`, with the verdict
+    /// for traffic that finds no endpoint.
+    fn no_endpoint_ips(&mut self, p: &PortRules, ips: &[IpAddr]) {
+        let (verdict, why) = &p.no_endpoints;
+        for ip in ips {
+            let key = vec![ip_value(*ip), p.proto.clone(), p.port.clone()];
+            self.out.push_element(
+                NO_ENDPOINT_SERVICES,
+                Element::map(key, verdict.clone()).with_comment(format!("{} {why}", p.label)),
+            );
         }
     }
 
@@ -196,17 +199,8 @@ impl Builder<'_> {
             && !p.cluster.is_empty();
         let external_chain_needed = !p.external.is_empty() || short_circuit_only;
         if p.external.is_empty() {
+            self.no_endpoint_ips(p, &external_ips);
             let (verdict, why) = p.no_endpoints.clone();
-            for ip in &external_ips {
-                self.out.push_element(
-                    NO_ENDPOINT_SERVICES,
-                    Element::map(
-                        vec![ip_value(*ip), p.proto.clone(), p.port.clone()],
-                        verdict.clone(),
-                    )
-                    .with_comment(format!("{label} {why}")),
-                );
-            }
             if let Some(np) = node_port_here {
                 self.out.push_element(
                     NO_ENDPOINT_NODEPORTS,
