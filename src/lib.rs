@@ -13,6 +13,7 @@ pub mod events;
 pub mod explain;
 pub mod lab;
 pub mod model;
+pub mod netlink;
 pub mod netns;
 pub mod nft;
 pub mod nodeport_conflicts;

@@ -12,9 +12,10 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use harness::*;
-use kubenft::nft::netlink::NetlinkSocket;
-use kubenft::nft::netlink::attr::AttrWriter;
-use kubenft::nft::netlink::socket::{NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST, NfHeader};
+use kubenft::netlink::NetlinkSocket;
+use kubenft::netlink::attr::AttrWriter;
+use kubenft::netlink::socket::{NLM_F_ACK, NLM_F_CREATE, NfHeader};
+use kubenft::nft::netlink::requests;
 use kubenft::nft::netlink::sys::*;
 
 /// Creates `ip kubenft` with the OWNER flag from a socket of this test's: while that socket is
@@ -26,21 +27,14 @@ fn squat_on_our_table(node: &kubenft::netns::Netns) -> mpsc::Sender<()> {
     node.spawn(move || {
         let mut sock = NetlinkSocket::open().expect("netlink socket");
         let mut out = Vec::new();
-        let header = |msg_type, seq| NfHeader {
-            msg_type,
-            flags: NLM_F_REQUEST,
-            seq,
-            family: NFPROTO_UNSPEC,
-            res_id: NFNL_SUBSYS_NFTABLES,
-        };
-        header(NFNL_MSG_BATCH_BEGIN, 1).encode(&[], &mut out);
+        NfHeader::batch_begin(NFNL_SUBSYS_NFTABLES, 1).encode(&[], &mut out);
         let mut table = AttrWriter::new();
         table
             .string(NFTA_TABLE_NAME, "kubenft")
             .be32(NFTA_TABLE_FLAGS, NFT_TABLE_F_OWNER);
-        NfHeader::nft(NFT_MSG_NEWTABLE, NLM_F_CREATE | NLM_F_ACK, NFPROTO_IPV4, 2)
+        requests::header(NFT_MSG_NEWTABLE, NLM_F_CREATE | NLM_F_ACK, NFPROTO_IPV4, 2)
             .encode(&table.buf, &mut out);
-        header(NFNL_MSG_BATCH_END, 3).encode(&[], &mut out);
+        NfHeader::batch_end(NFNL_SUBSYS_NFTABLES, 3).encode(&[], &mut out);
         sock.send(&out).expect("batch sent");
         let acked = sock
             .recv()

@@ -8,6 +8,8 @@ mod common;
 #[path = "common/explain.rs"]
 #[allow(dead_code)]
 mod explain_harness;
+#[path = "common/privilege.rs"]
+mod privilege;
 
 use std::path::Path;
 
@@ -19,6 +21,7 @@ use kubenft::nft::model::{Family, Value};
 use kubenft::nft::netlink::Nftables;
 use kubenft::nft::transaction::{Op, Transaction};
 use kubenft::proxier::ProxyConfig;
+use privilege::unprivileged;
 use serde_json::Value as Json;
 
 const CLUSTER: &str = r#"
@@ -336,25 +339,6 @@ fn a_slot_deleted_by_hand_is_explained_as_falling_back() {
         .unwrap();
     assert_eq!(eps.len(), 1, "{listing:#}");
     assert_eq!(eps[0]["address"], POD1);
-}
-
-/// `setpriv` arguments that run as uid 65532 with only `caps` ("+net_admin" or "").
-fn unprivileged(caps: &str) -> Vec<String> {
-    let keep = if caps.is_empty() {
-        "-all".to_string()
-    } else {
-        format!("-all,{caps}")
-    };
-    vec![
-        "setpriv".into(),
-        "--reuid=65532".into(),
-        "--regid=65532".into(),
-        "--clear-groups".into(),
-        format!("--inh-caps={keep}"),
-        format!("--ambient-caps={keep}"),
-        format!("--bounding-set={keep}"),
-        "--no-new-privs".into(),
-    ]
 }
 
 #[test]

@@ -6,7 +6,10 @@ mod common;
 #[path = "common/daemon.rs"]
 #[allow(dead_code)]
 mod harness;
+#[path = "common/privilege.rs"]
+mod privilege;
 
+use privilege::unprivileged;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 

@@ -16,10 +16,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use kubenft::lab::{Topology, sh};
+use kubenft::netlink::socket::split_messages;
 use kubenft::netns::Netns;
 use kubenft::nft::netlink::decode::{self, RawData};
-use kubenft::nft::netlink::socket::split_messages;
-use kubenft::nft::netlink::sys::NFT_MSG_NEWSETELEM;
+use kubenft::nft::netlink::sys::{NFNL_SUBSYS_NFTABLES, NFT_MSG_NEWSETELEM};
 use kubenft_testkit::Kind;
 use netlink_sys::{Socket, protocols::NETLINK_NETFILTER};
 
@@ -473,7 +473,7 @@ fn monitor(sock: Socket, seen: Seen, base: Instant, stop: Arc<AtomicBool>) -> us
             continue;
         };
         for m in messages {
-            if m.nft_msg() != Some(NFT_MSG_NEWSETELEM) {
+            if m.subsys_msg(NFNL_SUBSYS_NFTABLES) != Some(NFT_MSG_NEWSETELEM) {
                 continue;
             }
             let Ok((_, _, attrs)) = m.nfgen() else {

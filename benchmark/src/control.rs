@@ -9,13 +9,14 @@ use std::time::{Duration, Instant};
 use std::collections::BTreeSet;
 
 use kubenft::model::{ClusterState, ConsistentEndpoint, ServicePortName};
+use kubenft::netlink::NetlinkSocket;
+use kubenft::netlink::attr::AttrWriter;
 use kubenft::netns::Netns;
 use kubenft::nft::model::Table;
-use kubenft::nft::netlink::attr::AttrWriter;
 use kubenft::nft::netlink::sys::{
     NFPROTO_IPV4, NFT_MSG_GETSETELEM, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE,
 };
-use kubenft::nft::netlink::{NetlinkSocket, Nftables};
+use kubenft::nft::netlink::{Nftables, requests};
 use kubenft::nft::render::render_table;
 use kubenft::proxier::{EndpointBlocks, Planner, build, build_after};
 use kubenft::sync::{
@@ -291,8 +292,7 @@ fn read_elements(sock: &mut NetlinkSocket, table: &str, set: &str) -> (Duration,
     w.string(NFTA_SET_ELEM_LIST_TABLE, table)
         .string(NFTA_SET_ELEM_LIST_SET, set);
     let start = Instant::now();
-    let messages = sock
-        .dump("GETSETELEM", NFT_MSG_GETSETELEM, NFPROTO_IPV4, &w.buf)
+    let messages = requests::dump(sock, "GETSETELEM", NFT_MSG_GETSETELEM, NFPROTO_IPV4, &w.buf)
         .expect("element dump")
         .len();
     (start.elapsed(), messages)

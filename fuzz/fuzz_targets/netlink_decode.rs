@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 
 use kubenft::nft::model::Family;
-use kubenft::nft::netlink::{decode, lift, socket};
+use kubenft::netlink::socket;
+use kubenft::nft::netlink::{decode, lift};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

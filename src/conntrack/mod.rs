@@ -21,9 +21,9 @@ use netlink_packet_netfilter::conntrack::{
     ConntrackAttribute, ConntrackMessage, IPTuple, ProtoTuple, Tuple,
 };
 
-use crate::nft::netlink::socket::{Message, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NfHeader};
-use crate::nft::netlink::sys::NLA_F_NESTED;
-use crate::nft::netlink::{NetlinkSocket, SocketError};
+use crate::netlink::attr::NLA_F_NESTED;
+use crate::netlink::socket::NLM_F_ACK;
+use crate::netlink::{Message, NetlinkSocket, NfHeader, SocketError};
 
 /// Transport protocol of a flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -208,16 +208,6 @@ struct Entry {
     key: Vec<ConntrackAttribute>,
 }
 
-fn ct_header(msg: u16, flags: u16, family: u8, seq: u32) -> NfHeader {
-    NfHeader {
-        msg_type: (NFNL_SUBSYS_CTNETLINK << 8) | msg,
-        flags: flags | NLM_F_REQUEST,
-        seq,
-        family,
-        res_id: 0,
-    }
-}
-
 /// Dumps the entries of `scope` and keeps those `keep` selects, filtering as the dump streams in
 /// so a large table is never held in memory.
 fn dump(
@@ -226,45 +216,32 @@ fn dump(
     undecodable: &mut usize,
     mut keep: impl FnMut(&Flow) -> bool,
 ) -> Result<Vec<Entry>, ConntrackError> {
-    let seq = sock.next_seq(1);
-    let mut request = Vec::new();
     let (family, attrs) = scope.request();
-    ct_header(IPCTNL_MSG_CT_GET, NLM_F_DUMP, family, seq).encode(&attrs, &mut request);
-    sock.send(&request).map_err(ConntrackError::Dump)?;
+    let header = NfHeader::request(
+        NFNL_SUBSYS_CTNETLINK,
+        IPCTNL_MSG_CT_GET,
+        0,
+        family,
+        sock.next_seq(1),
+    );
     let mut kept = Vec::new();
-    loop {
-        for msg in sock.recv().map_err(ConntrackError::Dump)? {
-            if msg.seq != seq {
-                continue; // a late reply to an earlier request
-            }
-            if msg.is_done() {
-                return Ok(kept);
-            }
-            if let Some(err) = msg.error().map_err(ConntrackError::Dump)? {
-                if err.is_ack() {
-                    continue;
-                }
-                return Err(ConntrackError::Dump(SocketError::Kernel {
-                    request: "IPCTNL_MSG_CT_GET",
-                    seq: err.seq,
-                    message: err.message.clone(),
-                    source: err.to_io(),
-                }));
-            }
-            if msg.msg_type != (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_NEW {
-                continue;
-            }
-            match decode_entry(&msg) {
-                Ok(Some(entry)) if keep(&entry.flow) => kept.push(entry),
-                Ok(_) => {}
-                Err(error) => {
-                    // One odd entry must not stop the cleanup of the others.
-                    tracing::warn!(%error, "skipping a conntrack entry that does not decode");
-                    *undecodable += 1;
-                }
+    // An interrupted dump is used as it is: an entry it missed is judged after the next sync.
+    sock.dump_each("IPCTNL_MSG_CT_GET", header, &attrs, |msg| {
+        if msg.subsys_msg(NFNL_SUBSYS_CTNETLINK) != Some(IPCTNL_MSG_CT_NEW) {
+            return;
+        }
+        match decode_entry(&msg) {
+            Ok(Some(entry)) if keep(&entry.flow) => kept.push(entry),
+            Ok(_) => {}
+            Err(error) => {
+                // One odd entry must not stop the cleanup of the others.
+                tracing::warn!(%error, "skipping a conntrack entry that does not decode");
+                *undecodable += 1;
             }
         }
-    }
+    })
+    .map_err(ConntrackError::Dump)?;
+    Ok(kept)
 }
 
 /// Decodes one dumped entry; `None` for entries without ports (ICMP and the like).
@@ -354,8 +331,14 @@ fn delete_entries(
             let mut attrs = vec![0u8; entry.key.as_slice().buffer_len()];
             entry.key.as_slice().emit(&mut attrs);
             let seq = first.wrapping_add(i as u32);
-            ct_header(IPCTNL_MSG_CT_DELETE, NLM_F_ACK, entry.family, seq)
-                .encode(&attrs, &mut request);
+            NfHeader::request(
+                NFNL_SUBSYS_CTNETLINK,
+                IPCTNL_MSG_CT_DELETE,
+                NLM_F_ACK,
+                entry.family,
+                seq,
+            )
+            .encode(&attrs, &mut request);
         }
         sock.send(&request).map_err(ConntrackError::Delete)?;
         let mut answered = vec![false; chunk.len()];

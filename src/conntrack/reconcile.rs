@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use super::{ConntrackError, DeleteReport, DumpScope, Flow, IpFamily, Proto, delete_entries, dump};
-use crate::nft::netlink::NetlinkSocket;
+use crate::netlink::NetlinkSocket;
 
 /// The protocol whose entries are reconciled. kube-proxy's reconciler handles UDP only: TCP and
 /// SCTP end their connections, so a flow to a gone endpoint fails and the client reconnects.

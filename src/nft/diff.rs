@@ -76,53 +76,46 @@ struct Changes<'a> {
     refilled: Vec<&'a Chain>,
 }
 
-fn classify<'a>(cur: &'a Table, desired: &'a Table) -> Changes<'a> {
-    // Classify sets.
-    let removed_sets: BTreeSet<&str> = cur
-        .sets
-        .keys()
-        .filter(|n| !desired.sets.contains_key(*n))
-        .map(String::as_str)
+/// Objects by name, as they are (`cur`) and as they will be (`desired`): those only `cur` has
+/// (removed), those both have but whose kind `same_kind` says changed (recreated: the kernel
+/// cannot change them in place), and those only `desired` has (new), each in name order.
+fn split_by_name<'a, T>(
+    cur: &'a BTreeMap<String, T>,
+    desired: &'a BTreeMap<String, T>,
+    same_kind: impl Fn(&T, &T) -> bool,
+) -> (Vec<&'a T>, Vec<&'a T>, Vec<&'a T>) {
+    let removed = cur
+        .iter()
+        .filter(|(n, _)| !desired.contains_key(*n))
+        .map(|(_, o)| o)
         .collect();
-    let recreated_sets: BTreeSet<&str> = desired
-        .sets
-        .values()
-        .filter(|s| {
-            cur.sets
-                .get(&s.name)
-                .is_some_and(|old| !same_set_type(old, s))
-        })
-        .map(|s| s.name.as_str())
+    let recreated = desired
+        .iter()
+        .filter(|(n, o)| cur.get(*n).is_some_and(|old| !same_kind(old, o)))
+        .map(|(_, o)| o)
         .collect();
-    let new_sets: Vec<&Set> = desired
-        .sets
-        .values()
-        .filter(|s| !cur.sets.contains_key(&s.name))
+    let new = desired
+        .iter()
+        .filter(|(n, _)| !cur.contains_key(*n))
+        .map(|(_, o)| o)
         .collect();
+    (removed, recreated, new)
+}
 
-    // Classify chains. A base chain whose hook, type or priority changed is recreated.
-    let removed_chains: Vec<&Chain> = cur
-        .chains
-        .values()
-        .filter(|c| !desired.chains.contains_key(&c.name))
-        .collect();
-    let recreated_chains: Vec<&Chain> = desired
-        .chains
-        .values()
-        .filter(|c| {
-            cur.chains.get(&c.name).is_some_and(|old| {
-                old.base.map(|b| (b.kind, b.hook, b.priority))
-                    != c.base.map(|b| (b.kind, b.hook, b.priority))
-            })
-        })
-        .collect();
+fn classify<'a>(cur: &'a Table, desired: &'a Table) -> Changes<'a> {
+    let (removed_sets, recreated_sets, new_sets) =
+        split_by_name(&cur.sets, &desired.sets, same_set_type);
+    let removed_sets: BTreeSet<&str> = removed_sets.iter().map(|s| s.name.as_str()).collect();
+    let recreated_sets: BTreeSet<&str> = recreated_sets.iter().map(|s| s.name.as_str()).collect();
+
+    // A base chain whose hook, type or priority changed is recreated.
+    let (removed_chains, recreated_chains, new_chains) =
+        split_by_name(&cur.chains, &desired.chains, |old, c| {
+            old.base.map(|b| (b.kind, b.hook, b.priority))
+                == c.base.map(|b| (b.kind, b.hook, b.priority))
+        });
     let recreated_names: BTreeSet<&str> =
         recreated_chains.iter().map(|c| c.name.as_str()).collect();
-    let new_chains: Vec<&Chain> = desired
-        .chains
-        .values()
-        .filter(|c| !cur.chains.contains_key(&c.name))
-        .collect();
     let refilled: Vec<&Chain> = desired
         .chains
         .values()
@@ -151,41 +144,31 @@ fn classify<'a>(cur: &'a Table, desired: &'a Table) -> Changes<'a> {
     }
 }
 
-/// The elements of a kept set to delete and to add. A changed verdict is a delete then an
-/// add; an element whose only change is its comment is re-added to carry the new comment.
+/// The elements of a kept set to delete and to add. An element whose data or comment changed
+/// is deleted and added again: an add does not replace an existing key's data or comment.
 fn element_changes(old: &Set, s: &Set) -> (Vec<Element>, Vec<Element>) {
-    let old_by_key: BTreeMap<&Vec<Value>, &Element> =
-        old.elements.iter().map(|e| (&e.key, e)).collect();
-    let new_by_key: BTreeMap<&Vec<Value>, &Element> =
-        s.elements.iter().map(|e| (&e.key, e)).collect();
-    let deleted: Vec<Element> = old
+    fn by_key(set: &Set) -> BTreeMap<&Vec<Value>, &Element> {
+        set.elements.iter().map(|e| (&e.key, e)).collect()
+    }
+    let (old_by_key, new_by_key) = (by_key(old), by_key(s));
+    // `e` is not in the other set as it is: absent there, or with other data or comment.
+    let changed = |e: &Element, other: &BTreeMap<&Vec<Value>, &Element>| {
+        other
+            .get(&e.key)
+            .is_none_or(|o| o.data != e.data || o.comment != e.comment)
+    };
+    let deleted = old
         .elements
         .iter()
-        .filter(|e| new_by_key.get(&e.key).is_none_or(|n| n.data != e.data))
+        .filter(|e| changed(e, &new_by_key))
         .cloned()
         .collect();
-    let added: Vec<Element> = s
+    let added = s
         .elements
         .iter()
-        .filter(|e| {
-            old_by_key
-                .get(&e.key)
-                .is_none_or(|o| o.data != e.data || o.comment != e.comment)
-        })
+        .filter(|e| changed(e, &old_by_key))
         .cloned()
         .collect();
-    // An element whose only change is its comment must be re-added to carry the new comment.
-    let comment_only: Vec<Element> = s
-        .elements
-        .iter()
-        .filter(|e| {
-            old_by_key
-                .get(&e.key)
-                .is_some_and(|o| o.data == e.data && o.comment != e.comment)
-        })
-        .filter_map(|e| old_by_key.get(&e.key).map(|o| (*o).clone()))
-        .collect();
-    let deleted: Vec<Element> = deleted.into_iter().chain(comment_only).collect();
     (deleted, added)
 }
 

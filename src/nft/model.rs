@@ -485,6 +485,16 @@ impl Stmt {
         Stmt::compare(left, CmpOp::Ne, right)
     }
 
+    /// `left & mask == right`: equality under a mask (`meta mark & 0x4000 == 0`).
+    pub fn match_masked(left: Selector, mask: u32, right: Value) -> Stmt {
+        Stmt::Match {
+            left,
+            mask: Some(mask),
+            op: CmpOp::Eq,
+            right,
+        }
+    }
+
     /// `key @set`: the key is an element of `set`.
     pub fn in_set(key: Vec<Selector>, set: impl Into<String>) -> Stmt {
         Stmt::Lookup {
@@ -500,6 +510,14 @@ impl Stmt {
             key,
             set: set.into(),
             negate: true,
+        }
+    }
+
+    /// `key . key … vmap @map`: the verdict the named map holds for the packet's `key`.
+    pub fn vmap(key: Vec<Selector>, map: impl Into<String>) -> Stmt {
+        Stmt::VMap {
+            key,
+            map: MapRef::Named(map.into()),
         }
     }
 
@@ -555,6 +573,30 @@ impl Set {
     pub fn with_comment(self, comment: impl Into<String>) -> Set {
         Set {
             comment: Some(comment.into()),
+            ..self
+        }
+    }
+
+    /// `flags interval`: elements may be ranges and CIDRs.
+    pub fn with_interval(self) -> Set {
+        Set {
+            interval: true,
+            ..self
+        }
+    }
+
+    /// `flags dynamic`: rules may add elements (`update @set`).
+    pub fn with_dynamic(self) -> Set {
+        Set {
+            dynamic: true,
+            ..self
+        }
+    }
+
+    /// `timeout`: elements expire `seconds` after they were added or last updated.
+    pub fn with_timeout(self, seconds: u32) -> Set {
+        Set {
+            timeout: Some(seconds),
             ..self
         }
     }

@@ -241,22 +241,8 @@ mod tests {
     }
 
     fn set(name: &str, elements: usize) -> Set {
-        Set {
-            name: name.into(),
-            key: vec![DataType::InetService],
-            data: Vec::new(),
-            interval: false,
-            dynamic: false,
-            timeout: None,
-            comment: None,
-            elements: (0..elements)
-                .map(|i| Element {
-                    key: vec![crate::nft::model::Value::Port(i as u16)],
-                    data: None,
-                    comment: None,
-                })
-                .collect(),
-        }
+        let port = |i: usize| Element::new(vec![crate::nft::model::Value::Port(i as u16)]);
+        Set::new(name, vec![DataType::InetService]).with_elements((0..elements).map(port).collect())
     }
 
     fn table(family: Family, chains: Vec<Chain>, sets: Vec<Set>) -> Table {
@@ -381,39 +367,12 @@ mod reconcile_tests {
     use crate::nft::model::{Chain, DataType, Element, Set, Value};
 
     fn desired(ports: &[u16]) -> Table {
-        let mut t = Table {
-            family: Family::Ip,
-            name: "kubenft".into(),
-            ..Table::default()
-        };
-        t.chains.insert(
-            "services".into(),
-            Chain {
-                name: "services".into(),
-                base: None,
-                comment: None,
-                rules: vec![],
-            },
-        );
+        let mut t = Table::new(Family::Ip, "kubenft");
+        t.chains.insert("services".into(), Chain::new("services"));
+        let elements = ports.iter().map(|p| Element::new(vec![Value::Port(*p)]));
         t.sets.insert(
             "ports".into(),
-            Set {
-                name: "ports".into(),
-                key: vec![DataType::InetService],
-                data: Vec::new(),
-                interval: false,
-                dynamic: false,
-                timeout: None,
-                comment: None,
-                elements: ports
-                    .iter()
-                    .map(|p| Element {
-                        key: vec![Value::Port(*p)],
-                        data: None,
-                        comment: None,
-                    })
-                    .collect(),
-            },
+            Set::new("ports", vec![DataType::InetService]).with_elements(elements.collect()),
         );
         t
     }

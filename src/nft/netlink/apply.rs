@@ -4,11 +4,12 @@
 use std::collections::BTreeMap;
 use std::io;
 
-use super::attr::AttrWriter;
 use super::dump::{DumpError, dump_table};
 use super::encode::{EncodeError, Encoder, Msg};
-use super::socket::{NLM_F_ACK, NetlinkSocket, NfHeader, SocketError};
+use super::requests;
 use super::sys::*;
+use crate::netlink::attr::AttrWriter;
+use crate::netlink::socket::{NLM_F_ACK, NetlinkSocket, NfHeader, SocketError};
 use crate::nft::model::{Family, Table};
 use crate::nft::render::render_op;
 use crate::nft::transaction::{Op, TableRef, Transaction};
@@ -91,7 +92,7 @@ impl Nftables {
     }
 
     pub fn generation(&mut self) -> Result<u32, SocketError> {
-        self.sock.generation()
+        requests::generation(&mut self.sock)
     }
 
     pub fn dump_table(&mut self, family: Family, name: &str) -> Result<Option<Table>, DumpError> {
@@ -216,14 +217,7 @@ fn encode_batch(
     if let Some(generation) = tx.expected_generation {
         begin.be32(NFNL_BATCH_GENID, generation);
     }
-    NfHeader {
-        msg_type: NFNL_MSG_BATCH_BEGIN,
-        flags: super::socket::NLM_F_REQUEST,
-        seq: first,
-        family: NFPROTO_UNSPEC,
-        res_id: NFNL_SUBSYS_NFTABLES,
-    }
-    .encode(&begin.buf, &mut out);
+    NfHeader::batch_begin(NFNL_SUBSYS_NFTABLES, first).encode(&begin.buf, &mut out);
     let mut owners = BTreeMap::new();
     let mut seq = first;
     // Each message goes into the batch as soon as the next one is known: only the last asks
@@ -233,7 +227,7 @@ fn encode_batch(
     let mut emit = |out: &mut Vec<u8>, (op_index, m): (usize, Msg), ack: u16| {
         seq = seq.wrapping_add(1);
         owners.insert(seq, op_index);
-        NfHeader::nft(m.msg, m.flags | ack, m.family, seq).encode(&m.attrs, out);
+        requests::header(m.msg, m.flags | ack, m.family, seq).encode(&m.attrs, out);
     };
     for (op_index, op) in tx.ops.iter().enumerate() {
         let encoded = encoder.op(op).map_err(|source| ApplyError::Encode {
@@ -251,13 +245,6 @@ fn encode_batch(
         emit(&mut out, last, NLM_F_ACK);
     }
     let total = seq.wrapping_sub(first) + 2;
-    NfHeader {
-        msg_type: NFNL_MSG_BATCH_END,
-        flags: super::socket::NLM_F_REQUEST,
-        seq: first.wrapping_add(total - 1),
-        family: NFPROTO_UNSPEC,
-        res_id: NFNL_SUBSYS_NFTABLES,
-    }
-    .encode(&[], &mut out);
+    NfHeader::batch_end(NFNL_SUBSYS_NFTABLES, first.wrapping_add(total - 1)).encode(&[], &mut out);
     Ok((out, owners, total as usize))
 }

@@ -4,11 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use super::attr::AttrWriter;
 use super::decode::{self, DecodeError, RawData, RawElem, RawSet};
 use super::lift::{LiftError, SetInfo, lift_rule};
-use super::socket::{NetlinkSocket, SocketError};
+use super::requests;
 use super::sys::*;
+use crate::netlink::attr::AttrWriter;
+use crate::netlink::{NetlinkSocket, SocketError};
 use crate::nft::model::{
     Chain, CmpOp, DataType, Element, Family, MapData, RejectKind, Rule, Selector, Set, Stmt, Table,
     Value,
@@ -61,11 +62,6 @@ fn dec(stage: &'static str) -> impl Fn(DecodeError) -> DumpError {
     move |source| DumpError::Decode { stage, source }
 }
 
-/// The current ruleset generation id.
-pub fn generation(sock: &mut NetlinkSocket) -> Result<u32, SocketError> {
-    sock.generation()
-}
-
 pub fn nfproto(family: Family) -> u8 {
     match family {
         Family::Ip => NFPROTO_IPV4,
@@ -84,9 +80,9 @@ pub fn dump_table(
     name: &str,
 ) -> Result<Option<Table>, DumpError> {
     for attempt in 0..ATTEMPTS {
-        let before = sock.generation().map_err(DumpError::Generation)?;
+        let before = requests::generation(sock).map_err(DumpError::Generation)?;
         let result = dump_once(sock, family, name);
-        let after = sock.generation().map_err(DumpError::Generation)?;
+        let after = requests::generation(sock).map_err(DumpError::Generation)?;
         match result {
             Err(DumpError::Chains(SocketError::DumpInterrupted { .. }))
             | Err(DumpError::Sets(SocketError::DumpInterrupted { .. }))
@@ -116,7 +112,7 @@ fn dump_once(
     let proto = nfproto(family);
     let mut w = AttrWriter::new();
     w.string(NFTA_TABLE_NAME, name);
-    let reply = match sock.get("GETTABLE", NFT_MSG_GETTABLE, proto, &w.buf) {
+    let reply = match requests::get(sock, "GETTABLE", NFT_MSG_GETTABLE, proto, &w.buf) {
         Ok(r) => r,
         Err(e) if e.errno() == Some(libc::ENOENT) => return Ok(None),
         Err(source) => {
@@ -141,8 +137,7 @@ fn dump_once(
     // Chains: the dump lists every chain of the family; keep ours.
     let mut w = AttrWriter::new();
     w.string(NFTA_CHAIN_TABLE, name);
-    for m in sock
-        .dump("GETCHAIN", NFT_MSG_GETCHAIN, proto, &w.buf)
+    for m in requests::dump(sock, "GETCHAIN", NFT_MSG_GETCHAIN, proto, &w.buf)
         .map_err(DumpError::Chains)?
     {
         let (_, _, attrs) = m.nfgen().map_err(DumpError::Chains)?;
@@ -165,9 +160,8 @@ fn dump_once(
     let mut w = AttrWriter::new();
     w.string(NFTA_SET_TABLE, name);
     let mut raw_sets = Vec::new();
-    for m in sock
-        .dump("GETSET", NFT_MSG_GETSET, proto, &w.buf)
-        .map_err(DumpError::Sets)?
+    for m in
+        requests::dump(sock, "GETSET", NFT_MSG_GETSET, proto, &w.buf).map_err(DumpError::Sets)?
     {
         let (_, _, attrs) = m.nfgen().map_err(DumpError::Sets)?;
         let s = decode::set(attrs).map_err(dec("set"))?;
@@ -209,8 +203,7 @@ fn dump_once(
         let mut w = AttrWriter::new();
         w.string(NFTA_RULE_TABLE, name);
         w.string(NFTA_RULE_CHAIN, &chain_name);
-        let replies = sock
-            .dump("GETRULE", NFT_MSG_GETRULE, proto, &w.buf)
+        let replies = requests::dump(sock, "GETRULE", NFT_MSG_GETRULE, proto, &w.buf)
             .map_err(DumpError::Rules)?;
         let mut rules = Vec::with_capacity(replies.len());
         for m in replies {
@@ -353,10 +346,7 @@ fn set_elements(
         source,
     };
     let mut out = Vec::new();
-    for m in sock
-        .dump("GETSETELEM", NFT_MSG_GETSETELEM, proto, &w.buf)
-        .map_err(err)?
-    {
+    for m in requests::dump(sock, "GETSETELEM", NFT_MSG_GETSETELEM, proto, &w.buf).map_err(err)? {
         let (_, _, attrs) = m.nfgen().map_err(err)?;
         let (name, elems) = decode::set_elems(attrs).map_err(dec("set elements"))?;
         if name == set {

@@ -3,11 +3,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::attr::AttrWriter;
 use super::decode::{Expr, RawData};
 use super::dump::nfproto;
 use super::lower::{AnonMap, LowerError, key_bytes, lower_rule};
 use super::sys::*;
+use crate::netlink::attr::AttrWriter;
 use crate::nft::model::{
     BaseChain, ChainType, DataType, Element, Hook, MapData, Policy, Set, Value, Verdict,
 };
@@ -26,8 +26,8 @@ pub struct Msg {
 /// Keeps each element list well under the 64 KiB limit of one nested attribute.
 const MAX_ELEMENT_BYTES: usize = 48 * 1024;
 
-const NLM_F_CREATE: u16 = super::socket::NLM_F_CREATE;
-const NLM_F_APPEND: u16 = super::socket::NLM_F_APPEND;
+const NLM_F_CREATE: u16 = crate::netlink::socket::NLM_F_CREATE;
+const NLM_F_APPEND: u16 = crate::netlink::socket::NLM_F_APPEND;
 
 /// Udata TLV (u8 type, u8 len, value) with a NUL-terminated string, as libnftnl writes it.
 fn udata_string(kind: u8, text: &str) -> Vec<u8> {

@@ -2,18 +2,18 @@
 //! kernel error to the operation that caused it, and decode dumps back into the model.
 
 pub mod apply;
-pub mod attr;
 pub mod decode;
 pub mod dump;
 pub mod encode;
 pub mod lift;
 pub mod lower;
-pub mod socket;
+pub mod requests;
 pub mod sys;
 
+pub use crate::netlink::{NetlinkSocket, SocketError};
 pub use apply::{ApplyError, ApplyStats, Nftables};
-pub use dump::{DumpError, canonical, canonicalized, dump_table, generation};
-pub use socket::{NetlinkSocket, SocketError};
+pub use dump::{DumpError, canonical, canonicalized, dump_table};
+pub use requests::generation;
 
 #[cfg(test)]
 mod dump_tests;

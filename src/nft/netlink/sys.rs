@@ -295,10 +295,7 @@ pub const NFTA_HASH_OFFSET: u16 = 6;
 pub const NFTA_HASH_TYPE: u16 = 7;
 
 // linux/netfilter/nfnetlink.h
-pub const NFNETLINK_V0: u8 = 0;
 pub const NFNL_SUBSYS_NFTABLES: u16 = 10;
-pub const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
-pub const NFNL_MSG_BATCH_END: u16 = 0x11;
 // linux/netfilter.h NFPROTO_*
 pub const NFPROTO_UNSPEC: u8 = 0;
 pub const NFPROTO_INET: u8 = 1;
@@ -307,5 +304,3 @@ pub const NFPROTO_IPV6: u8 = 10;
 // linux/netfilter.h verdicts
 pub const NF_DROP: i32 = 0;
 pub const NF_ACCEPT: i32 = 1;
-// linux/netlink.h
-pub const NLA_F_NESTED: u16 = 1 << 15;

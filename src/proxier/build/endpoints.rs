@@ -40,13 +40,12 @@ impl Builder<'_> {
         let label = sp.name.to_string();
         let shard = endpoint_map(block);
         // Shards exist while some block in them is used.
-        let mut s = self.endpoint_data_map(
+        let s = self.endpoint_data_map(
             &shard,
             vec![DataType::Integer],
             "random slot to endpoint address . port; a service owns 65536 slots",
         );
-        s.interval = true;
-        self.out.declare(s);
+        self.out.declare(s.with_interval());
         let owners: Vec<(u32, u32, &Endpoint)> = match sp.consistent {
             Some(_) => consistent::slot_ranges(base, SLOTS_PER_BLOCK, eps),
             None => (0..n)
@@ -54,40 +53,29 @@ impl Builder<'_> {
                 .collect(),
         };
         for (first, last, ep) in owners {
-            self.out.push_element(
-                &shard,
-                Element {
-                    key: vec![Value::IntRange { first, last }],
-                    data: Some(MapData::Values(vec![ip_value(ep.ip), Value::Port(ep.port)])),
-                    comment: Some(label.clone()),
-                },
-            );
+            let key = vec![Value::IntRange { first, last }];
+            let data = MapData::Values(vec![ip_value(ep.ip), Value::Port(ep.port)]);
+            self.out
+                .push_element(&shard, Element::map(key, data).with_comment(label.clone()));
         }
         self.hairpin(eps);
         vec![
-            rule(
-                vec![
-                    m(
-                        Selector::L4Proto,
-                        CmpOp::Eq,
-                        Value::Proto(sp.name.protocol.number()),
+            Rule::new(vec![
+                Stmt::match_eq(Selector::L4Proto, Value::Proto(sp.name.protocol.number())),
+                match sp.consistent {
+                    Some(mode) => consistent::draw(
+                        consistent::fields(mode, self.fam.saddr(), self.fam.daddr()),
+                        SLOTS_PER_BLOCK,
+                        base,
+                        shard,
                     ),
-                    match sp.consistent {
-                        Some(mode) => consistent::draw(
-                            consistent::fields(mode, self.fam.saddr(), self.fam.daddr()),
-                            SLOTS_PER_BLOCK,
-                            base,
-                            shard,
-                        ),
-                        None => Stmt::DnatNumgenMap {
-                            modulus: SLOTS_PER_BLOCK,
-                            offset: base,
-                            map: shard,
-                        },
+                    None => Stmt::DnatNumgenMap {
+                        modulus: SLOTS_PER_BLOCK,
+                        offset: base,
+                        map: shard,
                     },
-                ],
-                None,
-            ),
+                },
+            ]),
             // The block is gone if the service moved to a pick chain while this packet was on
             // its way here.
             self.pick_fallback(),
@@ -103,24 +91,17 @@ impl Builder<'_> {
             let chain = endpoint_chain(&sp.name, ep.ip, ep.port);
             if sp.affinity_timeout.is_some() {
                 let set = affinity_set(&sp.name, ep.ip, ep.port);
-                rules.push(rule(
-                    vec![
-                        Stmt::Lookup {
-                            key: vec![f.saddr()],
-                            set: set.clone(),
-                            negate: false,
-                        },
-                        goto(&chain),
-                    ],
-                    None,
-                ));
+                rules.push(Rule::new(vec![
+                    Stmt::in_set(vec![f.saddr()], &set),
+                    Stmt::goto(&chain),
+                ]));
             }
             targets.push(chain);
         }
         match targets.as_slice() {
             [] => {}
             // One endpoint needs no random choice.
-            [only] => rules.push(rule(vec![goto(only)], None)),
+            [only] => rules.push(Rule::new(vec![Stmt::goto(only)])),
             // A few: a cascade of independent draws, the i-th taken with probability
             // 1/(n-i), which is uniform overall. Anonymous maps would do it in one lookup,
             // but every map in the table makes the kernel's loop checks slower for all of
@@ -134,27 +115,24 @@ impl Builder<'_> {
                                 modulus: (n - i) as u32,
                                 value: 0,
                             },
-                            goto(chain),
+                            Stmt::goto(chain),
                         ]
                     } else {
-                        vec![goto(chain)]
+                        vec![Stmt::goto(chain)]
                     };
-                    rules.push(rule(stmts, None));
+                    rules.push(Rule::new(stmts));
                 }
             }
             // Many: one lookup instead of a long walk for every new connection.
-            many => rules.push(rule(
-                vec![Stmt::NumgenVMap {
-                    modulus: many.len() as u32,
-                    map: MapRef::Anonymous(
-                        many.iter()
-                            .enumerate()
-                            .map(|(i, c)| (vec![Value::Mark(i as u32)], Verdict::Goto(c.clone())))
-                            .collect(),
-                    ),
-                }],
-                None,
-            )),
+            many => rules.push(Rule::new(vec![Stmt::NumgenVMap {
+                modulus: many.len() as u32,
+                map: MapRef::Anonymous(
+                    many.iter()
+                        .enumerate()
+                        .map(|(i, c)| (vec![Value::Mark(i as u32)], Verdict::Goto(c.clone())))
+                        .collect(),
+                ),
+            }])),
         }
         rules
     }
@@ -166,48 +144,34 @@ impl Builder<'_> {
             if self.out.chains.iter().any(|c| c.name == chain) {
                 continue;
             }
-            let mut rules = vec![rule(
-                vec![
-                    m(f.saddr(), CmpOp::Eq, ip_value(ep.ip)),
-                    jump(MARK_FOR_MASQUERADE),
-                ],
-                Some("hairpin: an endpoint reaching itself".into()),
-            )];
+            let mut rules = vec![
+                Rule::new(vec![
+                    Stmt::match_eq(f.saddr(), ip_value(ep.ip)),
+                    Stmt::jump(MARK_FOR_MASQUERADE),
+                ])
+                .with_comment("hairpin: an endpoint reaching itself"),
+            ];
             if let Some(timeout) = sp.affinity_timeout {
                 let set = affinity_set(&sp.name, ep.ip, ep.port);
-                self.out.declare(Set {
-                    name: set.clone(),
-                    key: vec![f.addr_type()],
-                    data: Vec::new(),
-                    interval: false,
-                    dynamic: true,
-                    timeout: Some(timeout),
-                    comment: Some(format!("ClientIP affinity for {}", sp.name)),
-                    elements: Vec::new(),
-                });
-                rules.push(rule(
-                    vec![Stmt::Update {
-                        set,
-                        key: vec![f.saddr()],
-                    }],
-                    None,
-                ));
+                self.out.declare(
+                    Set::new(&set, vec![f.addr_type()])
+                        .with_dynamic()
+                        .with_timeout(timeout)
+                        .with_comment(format!("ClientIP affinity for {}", sp.name)),
+                );
+                rules.push(Rule::new(vec![Stmt::Update {
+                    set,
+                    key: vec![f.saddr()],
+                }]));
             }
-            rules.push(rule(
-                vec![
-                    m(
-                        Selector::L4Proto,
-                        CmpOp::Eq,
-                        Value::Proto(sp.name.protocol.number()),
-                    ),
-                    Stmt::Dnat {
-                        addr: ep.ip,
-                        port: Some(ep.port),
-                    },
-                ],
-                None,
-            ));
-            self.chain(&chain, None, None, rules);
+            rules.push(Rule::new(vec![
+                Stmt::match_eq(Selector::L4Proto, Value::Proto(sp.name.protocol.number())),
+                Stmt::Dnat {
+                    addr: ep.ip,
+                    port: Some(ep.port),
+                },
+            ]));
+            self.chain(Chain::new(chain).with_rules(rules));
         }
     }
 }

@@ -114,51 +114,6 @@ pub fn net_value(net: IpNet) -> Value {
     }
 }
 
-fn m(left: Selector, op: CmpOp, right: Value) -> Stmt {
-    Stmt::Match {
-        left,
-        mask: None,
-        op,
-        right,
-    }
-}
-
-fn jump(c: &str) -> Stmt {
-    Stmt::Verdict(Verdict::Jump(c.into()))
-}
-
-fn goto(c: &str) -> Stmt {
-    Stmt::Verdict(Verdict::Goto(c.into()))
-}
-
-fn ct_new() -> Stmt {
-    m(Selector::CtState, CmpOp::Eq, Value::CtState(CtState::NEW))
-}
-
-fn rule(stmts: Vec<Stmt>, comment: Option<String>) -> Rule {
-    Rule {
-        stmts,
-        comment,
-        handle: None,
-    }
-}
-
-fn map(name: &str, key: Vec<DataType>, verdicts: bool, comment: &str) -> Set {
-    Set {
-        name: name.into(),
-        key,
-        data: if verdicts {
-            vec![DataType::Verdict]
-        } else {
-            Vec::new()
-        },
-        interval: false,
-        dynamic: false,
-        timeout: None,
-        comment: Some(comment.into()),
-        elements: Vec::new(),
-    }
-}
 struct Builder<'a> {
     fam: IpFamily,
     config: &'a ProxyConfig,
@@ -168,72 +123,24 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
-    fn chain(
-        &mut self,
-        name: &str,
-        base: Option<(ChainType, Hook, i32)>,
-        comment: Option<&str>,
-        rules: Vec<Rule>,
-    ) {
-        let base = base.map(|(kind, hook, priority)| BaseChain {
-            kind,
-            hook,
-            priority,
-            policy: Policy::Accept,
-        });
-        let chain = Chain {
-            name: name.into(),
-            base,
-            comment: comment.map(str::to_owned),
-            rules,
-        };
-        match self.out.chains.iter_mut().find(|c| c.name == name) {
+    /// Adds `chain` to the fragment, replacing a chain of the same name.
+    fn chain(&mut self, chain: Chain) {
+        match self.out.chains.iter_mut().find(|c| c.name == chain.name) {
             Some(c) => *c = chain,
             None => self.out.chains.push(chain),
         }
     }
 
-    fn element(
-        &mut self,
-        set: &str,
-        key: Vec<Value>,
-        data: Option<Verdict>,
-        comment: Option<String>,
-    ) {
-        self.out.push_element(
-            set,
-            Element {
-                key,
-                data: data.map(MapData::Verdict),
-                comment,
-            },
-        );
-    }
-
     /// `<daddr> . l4proto . dport vmap @map`: dispatch by destination address and port.
     fn by_destination(&self, map: &str) -> Rule {
-        let key = vec![self.fam.daddr(), Selector::L4Proto, Selector::ThDport];
-        rule(
-            vec![Stmt::VMap {
-                key,
-                map: MapRef::Named(map.into()),
-            }],
-            None,
-        )
+        Rule::new(vec![Stmt::vmap(self.frontend(), map)])
     }
 
     /// `<daddr> @nodeport-ips l4proto . dport vmap @map`: dispatch NodePort traffic by port.
     fn by_node_port(&self, map: &str) -> Rule {
-        let lookup = Stmt::Lookup {
-            key: vec![self.fam.daddr()],
-            set: NODEPORT_IPS.into(),
-            negate: false,
-        };
-        let vmap = Stmt::VMap {
-            key: vec![Selector::L4Proto, Selector::ThDport],
-            map: MapRef::Named(map.into()),
-        };
-        rule(vec![lookup, vmap], None)
+        let lookup = Stmt::in_set(vec![self.fam.daddr()], NODEPORT_IPS);
+        let vmap = Stmt::vmap(vec![Selector::L4Proto, Selector::ThDport], map);
+        Rule::new(vec![lookup, vmap])
     }
 
     /// The packet's `daddr . l4proto . dport`, as the dispatch sets and maps key it.
@@ -252,24 +159,13 @@ impl Builder<'_> {
 
     /// A map of this family whose data is an endpoint's `address . port`.
     fn endpoint_data_map(&self, name: &str, key: Vec<DataType>, comment: &str) -> Set {
-        let mut s = map(name, key, false, comment);
-        s.data = vec![self.fam.addr_type(), DataType::InetService];
-        s
+        let data = vec![self.fam.addr_type(), DataType::InetService];
+        Set::map(name, key, data).with_comment(comment)
     }
 
     /// `goto chain` for a packet whose `frontend()` is in `set`.
-    fn frontend_in(&self, set: &str, chain: &str, comment: Option<String>) -> Rule {
-        rule(
-            vec![
-                Stmt::Lookup {
-                    key: self.frontend(),
-                    set: set.into(),
-                    negate: false,
-                },
-                goto(chain),
-            ],
-            comment,
-        )
+    fn frontend_in(&self, set: &str, chain: &str) -> Rule {
+        Rule::new(vec![Stmt::in_set(self.frontend(), set), Stmt::goto(chain)])
     }
 
     /// Whether ClusterIP traffic is marked for masquerading, and on which condition besides its
@@ -286,12 +182,8 @@ impl Builder<'_> {
     /// Each of `eps` reaching itself through a service is masqueraded (`hairpin-endpoints`).
     fn hairpin(&mut self, eps: &[Endpoint]) {
         for ep in eps {
-            self.element(
-                HAIRPIN_ENDPOINTS,
-                vec![ip_value(ep.ip), ip_value(ep.ip)],
-                None,
-                None,
-            );
+            let key = vec![ip_value(ep.ip), ip_value(ep.ip)];
+            self.out.push_element(HAIRPIN_ENDPOINTS, Element::new(key));
         }
     }
 
@@ -305,6 +197,19 @@ impl Builder<'_> {
 
     /// "Not from a local pod", as a match; None when local traffic cannot be told apart.
     fn not_local(&self) -> Option<Stmt> {
+        self.local_source()
+            .map(|(left, right)| Stmt::match_ne(left, right))
+    }
+
+    /// "From a local pod", as a match; None when local traffic cannot be told apart.
+    fn is_local(&self) -> Option<Stmt> {
+        self.local_source()
+            .map(|(left, right)| Stmt::match_eq(left, right))
+    }
+
+    /// What a packet from a local pod has: its source in the local pod range, or its input
+    /// interface by name.
+    fn local_source(&self) -> Option<(Selector, Value)> {
         let f = self.fam;
         match &self.config.detect_local {
             DetectLocal::ClusterCidr => self
@@ -312,36 +217,20 @@ impl Builder<'_> {
                 .cluster_cidrs
                 .iter()
                 .find(|c| f.has_net(c))
-                .map(|c| m(f.saddr(), CmpOp::Ne, net_value(*c))),
+                .map(|c| (f.saddr(), net_value(*c))),
             DetectLocal::NodeCidr => self
                 .state
                 .node
                 .as_ref()
                 .and_then(|n| n.pod_cidrs.iter().find(|c| f.has_net(c)))
-                .map(|c| m(f.saddr(), CmpOp::Ne, net_value(*c))),
+                .map(|c| (f.saddr(), net_value(*c))),
             DetectLocal::BridgeInterface(name) => {
-                Some(m(Selector::IifName, CmpOp::Ne, Value::IfName(name.clone())))
+                Some((Selector::IifName, Value::IfName(name.clone())))
             }
-            DetectLocal::InterfaceNamePrefix(prefix) => Some(m(
-                Selector::IifName,
-                CmpOp::Ne,
-                Value::IfName(format!("{prefix}*")),
-            )),
+            DetectLocal::InterfaceNamePrefix(prefix) => {
+                Some((Selector::IifName, Value::IfName(format!("{prefix}*"))))
+            }
         }
-    }
-
-    fn is_local(&self) -> Option<Stmt> {
-        self.not_local().map(|s| match s {
-            Stmt::Match {
-                left, mask, right, ..
-            } => Stmt::Match {
-                left,
-                mask,
-                op: CmpOp::Eq,
-                right,
-            },
-            other => other,
-        })
     }
 }
 
@@ -396,7 +285,8 @@ impl<'a> FragmentBuilder<'a> {
         let mut b = self.builder(&mut blocks);
         b.skeleton();
         for ip in b.nodeport_ips() {
-            b.element(NODEPORT_IPS, vec![ip_value(ip)], None, None);
+            b.out
+                .push_element(NODEPORT_IPS, Element::new(vec![ip_value(ip)]));
         }
         b.out.dedup_keys();
         b.out

@@ -22,7 +22,7 @@ impl Builder<'_> {
         pick_sizes()
             .map(|m| (pick_set(m), pick_chain(m)))
             .chain(pick_sizes().map(|m| (external_pick_set(m), external_pick_chain(m))))
-            .map(|(set, chain)| self.frontend_in(&set, &chain, None))
+            .map(|(set, chain)| self.frontend_in(&set, &chain))
             .collect()
     }
 
@@ -30,13 +30,11 @@ impl Builder<'_> {
     /// packet's destination, for a packet whose draws all missed because its service moved to
     /// another chain meanwhile.
     pub(super) fn pick_fallback(&self) -> Rule {
-        rule(
-            vec![Stmt::DnatMap {
-                key: self.frontend(),
-                map: PICK_FALLBACK.into(),
-            }],
-            Some("the service moved to another chain during the draws".into()),
-        )
+        Rule::new(vec![Stmt::DnatMap {
+            key: self.frontend(),
+            map: PICK_FALLBACK.into(),
+        }])
+        .with_comment("the service moved to another chain during the draws")
     }
 
     /// The shared `pick-M` chains (M = 1, 2, 4 … MAX_SHARED_PICK_ENDPOINTS), the sets of the
@@ -46,21 +44,18 @@ impl Builder<'_> {
         let frontend_key = self.frontend_types();
         let key = self.frontend();
         let draw = |modulus: u32, slots: u32| {
-            rule(
-                vec![Stmt::DnatSlotMap {
-                    key: key.clone(),
-                    modulus,
-                    map: pick_slots(slots),
-                }],
-                None,
-            )
+            Rule::new(vec![Stmt::DnatSlotMap {
+                key: key.clone(),
+                modulus,
+                map: pick_slots(slots),
+            }])
         };
         for slots in pick_sizes() {
             let mut rules = Vec::new();
             if let Some(cond) = masquerade.clone() {
                 let mut s: Vec<Stmt> = cond.into_iter().collect();
-                s.push(jump(MARK_FOR_MASQUERADE));
-                rules.push(rule(s, None));
+                s.push(Stmt::jump(MARK_FOR_MASQUERADE));
+                rules.push(Rule::new(s));
             }
             let mut draws = Vec::new();
             if slots <= 2 {
@@ -82,39 +77,36 @@ impl Builder<'_> {
                     slots / 2 - 1
                 ),
             };
-            self.chain(&pick_chain(slots), None, Some(&comment), rules);
-            let mut external = vec![rule(
-                vec![jump(MARK_FOR_MASQUERADE)],
-                Some("masquerade traffic from outside the cluster".into()),
-            )];
+            self.chain(
+                Chain::new(pick_chain(slots))
+                    .with_comment(comment)
+                    .with_rules(rules),
+            );
+            let mut external = vec![
+                Rule::new(vec![Stmt::jump(MARK_FOR_MASQUERADE)])
+                    .with_comment("masquerade traffic from outside the cluster"),
+            ];
             external.extend(draws);
             self.chain(
-                &external_pick_chain(slots),
-                None,
-                Some(&format!(
-                    "external traffic of services with externalTrafficPolicy Cluster, drawn as in {}",
-                    pick_chain(slots)
-                )),
-                external,
+                Chain::new(external_pick_chain(slots))
+                    .with_comment(format!(
+                        "external traffic of services with externalTrafficPolicy Cluster, drawn as in {}",
+                        pick_chain(slots)
+                    ))
+                    .with_rules(external),
             );
-            self.out.declare(map(
-                &external_pick_set(slots),
-                frontend_key.clone(),
-                false,
-                &format!(
+            self.out.declare(
+                Set::new(external_pick_set(slots), frontend_key.clone()).with_comment(format!(
                     "external IP, LB IP or node IP . protocol . port of the services {} serves",
                     external_pick_chain(slots)
-                ),
-            ));
-            self.out.declare(map(
-                &pick_set(slots),
-                frontend_key.clone(),
-                false,
-                &format!(
+                )),
+            );
+            self.out.declare(
+                Set::new(pick_set(slots), frontend_key.clone()).with_comment(format!(
                     "ClusterIP . protocol . port of the services {} serves",
                     pick_chain(slots)
-                ),
-            ));
+                )),
+            );
             let mut slot_key = frontend_key.clone();
             slot_key.push(DataType::Integer);
             self.out.declare(self.endpoint_data_map(
@@ -177,19 +169,15 @@ impl Builder<'_> {
         self.fallback(sp, frontends, eps);
         for &(ip, port) in frontends {
             for (slot, ep) in eps.iter().enumerate() {
-                self.out.push_element(
-                    &map,
-                    Element {
-                        key: vec![
-                            ip_value(ip),
-                            proto.clone(),
-                            Value::Port(port),
-                            Value::Mark(slot as u32),
-                        ],
-                        data: Some(MapData::Values(vec![ip_value(ep.ip), Value::Port(ep.port)])),
-                        comment: Some(label.clone()),
-                    },
-                );
+                let key = vec![
+                    ip_value(ip),
+                    proto.clone(),
+                    Value::Port(port),
+                    Value::Mark(slot as u32),
+                ];
+                let data = MapData::Values(vec![ip_value(ep.ip), Value::Port(ep.port)]);
+                self.out
+                    .push_element(&map, Element::map(key, data).with_comment(label.clone()));
             }
         }
     }
@@ -208,16 +196,11 @@ impl Builder<'_> {
         let label = sp.name.to_string();
         let proto = Value::Proto(sp.name.protocol.number());
         for &(ip, port) in frontends {
+            let key = vec![ip_value(ip), proto.clone(), Value::Port(port)];
+            let data = MapData::Values(vec![ip_value(first.ip), Value::Port(first.port)]);
             self.out.push_element(
                 PICK_FALLBACK,
-                Element {
-                    key: vec![ip_value(ip), proto.clone(), Value::Port(port)],
-                    data: Some(MapData::Values(vec![
-                        ip_value(first.ip),
-                        Value::Port(first.port),
-                    ])),
-                    comment: Some(label.clone()),
-                },
+                Element::map(key, data).with_comment(label.clone()),
             );
         }
     }

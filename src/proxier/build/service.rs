@@ -109,7 +109,8 @@ impl Builder<'_> {
         let f = self.fam;
         let (sp, label) = (p.sp, &p.label);
         for ip in &p.cluster_ips {
-            self.element(CLUSTER_IPS, vec![ip_value(*ip)], None, None);
+            self.out
+                .push_element(CLUSTER_IPS, Element::new(vec![ip_value(*ip)]));
         }
         let cluster_frontends: Vec<(IpAddr, u16)> =
             p.cluster_ips.iter().map(|ip| (*ip, sp.port)).collect();
@@ -118,11 +119,10 @@ impl Builder<'_> {
             self.fill_slots(sp, slots.internal, &cluster_frontends, p.internal);
             self.hairpin(p.internal);
             for ip in &p.cluster_ips {
-                self.element(
+                self.out.push_element(
                     &pick_set(slots.internal),
-                    vec![ip_value(*ip), p.proto.clone(), p.port.clone()],
-                    None,
-                    Some(label.clone()),
+                    Element::new(vec![ip_value(*ip), p.proto.clone(), p.port.clone()])
+                        .with_comment(label.clone()),
                 );
             }
         } else if !p.internal.is_empty() {
@@ -130,33 +130,44 @@ impl Builder<'_> {
             let mut rules = Vec::new();
             for ip in &p.cluster_ips {
                 if let Some(cond) = self.cluster_masquerade() {
-                    let mut s = vec![m(f.daddr(), CmpOp::Eq, ip_value(*ip))];
+                    let mut s = vec![Stmt::match_eq(f.daddr(), ip_value(*ip))];
                     s.extend(cond);
-                    s.push(jump(MARK_FOR_MASQUERADE));
-                    rules.push(rule(s, None));
+                    s.push(Stmt::jump(MARK_FOR_MASQUERADE));
+                    rules.push(Rule::new(s));
                 }
             }
             rules.extend(self.dispatch(sp, &p.internal_chain, p.internal));
-            self.chain(&p.internal_chain, None, Some(label), rules);
+            self.chain(
+                Chain::new(&p.internal_chain)
+                    .with_comment(label)
+                    .with_rules(rules),
+            );
             self.fallback(sp, &cluster_frontends, p.internal);
             for ip in &p.cluster_ips {
-                self.element(
+                self.out.push_element(
                     SERVICE_IPS,
-                    vec![ip_value(*ip), p.proto.clone(), p.port.clone()],
-                    Some(Verdict::Jump(p.internal_chain.clone())),
-                    Some(label.clone()),
+                    Element::map(
+                        vec![ip_value(*ip), p.proto.clone(), p.port.clone()],
+                        Verdict::Jump(p.internal_chain.clone()),
+                    )
+                    .with_comment(label.clone()),
                 );
             }
         } else {
-            let (verdict, why) = p.no_endpoints.clone();
-            for ip in &p.cluster_ips {
-                self.element(
-                    NO_ENDPOINT_SERVICES,
-                    vec![ip_value(*ip), p.proto.clone(), p.port.clone()],
-                    Some(verdict.clone()),
-                    Some(format!("{label} {why}")),
-                );
-            }
+            self.no_endpoint_ips(p, &p.cluster_ips);
+        }
+    }
+
+    /// Each of `ips` with the port's service port in `no-endpoint-services`, with the verdict
+    /// for traffic that finds no endpoint.
+    fn no_endpoint_ips(&mut self, p: &PortRules, ips: &[IpAddr]) {
+        let (verdict, why) = &p.no_endpoints;
+        for ip in ips {
+            let key = vec![ip_value(*ip), p.proto.clone(), p.port.clone()];
+            self.out.push_element(
+                NO_ENDPOINT_SERVICES,
+                Element::map(key, verdict.clone()).with_comment(format!("{} {why}", p.label)),
+            );
         }
     }
 
@@ -188,21 +199,13 @@ impl Builder<'_> {
             && !p.cluster.is_empty();
         let external_chain_needed = !p.external.is_empty() || short_circuit_only;
         if p.external.is_empty() {
+            self.no_endpoint_ips(p, &external_ips);
             let (verdict, why) = p.no_endpoints.clone();
-            for ip in &external_ips {
-                self.element(
-                    NO_ENDPOINT_SERVICES,
-                    vec![ip_value(*ip), p.proto.clone(), p.port.clone()],
-                    Some(verdict.clone()),
-                    Some(format!("{label} {why}")),
-                );
-            }
             if let Some(np) = node_port_here {
-                self.element(
+                self.out.push_element(
                     NO_ENDPOINT_NODEPORTS,
-                    vec![p.proto.clone(), Value::Port(np)],
-                    Some(verdict),
-                    Some(format!("{label} {why}")),
+                    Element::map(vec![p.proto.clone(), Value::Port(np)], verdict)
+                        .with_comment(format!("{label} {why}")),
                 );
             }
         }
@@ -217,34 +220,37 @@ impl Builder<'_> {
                 } else {
                     format!("{label} NodePort")
                 };
-                self.element(
+                self.out.push_element(
                     &external_pick_set(slots.external),
-                    vec![ip_value(ip), p.proto.clone(), Value::Port(port)],
-                    None,
-                    Some(comment),
+                    Element::new(vec![ip_value(ip), p.proto.clone(), Value::Port(port)])
+                        .with_comment(comment),
                 );
             }
         } else if external_chain_needed {
             let ext_chain = external_chain(&sp.name);
             let rules = self.external_chain_rules(p);
-            self.chain(&ext_chain, None, Some(label), rules);
+            self.chain(Chain::new(&ext_chain).with_comment(label).with_rules(rules));
             // The fallback serves what the chain serves traffic from outside: nothing without
             // a local endpoint, so that traffic is not translated by `pick-retry` either.
             self.fallback(sp, &frontends, p.external);
             for ip in &external_ips {
-                self.element(
+                self.out.push_element(
                     SERVICE_IPS,
-                    vec![ip_value(*ip), p.proto.clone(), p.port.clone()],
-                    Some(Verdict::Jump(ext_chain.clone())),
-                    Some(format!("{label} external IP")),
+                    Element::map(
+                        vec![ip_value(*ip), p.proto.clone(), p.port.clone()],
+                        Verdict::Jump(ext_chain.clone()),
+                    )
+                    .with_comment(format!("{label} external IP")),
                 );
             }
             if let Some(np) = node_port_here {
-                self.element(
+                self.out.push_element(
                     SERVICE_NODEPORTS,
-                    vec![p.proto.clone(), Value::Port(np)],
-                    Some(Verdict::Jump(ext_chain.clone())),
-                    Some(label.clone()),
+                    Element::map(
+                        vec![p.proto.clone(), Value::Port(np)],
+                        Verdict::Jump(ext_chain.clone()),
+                    )
+                    .with_comment(label.clone()),
                 );
             }
         }
@@ -257,39 +263,39 @@ impl Builder<'_> {
         // The cluster endpoints' chain, unless the internal chain is it.
         if p.internal_chain != *svc_chain && !p.cluster.is_empty() {
             let dispatch = self.dispatch(sp, svc_chain, p.cluster);
-            self.chain(svc_chain, None, Some(label), dispatch);
+            self.chain(
+                Chain::new(svc_chain)
+                    .with_comment(label)
+                    .with_rules(dispatch),
+            );
         }
         let mut rules = Vec::new();
         if sp.external_policy == TrafficPolicy::Cluster {
-            rules.push(rule(
-                vec![jump(MARK_FOR_MASQUERADE)],
-                Some("masquerade traffic from outside the cluster".into()),
-            ));
-            rules.push(rule(vec![goto(svc_chain)], None));
+            rules.push(
+                Rule::new(vec![Stmt::jump(MARK_FOR_MASQUERADE)])
+                    .with_comment("masquerade traffic from outside the cluster"),
+            );
+            rules.push(Rule::new(vec![Stmt::goto(svc_chain)]));
             return rules;
         }
         // Pods and the node itself may use every endpoint; the node's own traffic is
         // masqueraded so replies come back through it.
         if let (Some(local_pod), false) = (self.is_local(), p.cluster.is_empty()) {
-            rules.push(rule(
-                vec![local_pod, goto(svc_chain)],
-                Some("short-circuit pod traffic".into()),
-            ));
+            rules.push(
+                Rule::new(vec![local_pod, Stmt::goto(svc_chain)])
+                    .with_comment("short-circuit pod traffic"),
+            );
         }
         if !p.cluster.is_empty() {
-            let host = m(
-                Selector::FibSaddrType,
-                CmpOp::Eq,
-                Value::AddrType(AddrType::Local),
+            let host = Stmt::match_eq(Selector::FibSaddrType, Value::AddrType(AddrType::Local));
+            rules.push(
+                Rule::new(vec![host.clone(), Stmt::jump(MARK_FOR_MASQUERADE)])
+                    .with_comment("masquerade host traffic"),
             );
-            rules.push(rule(
-                vec![host.clone(), jump(MARK_FOR_MASQUERADE)],
-                Some("masquerade host traffic".into()),
-            ));
-            rules.push(rule(
-                vec![host, goto(svc_chain)],
-                Some("short-circuit host traffic".into()),
-            ));
+            rules.push(
+                Rule::new(vec![host, Stmt::goto(svc_chain)])
+                    .with_comment("short-circuit host traffic"),
+            );
         }
         // Traffic from outside takes the local endpoints; without any it falls through
         // to the no-endpoint drop.
@@ -298,9 +304,13 @@ impl Builder<'_> {
             // Under iTP Local too, the internal chain picks among the local endpoints.
             if p.internal_chain != local_chain {
                 let dispatch = self.dispatch(sp, &local_chain, p.local);
-                self.chain(&local_chain, None, Some(label), dispatch);
+                self.chain(
+                    Chain::new(&local_chain)
+                        .with_comment(label)
+                        .with_rules(dispatch),
+                );
             }
-            rules.push(rule(vec![goto(&local_chain)], None));
+            rules.push(Rule::new(vec![Stmt::goto(&local_chain)]));
         }
         rules
     }
@@ -328,13 +338,10 @@ impl Builder<'_> {
         let mut rules: Vec<Rule> = ranges
             .iter()
             .map(|r| {
-                rule(
-                    vec![
-                        m(f.saddr(), CmpOp::Eq, net_value(*r)),
-                        Stmt::Verdict(Verdict::Return),
-                    ],
-                    None,
-                )
+                Rule::new(vec![
+                    Stmt::match_eq(f.saddr(), net_value(*r)),
+                    Stmt::Verdict(Verdict::Return),
+                ])
             })
             .collect();
         // A node inside an allowed range may reach the LB through its own IPs (hairpin).
@@ -344,26 +351,25 @@ impl Builder<'_> {
             .any(|ip| ranges.iter().any(|r| r.contains(ip)))
         {
             for ip in &lb_ips {
-                rules.push(rule(
-                    vec![
-                        m(f.saddr(), CmpOp::Eq, ip_value(*ip)),
-                        Stmt::Verdict(Verdict::Return),
-                    ],
-                    None,
-                ));
+                rules.push(Rule::new(vec![
+                    Stmt::match_eq(f.saddr(), ip_value(*ip)),
+                    Stmt::Verdict(Verdict::Return),
+                ]));
             }
         }
-        rules.push(rule(
-            vec![Stmt::Verdict(Verdict::Drop)],
-            Some("source not in loadBalancerSourceRanges".into()),
-        ));
-        self.chain(&fw, None, Some(label), rules);
+        rules.push(
+            Rule::new(vec![Stmt::Verdict(Verdict::Drop)])
+                .with_comment("source not in loadBalancerSourceRanges"),
+        );
+        self.chain(Chain::new(&fw).with_comment(label).with_rules(rules));
         for ip in &lb_ips {
-            self.element(
+            self.out.push_element(
                 FIREWALL_IPS,
-                vec![ip_value(*ip), p.proto.clone(), p.port.clone()],
-                Some(Verdict::Goto(fw.clone())),
-                Some(label.clone()),
+                Element::map(
+                    vec![ip_value(*ip), p.proto.clone(), p.port.clone()],
+                    Verdict::Goto(fw.clone()),
+                )
+                .with_comment(label.clone()),
             );
         }
     }

@@ -98,15 +98,19 @@ impl Builder<'_> {
                 .iter()
                 .map(|j| {
                     let mut s = if kind == ChainType::Filter {
-                        vec![ct_new()]
+                        vec![Stmt::ct_new()]
                     } else {
                         vec![]
                     };
-                    s.push(jump(j));
-                    rule(s, None)
+                    s.push(Stmt::jump(*j));
+                    Rule::new(s)
                 })
                 .collect();
-            self.chain(name, Some((kind, hook, prio)), Some(why), rules);
+            self.chain(
+                Chain::base(name, kind, hook, prio)
+                    .with_comment(why)
+                    .with_rules(rules),
+            );
         }
     }
 
@@ -116,48 +120,23 @@ impl Builder<'_> {
         let f = self.fam;
         let mark = self.config.masquerade_mark();
         self.chain(
-            MARK_FOR_MASQUERADE,
-            None,
-            None,
-            vec![rule(vec![Stmt::SetMark(MarkOp::Or(mark))], None)],
+            Chain::new(MARK_FOR_MASQUERADE)
+                .with_rules(vec![Rule::new(vec![Stmt::SetMark(MarkOp::Or(mark))])]),
         );
-        self.chain(
-            MASQUERADING,
-            None,
-            None,
-            vec![
-                rule(
-                    vec![
-                        m(
-                            Selector::CtStatus,
-                            CmpOp::Eq,
-                            Value::CtStatus(CtStatus::DNAT),
-                        ),
-                        Stmt::Lookup {
-                            key: vec![f.saddr(), f.daddr()],
-                            set: HAIRPIN_ENDPOINTS.into(),
-                            negate: false,
-                        },
-                        jump(MARK_FOR_MASQUERADE),
-                    ],
-                    Some("hairpin: an endpoint reaching itself through a service".into()),
-                ),
-                rule(
-                    vec![
-                        Stmt::Match {
-                            left: Selector::Mark,
-                            mask: Some(mark),
-                            op: CmpOp::Eq,
-                            right: Value::Mark(0),
-                        },
-                        Stmt::Verdict(Verdict::Return),
-                    ],
-                    None,
-                ),
-                rule(vec![Stmt::SetMark(MarkOp::Xor(mark))], None),
-                rule(vec![Stmt::Masquerade { fully_random: true }], None),
-            ],
-        );
+        self.chain(Chain::new(MASQUERADING).with_rules(vec![
+            Rule::new(vec![
+                Stmt::match_eq(Selector::CtStatus, Value::CtStatus(CtStatus::DNAT)),
+                Stmt::in_set(vec![f.saddr(), f.daddr()], HAIRPIN_ENDPOINTS),
+                Stmt::jump(MARK_FOR_MASQUERADE),
+            ])
+            .with_comment("hairpin: an endpoint reaching itself through a service"),
+            Rule::new(vec![
+                Stmt::match_masked(Selector::Mark, mark, Value::Mark(0)),
+                Stmt::Verdict(Verdict::Return),
+            ]),
+            Rule::new(vec![Stmt::SetMark(MarkOp::Xor(mark))]),
+            Rule::new(vec![Stmt::Masquerade { fully_random: true }]),
+        ]));
     }
 
     /// `services`, where NAT traffic is dispatched by destination, and `pick-retry`, its
@@ -169,27 +148,25 @@ impl Builder<'_> {
         let mut dispatch = vec![self.by_destination(SERVICE_IPS)];
         dispatch.extend(self.pick_dispatch());
         dispatch.push(self.by_node_port(SERVICE_NODEPORTS));
-        dispatch.push(self.frontend_in(
-            PICK_FALLBACK,
-            PICK_RETRY,
-            Some("the dispatch changed while this packet was looked up".into()),
-        ));
-        self.chain(SERVICES, None, None, dispatch);
+        dispatch.push(
+            self.frontend_in(PICK_FALLBACK, PICK_RETRY)
+                .with_comment("the dispatch changed while this packet was looked up"),
+        );
+        self.chain(Chain::new(SERVICES).with_rules(dispatch));
         // Not `service-ips`: a chain created by the commit is empty to a packet that entered
         // the table before it, so a service that moved to a chain of its own gets the fallback.
         let mut retry = self.pick_dispatch();
         // Its own chain's masquerade rule is out of reach: masquerade, as external traffic
         // needs, at the cost of a pod's source address for this one connection.
-        retry.push(rule(
-            vec![jump(MARK_FOR_MASQUERADE)],
-            Some("the service moved to a chain of its own".into()),
-        ));
+        retry.push(
+            Rule::new(vec![Stmt::jump(MARK_FOR_MASQUERADE)])
+                .with_comment("the service moved to a chain of its own"),
+        );
         retry.push(self.pick_fallback());
         self.chain(
-            PICK_RETRY,
-            None,
-            Some("the dispatch again, once its commit is complete"),
-            retry,
+            Chain::new(PICK_RETRY)
+                .with_comment("the dispatch again, once its commit is complete")
+                .with_rules(retry),
         );
     }
 
@@ -198,51 +175,37 @@ impl Builder<'_> {
     fn check_chains(&mut self) {
         let f = self.fam;
         self.chain(
-            REJECT_CHAIN,
-            None,
-            Some("helper for services with no endpoints"),
-            vec![rule(vec![Stmt::Reject(RejectKind::Default)], None)],
+            Chain::new(REJECT_CHAIN)
+                .with_comment("helper for services with no endpoints")
+                .with_rules(vec![Rule::new(vec![Stmt::Reject(RejectKind::Default)])]),
         );
         self.chain(
-            SERVICE_ENDPOINTS_CHECK,
-            None,
-            None,
-            vec![self.by_destination(NO_ENDPOINT_SERVICES)],
+            Chain::new(SERVICE_ENDPOINTS_CHECK)
+                .with_rules(vec![self.by_destination(NO_ENDPOINT_SERVICES)]),
         );
         self.chain(
-            NODEPORT_ENDPOINTS_CHECK,
-            None,
-            None,
-            vec![self.by_node_port(NO_ENDPOINT_NODEPORTS)],
+            Chain::new(NODEPORT_ENDPOINTS_CHECK)
+                .with_rules(vec![self.by_node_port(NO_ENDPOINT_NODEPORTS)]),
         );
-        self.chain(
-            FIREWALL_CHECK,
-            None,
-            None,
-            vec![self.by_destination(FIREWALL_IPS)],
-        );
-        let mut checks = vec![rule(
-            vec![
-                Stmt::Lookup {
-                    key: vec![f.daddr()],
-                    set: CLUSTER_IPS.into(),
-                    negate: false,
-                },
+        self.chain(Chain::new(FIREWALL_CHECK).with_rules(vec![self.by_destination(FIREWALL_IPS)]));
+        let mut checks = vec![
+            Rule::new(vec![
+                Stmt::in_set(vec![f.daddr()], CLUSTER_IPS),
                 Stmt::Reject(RejectKind::Default),
-            ],
-            Some("reject traffic to an active ClusterIP on a port no service uses".into()),
-        )];
+            ])
+            .with_comment("reject traffic to an active ClusterIP on a port no service uses"),
+        ];
         let service_cidrs = dropped_service_cidrs(self.state, self.config);
         for cidr in service_cidrs.iter().filter(|c| f.has_net(c)) {
-            checks.push(rule(
-                vec![
-                    m(f.daddr(), CmpOp::Eq, net_value(*cidr)),
+            checks.push(
+                Rule::new(vec![
+                    Stmt::match_eq(f.daddr(), net_value(*cidr)),
                     Stmt::Verdict(Verdict::Drop),
-                ],
-                Some("drop traffic to unallocated ClusterIPs".into()),
-            ));
+                ])
+                .with_comment("drop traffic to unallocated ClusterIPs"),
+            );
         }
-        self.chain(CLUSTER_IPS_CHECK, None, None, checks);
+        self.chain(Chain::new(CLUSTER_IPS_CHECK).with_rules(checks));
     }
 
     /// The sets and maps every service shares (the pick chains' own are declared with them).
@@ -250,49 +213,36 @@ impl Builder<'_> {
         let f = self.fam;
         let key3 = self.frontend_types();
         let key2 = vec![DataType::InetProto, DataType::InetService];
-        let set = map(CLUSTER_IPS, vec![f.addr_type()], false, "active ClusterIPs");
+        let set = Set::new(CLUSTER_IPS, vec![f.addr_type()]).with_comment("active ClusterIPs");
         self.out.declare(set);
-        self.out.declare(map(
-            NODEPORT_IPS,
-            vec![f.addr_type()],
-            false,
-            "IPs that accept NodePort traffic",
-        ));
-        self.out.declare(map(
-            SERVICE_IPS,
-            key3.clone(),
-            true,
-            "ClusterIP, ExternalIP and LoadBalancer IP traffic",
-        ));
-        self.out.declare(map(
-            HAIRPIN_ENDPOINTS,
-            vec![f.addr_type(), f.addr_type()],
-            false,
-            "endpoint . itself: a service connection from an endpoint to itself is masqueraded",
-        ));
-        self.out.declare(map(
-            SERVICE_NODEPORTS,
-            key2.clone(),
-            true,
-            "NodePort traffic",
-        ));
-        self.out.declare(map(
-            NO_ENDPOINT_SERVICES,
-            key3.clone(),
-            true,
-            "vmap to drop or reject packets to services with no endpoints",
-        ));
-        self.out.declare(map(
-            NO_ENDPOINT_NODEPORTS,
-            key2,
-            true,
-            "vmap to drop or reject packets to service nodeports with no endpoints",
-        ));
-        self.out.declare(map(
-            FIREWALL_IPS,
-            key3,
-            true,
-            "destinations that are subject to LoadBalancerSourceRanges",
-        ));
+        self.out.declare(
+            Set::new(NODEPORT_IPS, vec![f.addr_type()])
+                .with_comment("IPs that accept NodePort traffic"),
+        );
+        self.out.declare(
+            Set::verdict_map(SERVICE_IPS, key3.clone())
+                .with_comment("ClusterIP, ExternalIP and LoadBalancer IP traffic"),
+        );
+        self.out.declare(
+            Set::new(HAIRPIN_ENDPOINTS, vec![f.addr_type(), f.addr_type()]).with_comment(
+                "endpoint . itself: a service connection from an endpoint to itself is masqueraded",
+            ),
+        );
+        self.out.declare(
+            Set::verdict_map(SERVICE_NODEPORTS, key2.clone()).with_comment("NodePort traffic"),
+        );
+        self.out.declare(
+            Set::verdict_map(NO_ENDPOINT_SERVICES, key3.clone())
+                .with_comment("vmap to drop or reject packets to services with no endpoints"),
+        );
+        self.out.declare(
+            Set::verdict_map(NO_ENDPOINT_NODEPORTS, key2).with_comment(
+                "vmap to drop or reject packets to service nodeports with no endpoints",
+            ),
+        );
+        self.out.declare(
+            Set::verdict_map(FIREWALL_IPS, key3)
+                .with_comment("destinations that are subject to LoadBalancerSourceRanges"),
+        );
     }
 }

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use super::attr::{Attr, AttrError, AttrIter};
 use super::sys::*;
+use crate::netlink::attr::{Attr, AttrError, AttrIter};
 use crate::nft::model::{BaseChain, ChainType, DataType, Hook, Policy, Value, Verdict};
 
 mod data;

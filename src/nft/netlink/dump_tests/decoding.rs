@@ -50,7 +50,7 @@ fn a_rule_nft_would_not_generate_for_the_model_is_an_error_naming_chain_and_hand
 
 #[test]
 fn truncated_and_malformed_rule_messages_are_errors() {
-    use crate::nft::netlink::attr::AttrWriter;
+    use crate::netlink::attr::AttrWriter;
     use crate::nft::netlink::sys::*;
     let mut w = AttrWriter::new();
     w.string(NFTA_RULE_TABLE, "t")
@@ -264,17 +264,23 @@ fn truncated_or_corrupted_kernel_dump_messages_decode_to_errors_never_panics() {
                 (NFT_MSG_GETSET, "set"),
                 (NFT_MSG_GETRULE, "rule"),
             ] {
-                for m in sock.dump("dump", msg, NFPROTO_IPV4, &[]).unwrap() {
+                for m in
+                    super::super::requests::dump(&mut sock, "dump", msg, NFPROTO_IPV4, &[]).unwrap()
+                {
                     all.push((kind, m.nfgen().unwrap().2.to_vec()));
                 }
             }
-            let mut w = crate::nft::netlink::attr::AttrWriter::new();
+            let mut w = crate::netlink::attr::AttrWriter::new();
             w.string(NFTA_SET_ELEM_LIST_TABLE, "kubenft")
                 .string(NFTA_SET_ELEM_LIST_SET, "service-ips");
-            for m in sock
-                .dump("elems", NFT_MSG_GETSETELEM, NFPROTO_IPV4, &w.buf)
-                .unwrap()
-            {
+            let elems = super::super::requests::dump(
+                &mut sock,
+                "elems",
+                NFT_MSG_GETSETELEM,
+                NFPROTO_IPV4,
+                &w.buf,
+            );
+            for m in elems.unwrap() {
                 all.push(("elems", m.nfgen().unwrap().2.to_vec()));
             }
             all

@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::decode::{self, DecodeError, RawRule};
 use super::dump::{DumpError, dump_table};
 use super::lift::{self, LiftError, SetInfo};
-use super::socket::NetlinkSocket;
+use crate::netlink::NetlinkSocket;
 use crate::netns::{Netns, can_create};
 use crate::nft::model::*;
 

@@ -1,5 +1,6 @@
-//! An nfnetlink socket for nf_tables: whole datagrams in, every netlink message out, kernel
-//! errors reported with the errno and the sequence number of the request they answer.
+//! An nfnetlink socket for any netfilter subsystem (nf_tables, ctnetlink): whole datagrams in,
+//! every netlink message out, kernel errors reported with the errno and the sequence number of
+//! the request they answer.
 //!
 //! A socket belongs to the network namespace of the thread that opened it, so one opened inside
 //! `Netns::run` talks to that namespace's nftables for its whole life.
@@ -9,7 +10,6 @@ use std::io;
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_NETFILTER};
 
 use super::attr::AttrIter;
-use super::sys::{NFNETLINK_V0, NFNL_SUBSYS_NFTABLES, NFPROTO_UNSPEC, NFT_MSG_GETGEN, NFTA_GEN_ID};
 
 // linux/netlink.h message types and flags, named as in the header.
 pub const NLMSG_NOOP: u16 = 1;
@@ -33,6 +33,13 @@ pub const NLM_F_CAPPED: u16 = 0x100;
 /// On an NLMSG_ERROR: extended-ack TLVs follow.
 pub const NLM_F_ACK_TLVS: u16 = 0x200;
 const NLMSGERR_ATTR_MSG: u16 = 1;
+
+// linux/netfilter/nfnetlink.h, named as in the header.
+pub const NFNETLINK_V0: u8 = 0;
+pub const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
+pub const NFNL_MSG_BATCH_END: u16 = 0x11;
+/// `AF_UNSPEC` (`NFPROTO_UNSPEC`): no address family.
+const AF_UNSPEC: u8 = 0;
 
 /// Size of `struct nlmsghdr`.
 pub const NLMSG_HDRLEN: usize = 16;
@@ -83,8 +90,6 @@ pub enum SocketError {
     },
     #[error("{request} dump was interrupted by a concurrent ruleset change")]
     DumpInterrupted { request: &'static str },
-    #[error("the generation reply has no NFTA_GEN_ID")]
-    NoGenerationId,
 }
 
 impl SocketError {
@@ -148,10 +153,10 @@ impl Message {
         parse_error(&self.payload, self.flags).map(Some)
     }
 
-    /// For nf_tables messages: the `NFT_MSG_*` number (low byte of the type), if this
-    /// message belongs to the nftables subsystem.
-    pub fn nft_msg(&self) -> Option<u16> {
-        (self.msg_type >> 8 == NFNL_SUBSYS_NFTABLES).then_some(self.msg_type & 0xff)
+    /// The message number within nfnetlink subsystem `subsys` (the low byte of the type), if
+    /// this message belongs to that subsystem.
+    pub fn subsys_msg(&self, subsys: u16) -> Option<u16> {
+        (self.msg_type >> 8 == subsys).then_some(self.msg_type & 0xff)
     }
 
     /// The `nfgenmsg` header (family, res_id) and the attribute bytes after it.
@@ -236,15 +241,10 @@ pub fn split_messages(datagram: &[u8]) -> Result<Vec<Message>, SocketError> {
     Ok(out)
 }
 
-/// The full message type of an nf_tables request: `(NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_*`.
-pub const fn nft_msg_type(msg: u16) -> u16 {
-    (NFNL_SUBSYS_NFTABLES << 8) | msg
-}
-
 /// Header fields of one nfnetlink message to build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NfHeader {
-    /// Full netlink type (see `nft_msg_type`; batch begin/end use `NFNL_MSG_BATCH_*`).
+    /// Full netlink type: `(subsystem << 8) | message`, or `NFNL_MSG_BATCH_*`.
     pub msg_type: u16,
     pub flags: u16,
     pub seq: u32,
@@ -255,14 +255,35 @@ pub struct NfHeader {
 }
 
 impl NfHeader {
-    /// An nf_tables request (`NLM_F_REQUEST` is always set).
-    pub fn nft(msg: u16, flags: u16, family: u8, seq: u32) -> Self {
+    /// A request of message `msg` to nfnetlink subsystem `subsys` (`NLM_F_REQUEST` is always
+    /// set).
+    pub fn request(subsys: u16, msg: u16, flags: u16, family: u8, seq: u32) -> Self {
         NfHeader {
-            msg_type: nft_msg_type(msg),
+            msg_type: (subsys << 8) | msg,
             flags: flags | NLM_F_REQUEST,
             seq,
             family,
             res_id: 0,
+        }
+    }
+
+    /// Opens a batch: the messages up to `batch_end` are one transaction of `subsys`.
+    pub fn batch_begin(subsys: u16, seq: u32) -> Self {
+        NfHeader::batch(NFNL_MSG_BATCH_BEGIN, subsys, seq)
+    }
+
+    /// Closes a batch opened by `batch_begin`.
+    pub fn batch_end(subsys: u16, seq: u32) -> Self {
+        NfHeader::batch(NFNL_MSG_BATCH_END, subsys, seq)
+    }
+
+    fn batch(msg_type: u16, subsys: u16, seq: u32) -> Self {
+        NfHeader {
+            msg_type,
+            flags: NLM_F_REQUEST,
+            seq,
+            family: AF_UNSPEC,
+            res_id: subsys,
         }
     }
 
@@ -442,10 +463,10 @@ impl NetlinkSocket {
                 tv_sec: 0,
                 tv_usec: 0,
             },
+            // Field types inferred: musl's libc deprecates naming `time_t` and `suseconds_t`.
             |d| libc::timeval {
-                // Inferred, not `libc::time_t`: musl deprecates naming that type.
                 tv_sec: d.as_secs() as _,
-                tv_usec: d.subsec_micros() as libc::suseconds_t,
+                tv_usec: d.subsec_micros() as _,
             },
         );
         // SAFETY: the pointer and length describe a live timeval for the duration of the call.
@@ -464,33 +485,33 @@ impl NetlinkSocket {
         Ok(())
     }
 
-    /// Sends a dump request (`NLM_F_DUMP`) and collects every reply message up to NLMSG_DONE.
-    /// A kernel error fails the whole dump; `NLM_F_DUMP_INTR` is reported as
-    /// `DumpInterrupted` so the caller can retry on a consistent snapshot.
-    pub fn dump(
+    /// Sends the dump request `header` (with `NLM_F_DUMP` added) and hands each reply message
+    /// to it to `each`, up to NLMSG_DONE; ACKs are skipped and a kernel error fails the dump.
+    /// Returns whether the kernel flagged the dump as interrupted (`NLM_F_DUMP_INTR`: what it
+    /// walked changed meanwhile), for callers that need a consistent snapshot.
+    pub fn dump_each(
         &mut self,
         request: &'static str,
-        msg: u16,
-        family: u8,
+        header: NfHeader,
         attrs: &[u8],
-    ) -> Result<Vec<Message>, SocketError> {
-        let seq = self.next_seq(1);
+        mut each: impl FnMut(Message),
+    ) -> Result<bool, SocketError> {
+        let header = NfHeader {
+            flags: header.flags | NLM_F_DUMP,
+            ..header
+        };
         let mut out = Vec::new();
-        NfHeader::nft(msg, NLM_F_DUMP | NLM_F_ACK, family, seq).encode(attrs, &mut out);
+        header.encode(attrs, &mut out);
         self.send(&out)?;
-        let mut replies = Vec::new();
         let mut interrupted = false;
         loop {
             for m in self.recv()? {
-                if m.seq != seq {
+                if m.seq != header.seq {
                     continue; // a late reply to an earlier request
                 }
                 interrupted |= m.flags & NLM_F_DUMP_INTR != 0;
                 if m.is_done() {
-                    if interrupted {
-                        return Err(SocketError::DumpInterrupted { request });
-                    }
-                    return Ok(replies);
+                    return Ok(interrupted);
                 }
                 if let Some(err) = m.error()? {
                     if err.is_ack() {
@@ -498,30 +519,30 @@ impl NetlinkSocket {
                     }
                     return Err(kernel_error(request, &err));
                 }
-                // NLMSG_NOOP and anything not from nf_tables carry no dump data.
-                if m.nft_msg().is_some() {
-                    replies.push(m);
-                }
+                each(m);
             }
         }
     }
 
-    /// Sends a single get request and returns its one reply message.
-    pub fn get(
+    /// Sends the request `header` (with `NLM_F_ACK` added: the ACK ends the answer) and
+    /// returns its one reply message.
+    pub fn request(
         &mut self,
         request: &'static str,
-        msg: u16,
-        family: u8,
+        header: NfHeader,
         attrs: &[u8],
     ) -> Result<Message, SocketError> {
-        let seq = self.next_seq(1);
+        let header = NfHeader {
+            flags: header.flags | NLM_F_ACK,
+            ..header
+        };
         let mut out = Vec::new();
-        NfHeader::nft(msg, NLM_F_ACK, family, seq).encode(attrs, &mut out);
+        header.encode(attrs, &mut out);
         self.send(&out)?;
         let mut reply = None;
         loop {
             for m in self.recv()? {
-                if m.seq != seq {
+                if m.seq != header.seq {
                     continue;
                 }
                 if let Some(err) = m.error()? {
@@ -539,26 +560,6 @@ impl NetlinkSocket {
                 reply = Some(m);
             }
         }
-    }
-
-    /// The current ruleset generation id (NFT_MSG_GETGEN): it changes with every committed
-    /// transaction, so equal ids mean nothing changed in between.
-    pub fn generation(&mut self) -> Result<u32, SocketError> {
-        let reply = self.get("GETGEN", NFT_MSG_GETGEN, NFPROTO_UNSPEC, &[])?;
-        let (_, _, attrs) = reply.nfgen()?;
-        for attr in AttrIter::new(attrs) {
-            let attr = attr.map_err(|_| SocketError::Malformed {
-                offset: NLMSG_HDRLEN + NFGENMSG_LEN,
-                reason: "bad attribute in NEWGEN",
-            })?;
-            if attr.kind == NFTA_GEN_ID {
-                return attr.be32().map_err(|_| SocketError::Malformed {
-                    offset: NLMSG_HDRLEN + NFGENMSG_LEN,
-                    reason: "NFTA_GEN_ID is not 4 bytes",
-                });
-            }
-        }
-        Err(SocketError::NoGenerationId)
     }
 }
 
@@ -592,7 +593,6 @@ fn setsockopt_int(sock: &Socket, opt: libc::c_int, value: libc::c_int) -> io::Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netns::{Netns, can_create};
 
     fn nlmsg(msg_type: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
         let mut v = Vec::new();
@@ -609,13 +609,14 @@ mod tests {
     #[test]
     fn a_datagram_splits_into_its_messages_and_errors_name_the_request_seq() {
         let mut err_body = (-2i32).to_ne_bytes().to_vec();
-        err_body.extend_from_slice(&nlmsg(nft_msg_type(1), NLM_F_REQUEST, 41, &[])[..16]);
-        let mut dgram = nlmsg(nft_msg_type(0), NLM_F_MULTI, 41, &[2, 0, 0, 5, 1]);
+        err_body.extend_from_slice(&nlmsg((10 << 8) | 1, NLM_F_REQUEST, 41, &[])[..16]);
+        let mut dgram = nlmsg(10 << 8, NLM_F_MULTI, 41, &[2, 0, 0, 5, 1]);
         dgram.extend(nlmsg(NLMSG_ERROR, NLM_F_CAPPED, 41, &err_body));
         dgram.extend(nlmsg(NLMSG_DONE, NLM_F_MULTI, 41, &0i32.to_ne_bytes()));
         let msgs = split_messages(&dgram).unwrap();
         assert_eq!(msgs.len(), 3);
-        assert_eq!(msgs[0].nft_msg(), Some(0));
+        assert_eq!(msgs[0].subsys_msg(10), Some(0));
+        assert_eq!(msgs[0].subsys_msg(1), None);
         assert!(msgs[0].is_multi());
         let (family, res_id, attrs) = msgs[0].nfgen().unwrap();
         assert_eq!((family, res_id, attrs), (2, 5, &[1u8][..]));
@@ -646,7 +647,7 @@ mod tests {
     #[test]
     fn an_encoded_request_has_the_nfnetlink_layout() {
         let mut out = Vec::new();
-        NfHeader::nft(NFT_MSG_GETGEN, NLM_F_ACK, 2, 9).encode(&[4, 0, 1, 0], &mut out);
+        NfHeader::request(10, 16, NLM_F_ACK, 2, 9).encode(&[4, 0, 1, 0], &mut out);
         assert_eq!(out.len(), 24);
         assert_eq!(u32::from_ne_bytes(out[0..4].try_into().unwrap()), 24);
         assert_eq!(u16::from_ne_bytes([out[4], out[5]]), (10 << 8) | 16);
@@ -655,100 +656,5 @@ mod tests {
             NLM_F_REQUEST | NLM_F_ACK
         );
         assert_eq!(&out[16..20], &[2, NFNETLINK_V0, 0, 0]);
-    }
-
-    #[test]
-    fn the_generation_id_moves_when_a_namespace_ruleset_changes() {
-        if !can_create() {
-            eprintln!("skipped: creating network namespaces needs root");
-            return;
-        }
-        let ns = Netns::create("gen").unwrap();
-        let mut sock = ns.run(|| NetlinkSocket::open().unwrap()).unwrap();
-        let before = sock.generation().unwrap();
-        assert_eq!(sock.generation().unwrap(), before);
-        ns.exec(&["nft", "add", "table", "ip", "gentest"]).unwrap();
-        let after = sock.generation().unwrap();
-        assert_ne!(before, after, "a committed change bumps the generation");
-    }
-
-    #[test]
-    fn a_missing_table_is_reported_with_enoent() {
-        if !can_create() {
-            eprintln!("skipped: creating network namespaces needs root");
-            return;
-        }
-        let ns = Netns::create("enoent").unwrap();
-        let mut sock = ns.run(|| NetlinkSocket::open().unwrap()).unwrap();
-        let mut w = super::super::attr::AttrWriter::new();
-        w.string(super::super::sys::NFTA_TABLE_NAME, "absent");
-        let err = sock
-            .get(
-                "GETTABLE",
-                super::super::sys::NFT_MSG_GETTABLE,
-                super::super::sys::NFPROTO_IPV4,
-                &w.buf,
-            )
-            .unwrap_err();
-        assert_eq!(err.errno(), Some(libc::ENOENT), "{err}");
-    }
-
-    #[test]
-    fn a_failing_batch_reports_the_failed_message_seq_and_the_last_ack() {
-        use super::super::attr::AttrWriter;
-        use super::super::sys::*;
-        if !can_create() {
-            eprintln!("skipped: creating network namespaces needs root");
-            return;
-        }
-        let ns = Netns::create("batch").unwrap();
-        let mut sock = ns.run(|| NetlinkSocket::open().unwrap()).unwrap();
-        let seq = sock.next_seq(5);
-        let mut batch = Vec::new();
-        let begin = |msg_type, seq| NfHeader {
-            msg_type,
-            flags: NLM_F_REQUEST,
-            seq,
-            family: NFPROTO_UNSPEC,
-            res_id: NFNL_SUBSYS_NFTABLES,
-        };
-        begin(NFNL_MSG_BATCH_BEGIN, seq).encode(&[], &mut batch);
-        let mut w = AttrWriter::new();
-        w.string(NFTA_TABLE_NAME, "b");
-        NfHeader::nft(NFT_MSG_NEWTABLE, NLM_F_CREATE, NFPROTO_IPV4, seq + 1)
-            .encode(&w.buf, &mut batch);
-        let mut w = AttrWriter::new();
-        w.string(NFTA_CHAIN_TABLE, "absent")
-            .string(NFTA_CHAIN_NAME, "c");
-        NfHeader::nft(NFT_MSG_NEWCHAIN, NLM_F_CREATE, NFPROTO_IPV4, seq + 2)
-            .encode(&w.buf, &mut batch);
-        let mut w = AttrWriter::new();
-        w.string(NFTA_CHAIN_TABLE, "b")
-            .string(NFTA_CHAIN_NAME, "ok");
-        NfHeader::nft(
-            NFT_MSG_NEWCHAIN,
-            NLM_F_CREATE | NLM_F_ACK,
-            NFPROTO_IPV4,
-            seq + 3,
-        )
-        .encode(&w.buf, &mut batch);
-        begin(NFNL_MSG_BATCH_END, seq + 4).encode(&[], &mut batch);
-        sock.send(&batch).unwrap();
-        let replies = sock.batch_replies().unwrap();
-        let failed: Vec<_> = replies.iter().filter(|e| !e.is_ack()).collect();
-        assert_eq!(failed.len(), 1, "{replies:?}");
-        assert_eq!((failed[0].seq, failed[0].errno), (seq + 2, libc::ENOENT));
-        assert!(
-            replies.iter().any(|e| e.seq == seq + 3),
-            "the last message's ACK request is answered: {replies:?}"
-        );
-        // All-or-nothing: the table from message 1 was not created.
-        let out = ns.exec(&["nft", "list", "tables"]).unwrap();
-        assert!(
-            out.stdout.is_empty(),
-            "{}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        assert!(sock.try_recv().unwrap().is_none());
     }
 }

@@ -3,7 +3,8 @@
 //! Lengths are host-endian u16 and every attribute is padded to 4 bytes, as netlink requires.
 //! nf_tables puts integers in network byte order (big-endian) unless a field says otherwise.
 
-use super::sys::NLA_F_NESTED;
+/// linux/netlink.h: the attribute holds attributes.
+pub const NLA_F_NESTED: u16 = 1 << 15;
 
 /// Appends attributes to a growing message buffer.
 #[derive(Debug, Default, Clone)]

@@ -1,0 +1,8 @@
+//! Netlink plumbing shared by nf_tables (`nft::netlink`) and conntrack (`conntrack`): one
+//! NETLINK_NETFILTER socket, nfnetlink message headers, attribute TLVs and kernel errors.
+//! Nothing here knows a subsystem's messages; each caller builds and reads its own.
+
+pub mod attr;
+pub mod socket;
+
+pub use socket::{Message, NetlinkSocket, NfHeader, NlError, SocketError};
