@@ -42,8 +42,13 @@ fn only_test_and_demo_scaffolding_starts_processes() {
             .unwrap()
             .to_string_lossy()
             .into_owned();
-        // Unit tests are scaffolding too: test-only files, and each file's `#[cfg(test)]` tail.
-        if rel.ends_with("tests.rs") {
+        // Unit tests are scaffolding too: test-only files and directories (`dump_tests/`), and
+        // each file's `#[cfg(test)]` tail.
+        let test_only = rel.ends_with("tests.rs")
+            || Path::new(&rel)
+                .parent()
+                .is_some_and(|dir| dir.iter().any(|c| c.to_string_lossy().ends_with("tests")));
+        if test_only {
             continue;
         }
         let text = std::fs::read_to_string(&file).unwrap();
