@@ -13,7 +13,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kubenft::cli::load_inputs;
-use kubenft::model::LiveState;
+use kubenft::cluster::LiveState;
 use kubenft::netns::Netns;
 use kubenft::nft::netlink::Nftables;
 use kubenft::proxier::{Planner, ProxyConfig};

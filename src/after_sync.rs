@@ -8,11 +8,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
-use crate::conntrack::{Frontends, UdpService};
-use crate::model::{
+use crate::cluster::{
     ClusterState, Endpoint, NodeInfo, Protocol, ServicePort, ServicePortName, ServiceRef,
     TrafficPolicy,
 };
+use crate::conntrack::{Frontends, UdpService};
 use crate::proxier;
 use crate::serve::ServiceHealth;
 

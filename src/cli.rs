@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
+use crate::cluster::{ClusterState, NodeInfo};
 use crate::config::Config;
-use crate::model::{ClusterState, NodeInfo};
 use crate::proxier::{IpFamily, ProxyConfig, families};
 use crate::source::Inputs;
 use crate::source::local_addrs::{self, LocalAddrError};
@@ -247,7 +247,7 @@ mod glue {
     /// Manifests → cluster state → desired tables, warning about every rejected object.
     fn build_tables(path: &Path, mut proxy: ProxyConfig) -> Result<Vec<Table>, CliError> {
         let inputs = load_inputs(path, &proxy.hostname)?;
-        let (mut state, mut rejected) = crate::model::ClusterState::from_objects(
+        let (mut state, mut rejected) = crate::cluster::ClusterState::from_objects(
             &inputs.services,
             &inputs.endpoint_slices,
             inputs.node.as_ref(),

@@ -22,10 +22,10 @@ use crate::after_sync::AfterSyncFacts;
 use crate::cli::{
     add_local_addresses, kernel_families, load_inputs, log_nodeport_fallbacks, nodeport_fallbacks,
 };
+use crate::cluster::{LiveState, ServiceRef};
 use crate::config::RunSettings;
 use crate::conntrack;
 use crate::events::{Limits, Occurrence, Recorder};
-use crate::model::{LiveState, ServiceRef};
 use crate::nft::netlink::Nftables;
 use crate::proxier::{EndpointBlocks, IpFamily, Planner, ProxyConfig, families};
 use crate::serve::{self, HealthCheckServers, HealthState, Metrics, SyncResult};
@@ -444,7 +444,7 @@ impl SyncLoop {
             }
             Err(e) => {
                 self.metrics.record_sync(
-                    metric_kind(attempted),
+                    attempted,
                     SyncResult::Failure,
                     seconds,
                     &self.ip_families,
@@ -500,7 +500,7 @@ impl SyncLoop {
         triggers: &[SystemTime],
     ) {
         self.metrics.record_sync(
-            metric_kind(report.kind),
+            report.kind,
             SyncResult::Success,
             t.seconds,
             &self.ip_families,
@@ -646,22 +646,9 @@ impl SyncLoop {
     }
 }
 
-fn metric_kind(kind: SyncKind) -> serve::SyncKind {
-    match kind {
-        SyncKind::Full => serve::SyncKind::Full,
-        SyncKind::Partial => serve::SyncKind::Partial,
-    }
-}
-
 /// kube-proxy's `ip_family` label values of `families`.
 fn family_labels(families: &[IpFamily]) -> Vec<&'static str> {
-    families
-        .iter()
-        .map(|f| match f {
-            IpFamily::V4 => "IPv4",
-            IpFamily::V6 => "IPv6",
-        })
-        .collect()
+    families.iter().map(|f| f.label()).collect()
 }
 
 fn unix_seconds(t: SystemTime) -> f64 {

@@ -6,8 +6,8 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::cluster::ClusterState;
 use crate::lab::{Outcome, Topology, try_request};
-use crate::model::ClusterState;
 use crate::netns::can_create;
 use crate::nft::netlink::Nftables;
 use crate::proxier::ProxyConfig;

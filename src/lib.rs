@@ -3,6 +3,7 @@
 pub mod access;
 pub mod after_sync;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod conntrack;
 #[cfg(feature = "daemon")]
@@ -11,8 +12,8 @@ pub mod demo;
 #[cfg(feature = "daemon")]
 pub mod events;
 pub mod explain;
+pub mod family;
 pub mod lab;
-pub mod model;
 pub mod netlink;
 pub mod netns;
 pub mod nft;

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
-use crate::model::{ClusterState, Protocol, ServicePortName};
+use crate::cluster::{ClusterState, Protocol, ServicePortName};
 
 /// A socket that accepts traffic: a listening TCP socket or an unconnected bound UDP one.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use common::Topology;
 use explain_harness::{assert_explained, explain, explain_command, explain_service, observe};
-use kubenft::model::ClusterState;
+use kubenft::cluster::ClusterState;
 use kubenft::netns::{Netns, can_create};
 use kubenft::nft::model::{Family, Value};
 use kubenft::nft::netlink::Nftables;

@@ -1825,7 +1825,7 @@ fn no_endpoints_metric() {
         parse_file(std::path::Path::new(name), &yaml, &mut m, &mut warnings);
         assert!(warnings.is_empty(), "{name}: {warnings:?}");
         let (state, rejected) =
-            kubenft::model::ClusterState::from_objects(&m.services, &m.endpoint_slices, None);
+            kubenft::cluster::ClusterState::from_objects(&m.services, &m.endpoint_slices, None);
         assert!(rejected.is_empty(), "{name}: {rejected:?}");
         // What the daemon reports after a sync, and the from-scratch derivation it is
         // checked against.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kubenft::model::ClusterState;
+use kubenft::cluster::ClusterState;
 use kubenft::nft::fake::FakeKernel;
 use kubenft::nft::model::Table;
 use kubenft::nft::transaction::Transaction;

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher::Event;
 use kubenft::after_sync::{AfterSyncFacts, local_endpoint_facts, udp_frontends};
-use kubenft::model::{ClusterState, LiveState};
+use kubenft::cluster::{ClusterState, LiveState};
 use kubenft::nft::diff::TableChange;
 use kubenft::nft::fake::FakeKernel;
 use kubenft::nft::model::{Chain, Element, Table};

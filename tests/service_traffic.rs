@@ -16,7 +16,7 @@ use common::{Outcome, Topology, try_request};
 use explain_harness::{assert_explained, pod_backend};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kubenft::model::ClusterState;
+use kubenft::cluster::ClusterState;
 use kubenft::netns::{Netns, can_create};
 use kubenft::nft::model::Table;
 use kubenft::nft::netlink::Nftables;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use std::collections::BTreeSet;
 
-use kubenft::model::{ClusterState, ConsistentEndpoint, ServicePortName};
+use kubenft::cluster::{ClusterState, ConsistentEndpoint, ServicePortName};
 use kubenft::netlink::NetlinkSocket;
 use kubenft::netlink::attr::AttrWriter;
 use kubenft::netns::Netns;

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use kubenft::cluster::ClusterState;
 use kubenft::lab::{Topology, sh};
-use kubenft::model::ClusterState;
 use kubenft::netns::Netns;
 use kubenft::nft::netlink::Nftables;
 use kubenft::proxier::build;

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::process::Command;
 use std::time::Duration;
 
-use kubenft::model::ConsistentEndpoint;
+use kubenft::cluster::ConsistentEndpoint;
 
 use crate::churn::ChurnRun;
 use crate::control::{ConsistentRow, ControlRow, SHARDS};

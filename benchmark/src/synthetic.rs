@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::OnceLock;
 
-use kubenft::model::{
+use kubenft::cluster::{
     ClusterState, ConsistentEndpoint, Endpoint, NodeInfo, Protocol, ServicePort, ServicePortName,
     TrafficPolicy,
 };

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use kubenft::model::ClusterState;
+use kubenft::cluster::ClusterState;
 use kubenft::nft::fake::FakeKernel;
 use kubenft::proxier::{ProxyConfig, build};
 use kubenft::source::manifests::{Manifests, parse_file};

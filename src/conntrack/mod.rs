@@ -53,25 +53,10 @@ impl Proto {
     }
 }
 
-/// An address family, as conntrack keeps one table per family and kube-proxy labels its
-/// conntrack metrics by it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum IpFamily {
-    V4,
-    V6,
-}
+pub use crate::family::IpFamily;
 
+/// conntrack keeps one table per family.
 impl IpFamily {
-    pub const BOTH: [IpFamily; 2] = [IpFamily::V4, IpFamily::V6];
-
-    /// kube-proxy's `ip_family` label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            IpFamily::V4 => "IPv4",
-            IpFamily::V6 => "IPv6",
-        }
-    }
-
     fn af(self) -> u8 {
         match self {
             IpFamily::V4 => libc::AF_INET as u8,

@@ -9,7 +9,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::json;
 
 use super::*;
-use crate::model::ClusterState;
+use crate::cluster::ClusterState;
 use crate::nft::model::{Family, Table, Value};
 use crate::proxier::ProxyConfig;
 

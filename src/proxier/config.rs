@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use ipnet::IpNet;
 
 use super::build::IpFamily;
-use crate::model::NodeInfo;
+use crate::cluster::NodeInfo;
 
 /// Which addresses accept NodePort traffic.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -24,7 +24,7 @@
 
 use std::net::IpAddr;
 
-use crate::model::{ConsistentEndpoint, Endpoint};
+use crate::cluster::{ConsistentEndpoint, Endpoint};
 use crate::nft::jhash::jhash;
 use crate::nft::model::{Selector, Stmt};
 

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use super::consistent::{SEED, table_size};
 use super::*;
-use crate::model::ClusterState;
+use crate::cluster::ClusterState;
 use crate::nft::model::{Family, MapData, Selector, Stmt, Table, Value};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;

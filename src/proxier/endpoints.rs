@@ -13,7 +13,7 @@
 //! Feature gates assumed on, as in Kubernetes 1.35: TopologyAwareHints (GA 1.33) and
 //! PreferSameTrafficDistribution (alpha 1.33, beta 1.34, GA 1.35).
 
-use crate::model::{Endpoint, ServicePort, TrafficPolicy};
+use crate::cluster::{Endpoint, ServicePort, TrafficPolicy};
 
 /// One service port's endpoints as this node sees them.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -5,7 +5,7 @@
 //! PreferSameTrafficDistribution gate on: GA and locked on since 1.35); 0 this project's own.
 
 use super::*;
-use crate::model::{Protocol, ServicePortName};
+use crate::cluster::{Protocol, ServicePortName};
 
 /// This node: `node-1`, in the zone each case gives.
 const NODE: &str = "node-1";

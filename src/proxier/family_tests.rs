@@ -10,7 +10,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::json;
 
 use super::*;
-use crate::model::{ClusterState, NodeInfo};
+use crate::cluster::{ClusterState, NodeInfo};
 use crate::nft::model::{Family, Table, Value};
 
 fn node(addresses: &[&str]) -> Node {

@@ -17,7 +17,7 @@ pub use config::{DetectLocal, NodePortAddresses, ProxyConfig};
 pub use endpoints::{Categorized, categorize, local_endpoints, reachable_endpoints};
 pub use plan::{Planner, ServiceRef};
 
-use crate::model::ClusterState;
+use crate::cluster::ClusterState;
 use crate::nft::model::Table;
 
 /// One table per IP family this node serves (`ip` and/or `ip6`, named `config.table_name`),

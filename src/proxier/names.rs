@@ -6,7 +6,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::model::ServicePortName;
+use crate::cluster::ServicePortName;
 
 // Base chains (one per hook/priority we need) and the regular chains they jump to.
 pub const FILTER_PREROUTING_PRE_DNAT: &str = "filter-prerouting-pre-dnat";
@@ -197,7 +197,7 @@ pub fn affinity_set(sp: &ServicePortName, ip: std::net::IpAddr, port: u16) -> St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Protocol;
+    use crate::cluster::Protocol;
 
     #[test]
     fn names_are_readable_stable_and_valid_nft_identifiers() {

@@ -24,8 +24,8 @@ use super::build::{
 use super::config::ProxyConfig;
 use super::names::is_endpoint_map;
 use super::stored::Stored;
-pub use crate::model::ServiceRef;
-use crate::model::{ClusterState, Endpoint, NodeInfo, ServicePort, ServicePortName};
+pub use crate::cluster::ServiceRef;
+use crate::cluster::{ClusterState, Endpoint, NodeInfo, ServicePort, ServicePortName};
 use crate::nft::diff::TableChange;
 use crate::nft::model::{Chain, Element, Family, Set, Table, Value};
 

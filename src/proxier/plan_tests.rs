@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use ipnet::IpNet;
 
 use super::*;
-use crate::model::{ClusterState, NodeInfo, Protocol, ServicePort, ServicePortName};
+use crate::cluster::{ClusterState, NodeInfo, Protocol, ServicePort, ServicePortName};
 use crate::nft::diff::{TableChange, plan as diff};
 use crate::nft::model::{Family, Table};
 use crate::nft::render::render_op;

@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::Inputs;
-use crate::model::{LiveState, NodeInfo, ServiceRef, service_ref, slice_service_ref};
+use crate::cluster::{LiveState, NodeInfo, ServiceRef, service_ref, slice_service_ref};
 use crate::serve::ChangeCounts;
 
 /// EndpointSlice annotation: when the change that this slice reflects happened (kube-proxy's

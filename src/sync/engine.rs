@@ -69,7 +69,9 @@ impl Kernel for Nftables {
 /// Whether a sync worked from memory or from a fresh read of the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SyncKind {
+    /// The whole table was rebuilt and reconciled with what the kernel holds.
     Full,
+    /// Only the changed services were re-programmed, against what the last sync applied.
     Partial,
 }
 

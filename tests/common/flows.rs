@@ -27,7 +27,7 @@ use std::time::Duration;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kubenft::model::ClusterState;
+use kubenft::cluster::ClusterState;
 use kubenft::netns::Netns;
 use kubenft::nft::model::{MapData, Table, Value};
 use kubenft::nft::netlink::Nftables;

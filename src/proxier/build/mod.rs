@@ -16,7 +16,7 @@ use ipnet::IpNet;
 use super::config::{DetectLocal, ProxyConfig};
 use super::endpoints::categorize;
 use super::names::*;
-use crate::model::{ClusterState, Endpoint, ServicePort, TrafficPolicy};
+use crate::cluster::{ClusterState, Endpoint, ServicePort, TrafficPolicy};
 use crate::nft::model::*;
 
 pub use blocks::{BlockAllocator, EndpointBlocks};
@@ -47,21 +47,10 @@ pub const SLOT_DRAWS: usize = 12;
 /// endpoint chains, as ClientIP-affinity services use.
 pub const MAX_BLOCKS: u32 = (1u64 << 32).div_ceil(SLOTS_PER_BLOCK as u64) as u32;
 
-/// The IP family a table serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum IpFamily {
-    V4,
-    V6,
-}
+pub use crate::family::IpFamily;
 
+/// What the planner needs of a family: its selectors, types and table family.
 impl IpFamily {
-    pub fn of(ip: &IpAddr) -> IpFamily {
-        if ip.is_ipv4() {
-            IpFamily::V4
-        } else {
-            IpFamily::V6
-        }
-    }
     fn has(self, ip: &IpAddr) -> bool {
         IpFamily::of(ip) == self
     }

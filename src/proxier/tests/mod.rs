@@ -5,7 +5,7 @@ mod policies;
 mod services;
 
 use super::*;
-use crate::model::ClusterState;
+use crate::cluster::ClusterState;
 use crate::nft::model::{CmpOp, Family, MapData, Rule, Selector, Set, Stmt, Table, Value, Verdict};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;

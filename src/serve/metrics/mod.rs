@@ -17,26 +17,10 @@ use exposition::{
     network_programming_buckets, sync_duration_buckets,
 };
 
+pub use crate::sync::SyncKind;
+
 /// The content type of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// Which kind of sync a measurement belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SyncKind {
-    /// The whole table was rebuilt and reconciled.
-    Full,
-    /// Only the changed services were re-programmed.
-    Partial,
-}
-
-impl SyncKind {
-    fn label(self) -> &'static str {
-        match self {
-            SyncKind::Full => "full",
-            SyncKind::Partial => "partial",
-        }
-    }
-}
 
 /// How a sync ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -238,10 +238,18 @@ fn labelled_counters(out: &mut String, r: &Registry) {
             let _ = writeln!(
                 out,
                 "{name}{{kind=\"{}\",result=\"{}\"}} {}",
-                kind.label(),
+                kind_label(kind),
                 result.label(),
                 r.syncs[k][s].load(Ordering::Relaxed)
             );
         }
+    }
+}
+
+/// The `kind` label of a sync measurement.
+fn kind_label(kind: SyncKind) -> &'static str {
+    match kind {
+        SyncKind::Full => "full",
+        SyncKind::Partial => "partial",
     }
 }
