@@ -67,7 +67,7 @@ enum Source {
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
-pub fn run(proxy: &ProxyConfig, settings: RunSettings) -> Result<(), DaemonError> {
+pub(crate) fn run(proxy: &ProxyConfig, settings: RunSettings) -> Result<(), DaemonError> {
     let failed = apply_node_settings(&settings.conntrack);
     if settings.init_only {
         return match failed {

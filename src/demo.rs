@@ -13,7 +13,7 @@ use crate::nft::netlink::Nftables;
 use crate::proxier::ProxyConfig;
 
 /// The demo cluster's manifests (also in `examples/demo/`).
-pub const MANIFESTS: &str = include_str!("../examples/demo/cluster.yaml");
+pub(crate) const MANIFESTS: &str = include_str!("../examples/demo/cluster.yaml");
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -55,7 +55,7 @@ fn describe(o: &Outcome) -> String {
 }
 
 /// Runs the demo, printing a progress line per step.
-pub fn run() -> Result<(), DemoError> {
+pub(crate) fn run() -> Result<(), DemoError> {
     if !can_create() {
         return Err(DemoError::NotRoot);
     }

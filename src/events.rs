@@ -23,23 +23,23 @@ use crate::serve::{EventOutcome, Metrics};
 
 /// The `reportingController` of every event, and the prefix of `reportingInstance`
 /// (`kubenft-NODE`, as client-go's recorder names an instance).
-pub const REPORTING_CONTROLLER: &str = "kubenft";
+pub(crate) const REPORTING_CONTROLLER: &str = "kubenft";
 
 /// kube-proxy's reason and action for the event at start.
-pub const REASON_STARTING: &str = "Starting";
-pub const ACTION_START: &str = "StartKubeProxy";
+pub(crate) const REASON_STARTING: &str = "Starting";
+pub(crate) const ACTION_START: &str = "StartKubeProxy";
 /// A Service, EndpointSlice or ServiceCIDR (or the part of it the note names) was skipped.
-pub const REASON_REJECTED: &str = "RejectedObject";
+pub(crate) const REASON_REJECTED: &str = "RejectedObject";
 /// Several syncs in a row failed; the previous rules stay in place.
-pub const REASON_SYNC_FAILING: &str = "SyncProxyRulesFailed";
-pub const ACTION_SYNC: &str = "SyncProxyRules";
+pub(crate) const REASON_SYNC_FAILING: &str = "SyncProxyRulesFailed";
+pub(crate) const ACTION_SYNC: &str = "SyncProxyRules";
 
 /// The API server refuses notes longer than this.
 const MAX_NOTE_BYTES: usize = 1024;
 
 /// `Normal` or `Warning`, the only two types the API accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventType {
+pub(crate) enum EventType {
     Normal,
     Warning,
 }
@@ -55,7 +55,7 @@ impl EventType {
 
 /// The object an event is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Regarding {
+pub(crate) struct Regarding {
     pub api_version: &'static str,
     pub kind: &'static str,
     /// Empty for cluster-scoped objects.
@@ -65,7 +65,7 @@ pub struct Regarding {
 
 impl Regarding {
     /// This node, as kube-proxy refers to it (no namespace).
-    pub fn node(name: &str) -> Regarding {
+    pub(crate) fn node(name: &str) -> Regarding {
         Regarding {
             api_version: "v1",
             kind: "Node",
@@ -75,7 +75,7 @@ impl Regarding {
     }
 
     /// An object of one of the kinds the daemon reads (`kind` as the model names it).
-    pub fn object(kind: &'static str, namespace: &str, name: &str) -> Regarding {
+    pub(crate) fn object(kind: &'static str, namespace: &str, name: &str) -> Regarding {
         let api_version = match kind {
             "EndpointSlice" => "discovery.k8s.io/v1",
             "ServiceCIDR" => "networking.k8s.io/v1",
@@ -92,7 +92,7 @@ impl Regarding {
 
 /// One thing that happened, to be recorded as an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Occurrence {
+pub(crate) struct Occurrence {
     pub regarding: Regarding,
     pub event_type: EventType,
     pub reason: &'static str,
@@ -102,7 +102,7 @@ pub struct Occurrence {
 
 impl Occurrence {
     /// kube-proxy's event at start: Normal, reason `Starting`, action `StartKubeProxy`, no note.
-    pub fn starting(node: &str) -> Occurrence {
+    pub(crate) fn starting(node: &str) -> Occurrence {
         Occurrence {
             regarding: Regarding::node(node),
             event_type: EventType::Normal,
@@ -113,7 +113,12 @@ impl Occurrence {
     }
 
     /// An object skipped for `reason`.
-    pub fn rejected(kind: &'static str, namespace: &str, name: &str, reason: &str) -> Occurrence {
+    pub(crate) fn rejected(
+        kind: &'static str,
+        namespace: &str,
+        name: &str,
+        reason: &str,
+    ) -> Occurrence {
         Occurrence {
             regarding: Regarding::object(kind, namespace, name),
             event_type: EventType::Warning,
@@ -124,7 +129,7 @@ impl Occurrence {
     }
 
     /// `failures` syncs in a row failed, the last with `error`.
-    pub fn syncs_failing(node: &str, failures: u32, error: &str) -> Occurrence {
+    pub(crate) fn syncs_failing(node: &str, failures: u32, error: &str) -> Occurrence {
         Occurrence {
             regarding: Regarding::node(node),
             event_type: EventType::Warning,
@@ -152,7 +157,7 @@ type Key = (Regarding, EventType, &'static str, &'static str);
 
 /// How often one event may be written.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// At most one write (the create, then series updates) per event and interval.
     pub interval: Duration,
     /// An event not seen for this long is finished: the next occurrence creates a new one
@@ -174,7 +179,7 @@ impl Default for Limits {
 
 /// What to do with one occurrence.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Write {
+pub(crate) enum Write {
     /// Create a new event with this name.
     Create { name: String },
     /// Update the series of the event `name`: `count` occurrences so far.
@@ -193,14 +198,14 @@ struct Series {
 
 /// The rate limit as a pure state machine over (event, time): no I/O, no clock of its own.
 #[derive(Debug, Default)]
-pub struct Limiter {
+pub(crate) struct Limiter {
     limits: Limits,
     series: HashMap<Key, Series>,
     created: u64,
 }
 
 impl Limiter {
-    pub fn new(limits: Limits) -> Limiter {
+    pub(crate) fn new(limits: Limits) -> Limiter {
         Limiter {
             limits,
             ..Limiter::default()
@@ -208,7 +213,7 @@ impl Limiter {
     }
 
     /// Decides what to write for `occurrence` seen at `now`.
-    pub fn observe(&mut self, occurrence: &Occurrence, now: Instant) -> Write {
+    pub(crate) fn observe(&mut self, occurrence: &Occurrence, now: Instant) -> Write {
         let limits = self.limits;
         self.series
             .retain(|_, s| now.duration_since(s.last_seen) < limits.expiry);
@@ -241,7 +246,7 @@ impl Limiter {
 
     /// Forgets `occurrence`'s event (its create failed, or it is gone from the API), so the
     /// next occurrence creates it again.
-    pub fn forget(&mut self, occurrence: &Occurrence) {
+    pub(crate) fn forget(&mut self, occurrence: &Occurrence) {
         self.series.remove(&occurrence.key());
     }
 }
@@ -265,7 +270,7 @@ fn event_name(object: &str, n: u64) -> String {
 
 /// Records events; cheap to clone. Without an API (the manifests source) it records nothing.
 #[derive(Debug, Clone)]
-pub struct Recorder {
+pub(crate) struct Recorder {
     queue: Option<mpsc::Sender<Occurrence>>,
     metrics: Metrics,
 }
@@ -273,7 +278,7 @@ pub struct Recorder {
 impl Recorder {
     /// A recorder whose writer task, spawned here, writes through `client` as `node`'s
     /// instance.
-    pub fn spawn(client: Client, node: &str, metrics: Metrics, limits: Limits) -> Recorder {
+    pub(crate) fn spawn(client: Client, node: &str, metrics: Metrics, limits: Limits) -> Recorder {
         let (tx, rx) = mpsc::channel(limits.queue.max(1));
         let writer = Writer {
             client,
@@ -289,7 +294,7 @@ impl Recorder {
     }
 
     /// A recorder that records nothing (no API server to write to).
-    pub fn disabled(metrics: Metrics) -> Recorder {
+    pub(crate) fn disabled(metrics: Metrics) -> Recorder {
         Recorder {
             queue: None,
             metrics,
@@ -297,7 +302,7 @@ impl Recorder {
     }
 
     /// Queues `occurrence` for writing; never waits.
-    pub fn record(&self, occurrence: Occurrence) {
+    pub(crate) fn record(&self, occurrence: Occurrence) {
         let Some(queue) = &self.queue else {
             return;
         };
@@ -385,7 +390,7 @@ fn namespace_of(regarding: &Regarding) -> &str {
 }
 
 /// The Event object for `o`.
-pub fn to_event(o: &Occurrence, name: &str, instance: &str, at: MicroTime) -> Event {
+pub(crate) fn to_event(o: &Occurrence, name: &str, instance: &str, at: MicroTime) -> Event {
     let r = &o.regarding;
     Event {
         metadata: ObjectMeta {

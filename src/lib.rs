@@ -1,4 +1,5 @@
 //! kubenft: a Kubernetes service proxy that programs nftables over netlink.
+#![warn(unreachable_pub)]
 
 pub mod access;
 pub mod after_sync;
@@ -7,18 +8,18 @@ pub mod cluster;
 pub mod config;
 pub mod conntrack;
 #[cfg(feature = "daemon")]
-pub mod daemon;
-pub mod demo;
+mod daemon;
+mod demo;
 #[cfg(feature = "daemon")]
-pub mod events;
-pub mod explain;
-pub mod family;
+mod events;
+mod explain;
+mod family;
 pub mod lab;
 pub mod netlink;
 pub mod netns;
 pub mod nft;
-pub mod nodeport_conflicts;
+mod nodeport_conflicts;
 pub mod proxier;
-pub mod serve;
+mod serve;
 pub mod source;
 pub mod sync;

@@ -12,7 +12,7 @@ use crate::cluster::{ClusterState, Protocol, ServicePortName};
 
 /// A socket that accepts traffic: a listening TCP socket or an unconnected bound UDP one.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Listener {
+pub(crate) struct Listener {
     pub protocol: Protocol,
     pub addr: IpAddr,
     pub port: u16,
@@ -20,7 +20,7 @@ pub struct Listener {
 
 /// A NodePort and the local socket on its port.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Conflict {
+pub(crate) struct Conflict {
     pub service: ServicePortName,
     pub node_port: u16,
     pub listener: Listener,
@@ -28,7 +28,7 @@ pub struct Conflict {
 
 /// Reads the listening sockets of the network namespace `proc_net` describes (normally
 /// `/proc/self/net`). A table that cannot be read (IPv6 disabled, say) is skipped.
-pub fn read_listeners(proc_net: &Path) -> Vec<Listener> {
+pub(crate) fn read_listeners(proc_net: &Path) -> Vec<Listener> {
     let mut out = Vec::new();
     for (file, protocol) in [
         ("tcp", Protocol::Tcp),
@@ -48,7 +48,7 @@ const LISTEN: &str = "0A";
 const UDP_UNCONNECTED: &str = "07";
 
 /// The accepting sockets of one `/proc/net` table.
-pub fn parse_table(text: &str, protocol: Protocol) -> Vec<Listener> {
+pub(crate) fn parse_table(text: &str, protocol: Protocol) -> Vec<Listener> {
     text.lines()
         .skip(1)
         .filter_map(|line| {
@@ -93,7 +93,7 @@ fn parse_addr(hex: &str) -> Option<IpAddr> {
 
 /// The NodePorts of `state` that a listener also takes. NodePorts are not served on loopback
 /// addresses in nftables mode, so only a wildcard or non-loopback listener conflicts.
-pub fn conflicts(state: &ClusterState, listeners: &[Listener]) -> BTreeSet<Conflict> {
+pub(crate) fn conflicts(state: &ClusterState, listeners: &[Listener]) -> BTreeSet<Conflict> {
     let mut out = BTreeSet::new();
     for sp in state.services.values() {
         let Some(node_port) = sp.node_port else {

@@ -43,7 +43,7 @@ impl Default for FeatureGates {
 }
 
 /// Parses `--feature-gates` as kube-proxy does: `Name=true,Other=false`, blanks tolerated.
-pub fn parse_flag(value: &str) -> Result<BTreeMap<String, bool>, String> {
+pub(super) fn parse_flag(value: &str) -> Result<BTreeMap<String, bool>, String> {
     let mut gates = BTreeMap::new();
     for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let Some((name, setting)) = entry.split_once('=') else {
@@ -61,7 +61,7 @@ pub fn parse_flag(value: &str) -> Result<BTreeMap<String, bool>, String> {
 
 /// The planner's gates from the merged settings, and the one warning naming those that change
 /// nothing here.
-pub fn resolve(settings: &BTreeMap<String, bool>) -> (FeatureGates, Option<String>) {
+pub(super) fn resolve(settings: &BTreeMap<String, bool>) -> (FeatureGates, Option<String>) {
     let mut gates = FeatureGates::default();
     let mut no_effect = Vec::new();
     for (name, &on) in settings {

@@ -78,7 +78,7 @@ struct Conntrack {
 }
 
 /// The YAML text of the KubeProxyConfiguration standing for `proxy`, `run` and `log`.
-pub fn kube_proxy_configuration(
+pub(super) fn kube_proxy_configuration(
     proxy: &ProxyConfig,
     run: &RunSettings,
     log: LogSettings,

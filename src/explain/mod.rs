@@ -5,9 +5,9 @@
 //! made by evaluating the dumped rules (`walk`), not by asking the planner what it meant to
 //! program, so a table that differs from the plan is explained as it is.
 
-pub mod report;
-pub mod service;
-pub mod walk;
+pub(crate) mod report;
+pub(crate) mod service;
+pub(crate) mod walk;
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
@@ -18,9 +18,9 @@ use serde::Serialize;
 use crate::nft::model::{Family, Table};
 use crate::nft::netlink::Nftables;
 use crate::proxier::names::SERVICE_IPS;
-pub use report::{Explanation, explain};
-pub use service::ServiceListing;
-pub use walk::{DynamicElement, Entry, Host, Packet, WalkError, walk};
+pub(crate) use report::{Explanation, explain};
+pub(crate) use service::ServiceListing;
+pub(crate) use walk::{DynamicElement, Entry, Host, Packet, WalkError, walk};
 
 /// `kubenft explain`'s flags.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
@@ -120,7 +120,7 @@ pub enum ExplainError {
 }
 
 /// `ADDRESS:PORT[/proto]` → (address, port, protocol number).
-pub fn parse_target(text: &str) -> Result<(IpAddr, u16, u8), ExplainError> {
+pub(crate) fn parse_target(text: &str) -> Result<(IpAddr, u16, u8), ExplainError> {
     let bad = || ExplainError::Target(text.to_string());
     let (addr, proto) = match text.rsplit_once('/') {
         Some((a, p)) => {
@@ -141,13 +141,13 @@ pub fn parse_target(text: &str) -> Result<(IpAddr, u16, u8), ExplainError> {
 /// What `explain` answers: one connection, or every frontend of a Service.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(untagged)]
-pub enum Answer {
+pub(crate) enum Answer {
     Connection(Box<Explanation>),
     Service(ServiceListing),
 }
 
 impl Answer {
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         match self {
             Answer::Connection(e) => e.to_text(),
             Answer::Service(s) => s.to_text(),
@@ -172,7 +172,7 @@ fn first_of(ordered: &[IpAddr], v4: bool) -> Option<IpAddr> {
 }
 
 /// Reads the table(s) and the node's addresses and answers `flags`.
-pub fn run(flags: &ExplainFlags, default_table: &str) -> Result<Answer, ExplainError> {
+pub(crate) fn run(flags: &ExplainFlags, default_table: &str) -> Result<Answer, ExplainError> {
     let name = flags.table.as_deref().unwrap_or(default_table);
     let (local, ordered) = node_addresses()?;
     let mut nft = Nftables::open().map_err(ExplainError::Open)?;
@@ -299,7 +299,7 @@ fn refused(e: &crate::nft::netlink::DumpError) -> bool {
 }
 
 /// The answer for `packet` entering `table` at `entry` on a node described by `host`.
-pub fn explain_table(
+pub(crate) fn explain_table(
     table: &Table,
     host: &Host,
     packet: &Packet,

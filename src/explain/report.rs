@@ -19,7 +19,7 @@ use crate::proxier::names::{CLUSTER_IPS, FIREWALL_IPS, NODEPORT_IPS};
 
 /// The whole answer for one connection (serialized as `explain --output json`).
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Explanation {
+pub(crate) struct Explanation {
     /// `ip kubenft` or `ip6 kubenft`.
     pub table: String,
     pub connection: Connection,
@@ -41,7 +41,7 @@ pub struct Explanation {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Connection {
+pub(crate) struct Connection {
     pub source: IpAddr,
     pub destination: IpAddr,
     pub protocol: String,
@@ -51,7 +51,7 @@ pub struct Connection {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Frontend {
+pub(crate) struct Frontend {
     /// `cluster-ip`, `node-port`, `load-balancer-ip`, or `external-ip` (an external IP, or a
     /// load-balancer IP without source ranges: the table does not tell them apart).
     pub kind: String,
@@ -62,7 +62,7 @@ pub struct Frontend {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct SourceRanges {
+pub(crate) struct SourceRanges {
     /// The chain that checks the source.
     pub chain: String,
     /// Whether this source may pass.
@@ -70,7 +70,7 @@ pub struct SourceRanges {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct EndpointShare {
+pub(crate) struct EndpointShare {
     pub address: IpAddr,
     pub port: u16,
     pub probability: f64,
@@ -86,7 +86,7 @@ pub struct EndpointShare {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Via {
+pub(crate) struct Via {
     pub chain: String,
     /// The map the endpoint was drawn from, if any.
     pub map: Option<String>,
@@ -94,13 +94,13 @@ pub struct Via {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Pinned {
+pub(crate) struct Pinned {
     pub set: String,
     pub expires_in_seconds: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, PartialOrd, Ord)]
-pub struct MasqueradeReason {
+pub(crate) struct MasqueradeReason {
     /// `hairpin`, `off-cluster-source`, `node-traffic`, `external-traffic-policy-cluster`,
     /// `masquerade-all`.
     pub kind: String,
@@ -109,7 +109,7 @@ pub struct MasqueradeReason {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Share {
+pub(crate) struct Share {
     pub probability: f64,
     pub delivery: String,
     /// Whether the source address is rewritten to the node's on some of these branches.
@@ -117,7 +117,7 @@ pub struct Share {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Stop {
+pub(crate) struct Stop {
     pub probability: f64,
     /// `no-endpoints`, `no-local-endpoints`, `unused-cluster-ip-port`, `unallocated-cluster-ip`,
     /// `source-ranges`, `chain-policy`, or `other`.
@@ -144,7 +144,7 @@ pub(crate) fn service_of(comment: &str) -> Option<String> {
 }
 
 /// Interprets the branches of a walk of `packet` through `table`.
-pub fn explain(table: &Table, packet: &Packet, entry: Entry, paths: &[Path]) -> Explanation {
+pub(crate) fn explain(table: &Table, packet: &Packet, entry: Entry, paths: &[Path]) -> Explanation {
     let connection = Connection {
         source: packet.saddr,
         destination: packet.daddr,
@@ -495,7 +495,7 @@ fn addr_port(ip: IpAddr, port: u16) -> String {
 
 impl Explanation {
     /// The answer for a person.
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let c = &self.connection;
         let mut s = String::new();
         let _ = writeln!(

@@ -15,18 +15,19 @@ use super::{ExplainError, explain_table};
 use crate::nft::model::{Selector, Stmt, Table, Value};
 
 /// A client address outside any cluster (TEST-NET-3, RFC 5737), for the "from outside" view.
-pub const OUTSIDE: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(203, 0, 113, 1));
+pub(crate) const OUTSIDE: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(203, 0, 113, 1));
 /// Its IPv6 counterpart (the documentation prefix, RFC 3849).
-pub const OUTSIDE6: IpAddr = IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1));
+pub(crate) const OUTSIDE6: IpAddr =
+    IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1));
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct ServiceListing {
+pub(crate) struct ServiceListing {
     pub service: String,
     pub frontends: Vec<FrontendView>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct FrontendView {
+pub(crate) struct FrontendView {
     pub address: IpAddr,
     pub port: u16,
     pub protocol: String,
@@ -37,7 +38,7 @@ pub struct FrontendView {
 }
 
 /// `address . protocol . port` keys at which `table` serves Service `name` (`ns/name`).
-pub fn frontends(table: &Table, name: &str) -> Vec<(IpAddr, u8, u16)> {
+pub(crate) fn frontends(table: &Table, name: &str) -> Vec<(IpAddr, u8, u16)> {
     let ours = |c: &Option<String>| {
         c.as_deref()
             .and_then(service_of)
@@ -108,7 +109,7 @@ fn addresses_before(table: &Table, map: &str) -> Vec<IpAddr> {
 
 /// Every frontend of `name` in `tables`, each explained from this node (`node_addr`) and from
 /// outside (`outside`, or the documentation address of its family).
-pub fn list(
+pub(crate) fn list(
     tables: &[Table],
     host: &Host,
     name: &str,
@@ -153,7 +154,7 @@ pub fn list(
 }
 
 impl ServiceListing {
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let mut s = String::new();
         if self.frontends.is_empty() {
             let _ = writeln!(

@@ -31,7 +31,7 @@ pub(super) struct Stored {
 
 impl Stored {
     /// `fragment` packed; its declarations become `share(set)`.
-    pub fn pack(fragment: Fragment, mut share: impl FnMut(Set) -> Arc<Set>) -> Self {
+    pub(super) fn pack(fragment: Fragment, mut share: impl FnMut(Set) -> Arc<Set>) -> Self {
         let Fragment {
             chains,
             sets,
@@ -57,7 +57,7 @@ impl Stored {
     }
 
     /// The fragment that was packed.
-    pub fn unpack(&self) -> Fragment {
+    pub(super) fn unpack(&self) -> Fragment {
         Fragment {
             chains: self.chains.to_vec(),
             sets: self.sets.iter().map(|s| Set::clone(s)).collect(),
@@ -70,23 +70,23 @@ impl Stored {
     }
 
     /// The sets this fragment puts elements in.
-    pub fn element_sets(&self) -> impl Iterator<Item = &str> {
+    pub(super) fn element_sets(&self) -> impl Iterator<Item = &str> {
         self.elements.iter().map(|(s, _)| &**s)
     }
 
     /// The elements this fragment puts in `set`.
-    pub fn elements_of<'a>(&'a self, set: &str) -> impl Iterator<Item = Element> + use<'a> {
+    pub(super) fn elements_of<'a>(&'a self, set: &str) -> impl Iterator<Item = Element> + use<'a> {
         self.packed_of(set)
             .map(|(key, rest)| self.element(key, rest))
     }
 
     /// The keys this fragment puts in `set`.
-    pub fn keys_of<'a>(&'a self, set: &str) -> impl Iterator<Item = Vec<Value>> + use<'a> {
+    pub(super) fn keys_of<'a>(&'a self, set: &str) -> impl Iterator<Item = Vec<Value>> + use<'a> {
         self.packed_of(set).map(|(key, _)| read_key(&mut &key[..]))
     }
 
     /// This fragment's element of `set` under `key`.
-    pub fn find(&self, set: &str, key: &[Value]) -> Option<Element> {
+    pub(super) fn find(&self, set: &str, key: &[Value]) -> Option<Element> {
         let mut wanted = Vec::new();
         write_key(&mut wanted, key);
         self.packed_of(set)

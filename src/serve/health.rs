@@ -7,13 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Where the HTTP server reads the current time from.
-pub trait Clock: Send + Sync + std::fmt::Debug {
+pub(crate) trait Clock: Send + Sync + std::fmt::Debug {
     fn now(&self) -> SystemTime;
 }
 
 /// The real wall clock.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> SystemTime {
@@ -31,7 +31,7 @@ struct State {
 
 /// Shared health state: the sync loop writes it, the health servers read it. Clones share it.
 #[derive(Debug, Clone)]
-pub struct HealthState {
+pub(crate) struct HealthState {
     state: Arc<Mutex<State>>,
     timeout: Duration,
     clock: Arc<dyn Clock>,
@@ -39,7 +39,7 @@ pub struct HealthState {
 
 /// What a health endpoint answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HealthReport {
+pub(crate) struct HealthReport {
     pub healthy: bool,
     /// A small JSON object shaped like kube-proxy's answer.
     pub body: String,
@@ -48,12 +48,12 @@ pub struct HealthReport {
 impl HealthState {
     /// `timeout` is how long a queued change may wait for a sync; kube-proxy uses twice the
     /// sync period.
-    pub fn new(timeout: Duration) -> Self {
+    pub(crate) fn new(timeout: Duration) -> Self {
         Self::with_clock(timeout, Arc::new(SystemClock))
     }
 
     /// Like [`HealthState::new`] with the clock the HTTP handlers read.
-    pub fn with_clock(timeout: Duration, clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn with_clock(timeout: Duration, clock: Arc<dyn Clock>) -> Self {
         HealthState {
             state: Arc::new(Mutex::new(State {
                 last_updated: None,
@@ -66,12 +66,8 @@ impl HealthState {
         }
     }
 
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
     /// The clock the HTTP handlers use.
-    pub fn clock(&self) -> &dyn Clock {
+    pub(crate) fn clock(&self) -> &dyn Clock {
         &*self.clock
     }
 
@@ -82,13 +78,13 @@ impl HealthState {
 
     /// A change was queued at `now`. Only the oldest pending change matters, so later calls
     /// before the next sync do not move the deadline.
-    pub fn queued(&self, now: SystemTime) {
+    pub(crate) fn queued(&self, now: SystemTime) {
         let mut s = self.lock();
         s.oldest_pending.get_or_insert(now);
     }
 
     /// A sync succeeded at `now`: everything queued so far is in the kernel.
-    pub fn synced(&self, now: SystemTime) {
+    pub(crate) fn synced(&self, now: SystemTime) {
         let mut s = self.lock();
         s.oldest_pending = None;
         s.last_updated = Some(now);
@@ -96,16 +92,16 @@ impl HealthState {
 
     /// Whether the node may receive traffic: false once it is being deleted or is tainted
     /// `ToBeDeletedByClusterAutoscaler`, so load balancers drain it.
-    pub fn set_node_eligible(&self, eligible: bool) {
+    pub(crate) fn set_node_eligible(&self, eligible: bool) {
         self.lock().node_eligible = eligible;
     }
 
-    pub fn node_eligible(&self) -> bool {
+    pub(crate) fn node_eligible(&self) -> bool {
         self.lock().node_eligible
     }
 
     /// The proxy's own health at `now`, ignoring the node.
-    pub fn is_healthy(&self, now: SystemTime) -> bool {
+    pub(crate) fn is_healthy(&self, now: SystemTime) -> bool {
         let s = self.lock();
         match s.oldest_pending {
             None => true,
@@ -115,12 +111,12 @@ impl HealthState {
     }
 
     /// The last successful sync, if any.
-    pub fn last_updated(&self) -> Option<SystemTime> {
+    pub(crate) fn last_updated(&self) -> Option<SystemTime> {
         self.lock().last_updated
     }
 
     /// The `/healthz` answer at `now`: healthy only if the proxy is and the node is eligible.
-    pub fn healthz(&self, now: SystemTime) -> HealthReport {
+    pub(crate) fn healthz(&self, now: SystemTime) -> HealthReport {
         let eligible = self.node_eligible();
         let healthy = self.is_healthy(now) && eligible;
         let body = format!(
@@ -132,7 +128,7 @@ impl HealthState {
     }
 
     /// The `/livez` answer at `now`: the proxy's health alone.
-    pub fn livez(&self, now: SystemTime) -> HealthReport {
+    pub(crate) fn livez(&self, now: SystemTime) -> HealthReport {
         let healthy = self.is_healthy(now);
         let body = format!(
             r#"{{"lastUpdated": "{}","currentTime": "{}"}}"#,
@@ -155,7 +151,7 @@ impl HealthState {
 }
 
 /// `t` as an RFC 3339 UTC timestamp with milliseconds, e.g. `2024-05-01T12:00:00.250Z`.
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = d.as_secs();
     let (days, rem) = (secs / 86_400, secs % 86_400);

@@ -30,7 +30,7 @@ pub struct ServiceHealth {
 
 /// Failures of [`HealthCheckServers::sync`].
 #[derive(Debug, thiserror::Error)]
-pub enum HealthCheckError {
+pub(crate) enum HealthCheckError {
     #[error("cannot open healthCheckNodePort {addr} for service {service}")]
     Bind {
         addr: SocketAddr,
@@ -57,7 +57,7 @@ impl Drop for Listening {
 
 /// The set of open healthCheckNodePort listeners, reconciled to the desired set on each sync.
 /// Dropping it closes every port.
-pub struct HealthCheckServers {
+pub(crate) struct HealthCheckServers {
     addresses: Vec<IpAddr>,
     health: HealthState,
     open: BTreeMap<u16, Listening>,
@@ -75,7 +75,7 @@ impl std::fmt::Debug for HealthCheckServers {
 impl HealthCheckServers {
     /// Listeners are opened on each of `addresses` (none: no listener at all). `health` is
     /// the proxy's own health: a Service is only reported healthy while the proxy is.
-    pub fn new(addresses: Vec<IpAddr>, health: HealthState) -> Self {
+    pub(crate) fn new(addresses: Vec<IpAddr>, health: HealthState) -> Self {
         HealthCheckServers {
             addresses,
             health,
@@ -85,7 +85,7 @@ impl HealthCheckServers {
 
     /// Moves the listeners to `addresses`: when they differ from the current ones, every open
     /// port is closed now and opened on the new addresses by the next `sync`.
-    pub fn set_addresses(&mut self, addresses: Vec<IpAddr>) {
+    pub(crate) fn set_addresses(&mut self, addresses: Vec<IpAddr>) {
         if addresses != self.addresses {
             tracing::info!(
                 ?addresses,
@@ -96,13 +96,9 @@ impl HealthCheckServers {
         }
     }
 
-    /// The addresses listened on.
-    pub fn addresses(&self) -> &[IpAddr] {
-        &self.addresses
-    }
-
     /// The ports currently listened on.
-    pub fn ports(&self) -> Vec<u16> {
+    #[cfg(test)]
+    pub(crate) fn ports(&self) -> Vec<u16> {
         self.open.keys().copied().collect()
     }
 
@@ -110,7 +106,7 @@ impl HealthCheckServers {
     /// answer of ports kept (also when the port moved to another Service), opens new ones.
     /// A port that cannot be opened is left closed and retried on the next sync; the first
     /// such failure is returned after every other port has been handled.
-    pub async fn sync(
+    pub(crate) async fn sync(
         &mut self,
         desired: BTreeMap<u16, ServiceHealth>,
     ) -> Result<(), HealthCheckError> {

@@ -2,9 +2,9 @@
 //! (Prometheus text), and the healthCheckNodePort servers. Every server stops accepting and
 //! drops its open connections when its shutdown future resolves; any other path is a 404.
 
-pub mod health;
-pub mod healthcheck;
-pub mod metrics;
+pub(crate) mod health;
+pub(crate) mod healthcheck;
+pub(crate) mod metrics;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -19,9 +19,9 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
-pub use health::{Clock, HealthReport, HealthState, SystemClock};
-pub use healthcheck::{HealthCheckError, HealthCheckServers, ServiceHealth};
-pub use metrics::{ChangeCounts, EventOutcome, Metrics, Probe, SyncKind, SyncResult};
+pub(crate) use health::HealthState;
+pub(crate) use healthcheck::{HealthCheckServers, ServiceHealth};
+pub(crate) use metrics::{ChangeCounts, EventOutcome, Metrics, Probe, SyncResult};
 
 /// Failures of the health and metrics servers.
 #[derive(Debug, thiserror::Error)]
@@ -48,7 +48,7 @@ pub enum ServeError {
 
 /// Parses a kube-proxy style bind address: `0.0.0.0:10256`, `127.0.0.1:10249`, `[::]:10256`,
 /// or `:10256` (Go's spelling of "all IPv4 addresses").
-pub fn parse_bind_address(addr: &str) -> Result<SocketAddr, ServeError> {
+pub(crate) fn parse_bind_address(addr: &str) -> Result<SocketAddr, ServeError> {
     let err = |source| ServeError::ParseAddress {
         addr: addr.to_owned(),
         source,
@@ -65,25 +65,15 @@ pub fn parse_bind_address(addr: &str) -> Result<SocketAddr, ServeError> {
 }
 
 /// Binds a listener for one of the servers (port 0 picks a free port, for tests).
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+pub(crate) async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
     TcpListener::bind(addr)
         .await
         .map_err(|source| ServeError::Bind { addr, source })
 }
 
-/// Serves `/healthz` and `/livez` on `addr` until `shutdown` resolves.
-pub async fn serve_healthz(
-    addr: &str,
-    health: HealthState,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), ServeError> {
-    let listener = bind(parse_bind_address(addr)?).await?;
-    serve_healthz_on(listener, health, Metrics::new(), shutdown).await
-}
-
 /// Serves `/healthz` and `/livez` on an already bound listener until `shutdown` resolves,
 /// counting each probe's answer in `metrics` as kube-proxy does.
-pub async fn serve_healthz_on(
+pub(crate) async fn serve_healthz_on(
     listener: TcpListener,
     health: HealthState,
     metrics: Metrics,
@@ -110,18 +100,8 @@ pub async fn serve_healthz_on(
     .await
 }
 
-/// Serves `/metrics` on `addr` until `shutdown` resolves.
-pub async fn serve_metrics(
-    addr: &str,
-    metrics: Metrics,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), ServeError> {
-    let listener = bind(parse_bind_address(addr)?).await?;
-    serve_metrics_on(listener, metrics, shutdown).await
-}
-
 /// Serves `/metrics` on an already bound listener until `shutdown` resolves.
-pub async fn serve_metrics_on(
+pub(crate) async fn serve_metrics_on(
     listener: TcpListener,
     metrics: Metrics,
     shutdown: impl Future<Output = ()>,
@@ -256,7 +236,7 @@ pub(crate) mod testclient {
     use tokio::net::TcpStream;
 
     #[derive(Debug)]
-    pub struct Answer {
+    pub(crate) struct Answer {
         pub status: u16,
         /// Header names lower-cased.
         pub headers: Vec<(String, String)>,
@@ -264,7 +244,7 @@ pub(crate) mod testclient {
     }
 
     impl Answer {
-        pub fn header(&self, name: &str) -> Option<&str> {
+        pub(crate) fn header(&self, name: &str) -> Option<&str> {
             self.headers
                 .iter()
                 .find(|(n, _)| n == name)
@@ -272,7 +252,7 @@ pub(crate) mod testclient {
         }
     }
 
-    pub async fn get(addr: SocketAddr, path: &str) -> std::io::Result<Answer> {
+    pub(crate) async fn get(addr: SocketAddr, path: &str) -> std::io::Result<Answer> {
         let mut s = TcpStream::connect(addr).await?;
         s.write_all(
             format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
@@ -302,8 +282,10 @@ pub(crate) mod testclient {
 
 #[cfg(test)]
 mod tests {
+    use super::health::Clock;
     use super::testclient::get;
     use super::*;
+    use crate::sync::SyncKind;
     use std::sync::Mutex;
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
     use tokio::sync::oneshot;
@@ -448,25 +430,18 @@ mod tests {
         server.await.unwrap().unwrap();
     }
 
-    #[tokio::test]
-    async fn serving_an_unparsable_address_fails_before_binding() {
-        let err = serve_metrics("nonsense", Metrics::new(), std::future::pending())
-            .await
-            .unwrap_err();
+    #[test]
+    fn an_unparsable_address_is_an_error_naming_it() {
+        let err = parse_bind_address("nonsense").unwrap_err();
         assert!(matches!(err, ServeError::ParseAddress { .. }), "{err}");
+        assert!(err.to_string().contains("\"nonsense\""), "{err}");
     }
 
     #[tokio::test]
     async fn binding_a_port_in_use_reports_the_address() {
         let held = bind(loopback()).await.unwrap();
         let addr = held.local_addr().unwrap();
-        let err = serve_healthz(
-            &addr.to_string(),
-            HealthState::new(Duration::from_secs(1)),
-            std::future::pending(),
-        )
-        .await
-        .unwrap_err();
+        let err = bind(addr).await.unwrap_err();
         match err {
             ServeError::Bind { addr: a, .. } => assert_eq!(a, addr),
             other => panic!("expected a bind error, got {other}"),

@@ -28,7 +28,7 @@ const MAX_DEPTH: usize = 16;
 
 /// The first packet of a connection, as it enters the table.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet {
+pub(crate) struct Packet {
     pub saddr: IpAddr,
     pub daddr: IpAddr,
     /// IP protocol number (6 tcp, 17 udp, 132 sctp).
@@ -40,7 +40,7 @@ pub struct Packet {
 
 /// Where the packet enters the node's netfilter hooks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Entry {
+pub(crate) enum Entry {
     /// Arriving from the network (a pod, another node, a client): prerouting, then input or
     /// forward and postrouting.
     Prerouting,
@@ -50,7 +50,7 @@ pub enum Entry {
 
 /// What the walk needs to know about the node besides the table.
 #[derive(Debug, Clone, Default)]
-pub struct Host {
+pub(crate) struct Host {
     /// The node's own addresses: `fib … type local`, and whether a packet is delivered locally
     /// (input) or forwarded. Loopback addresses are always local.
     pub local: BTreeSet<IpAddr>,
@@ -60,7 +60,7 @@ pub struct Host {
 
 /// A runtime element of a dynamic set (e.g. a ClientIP affinity entry).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DynamicElement {
+pub(crate) struct DynamicElement {
     pub key: Vec<Value>,
     /// Time left before the kernel removes it, when it has a timeout.
     pub expires_in: Option<Duration>,
@@ -97,7 +97,7 @@ pub enum WalkError {
 
 /// A rule, as a person reads it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RuleRef {
+pub(crate) struct RuleRef {
     pub chain: String,
     /// 0-based position in the chain.
     pub index: usize,
@@ -108,7 +108,7 @@ pub struct RuleRef {
 
 /// Something that happened on the way, in order.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Event {
+pub(crate) enum Event {
     /// A regular chain was entered by a jump or goto.
     Entered { chain: String },
     /// The packet's key was found in a named set or map (`set`), in the element with
@@ -150,7 +150,7 @@ pub enum Event {
 
 /// How the walk ended for one branch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Fate {
+pub(crate) enum Fate {
     /// Accepted by every hook and delivered to a local socket (input).
     Delivered,
     /// Accepted by every hook and sent on (forward, or output and postrouting).
@@ -161,7 +161,7 @@ pub enum Fate {
 
 /// One branch of the walk with its probability.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Path {
+pub(crate) struct Path {
     pub probability: f64,
     pub fate: Fate,
     /// The destination after NAT.
@@ -227,7 +227,7 @@ impl<T: PartialEq> Dist<T> {
 }
 
 /// Walks `packet` through `table` from `entry`.
-pub fn walk(
+pub(crate) fn walk(
     table: &Table,
     host: &Host,
     packet: &Packet,

@@ -87,14 +87,14 @@ impl IpFamily {
     }
 }
 
-pub fn ip_value(ip: IpAddr) -> Value {
+pub(super) fn ip_value(ip: IpAddr) -> Value {
     match ip {
         IpAddr::V4(a) => Value::Ipv4(a),
         IpAddr::V6(a) => Value::Ipv6(a),
     }
 }
 
-pub fn net_value(net: IpNet) -> Value {
+pub(super) fn net_value(net: IpNet) -> Value {
     match net {
         IpNet::V4(n) if n.prefix_len() == 32 => Value::Ipv4(n.addr()),
         IpNet::V6(n) if n.prefix_len() == 128 => Value::Ipv6(n.addr()),
@@ -226,7 +226,10 @@ impl Builder<'_> {
 /// The ClusterIP ranges whose unallocated addresses are dropped: `--service-cidr` (or the
 /// configuration file's field) when the operator gave any, whatever the cluster says; else the
 /// ranges of the cluster's ServiceCIDR objects, as kube-proxy takes them.
-pub fn dropped_service_cidrs<'a>(state: &'a ClusterState, config: &'a ProxyConfig) -> &'a [IpNet] {
+pub(super) fn dropped_service_cidrs<'a>(
+    state: &'a ClusterState,
+    config: &'a ProxyConfig,
+) -> &'a [IpNet] {
     if config.service_cidrs.is_empty() {
         &state.service_cidrs
     } else {

@@ -17,14 +17,14 @@ use exposition::{
     network_programming_buckets, sync_duration_buckets,
 };
 
-pub use crate::sync::SyncKind;
+pub(crate) use crate::sync::SyncKind;
 
 /// The content type of [`Metrics::render`]'s output.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// How a sync ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SyncResult {
+pub(crate) enum SyncResult {
     Success,
     Failure,
 }
@@ -39,7 +39,7 @@ impl SyncResult {
 }
 
 /// kube-proxy's `ip_family` label values, in the order of the per-family arrays.
-pub const IP_FAMILIES: [&str; 2] = ["IPv4", "IPv6"];
+pub(crate) const IP_FAMILIES: [&str; 2] = ["IPv4", "IPv6"];
 
 fn family_index(ip_family: &str) -> Option<usize> {
     let i = IP_FAMILIES.iter().position(|f| *f == ip_family);
@@ -49,14 +49,14 @@ fn family_index(ip_family: &str) -> Option<usize> {
 
 /// Which kube-proxy probe endpoint answered (for `kubeproxy_proxy_{healthz,livez}_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Probe {
+pub(crate) enum Probe {
     Healthz,
     Livez,
 }
 
 /// What became of one Event the daemon meant to record (`kubenft_events_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventOutcome {
+pub(crate) enum EventOutcome {
     /// Created, or its series updated, in the API.
     Written,
     /// Folded into the series of an identical recent event; written later, or never if it
@@ -138,7 +138,7 @@ struct Registry {
 /// The daemon's metrics. Cloning is cheap and every clone updates the same registry; all
 /// updates are atomic adds or stores, safe from any thread.
 #[derive(Debug, Clone)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     inner: Arc<Registry>,
 }
 
@@ -149,7 +149,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Metrics {
             inner: Arc::new(Registry {
                 sync_duration: per_family(|| Histogram::new(sync_duration_buckets())),
@@ -188,7 +188,7 @@ impl Metrics {
     /// Records one finished sync attempt of the `ip_families` it programmed: its duration (in
     /// the overall and the per-kind histogram) and its outcome. A failure also counts as an
     /// nftables sync failure of each family.
-    pub fn record_sync(
+    pub(crate) fn record_sync(
         &self,
         kind: SyncKind,
         result: SyncResult,
@@ -212,21 +212,21 @@ impl Metrics {
     }
 
     /// Records the time from a Service/EndpointSlice change to its rules being in the kernel.
-    pub fn observe_network_programming(&self, seconds: f64, ip_families: &[&str]) {
+    pub(crate) fn observe_network_programming(&self, seconds: f64, ip_families: &[&str]) {
         for i in ip_families.iter().filter_map(|f| family_index(f)) {
             self.inner.network_programming[i].observe(seconds);
         }
     }
 
     /// Sets the Unix time (seconds) of the last successful sync of `ip_families`.
-    pub fn set_last_sync_timestamp(&self, unix_seconds: f64, ip_families: &[&str]) {
+    pub(crate) fn set_last_sync_timestamp(&self, unix_seconds: f64, ip_families: &[&str]) {
         for i in ip_families.iter().filter_map(|f| family_index(f)) {
             self.inner.last_sync_timestamp[i].set(unix_seconds);
         }
     }
 
     /// Sets the Unix time (seconds) at which a sync of `ip_families` was last queued.
-    pub fn set_last_queued_timestamp(&self, unix_seconds: f64, ip_families: &[&str]) {
+    pub(crate) fn set_last_queued_timestamp(&self, unix_seconds: f64, ip_families: &[&str]) {
         for i in ip_families.iter().filter_map(|f| family_index(f)) {
             self.inner.last_queued_timestamp[i].set(unix_seconds);
         }
@@ -235,7 +235,7 @@ impl Metrics {
     /// Sets how many services of `ip_family` with a Local internal / external traffic policy
     /// have no local endpoint, as counted by the last sync (a gauge despite the `_total` name,
     /// like kube-proxy's).
-    pub fn set_no_local_endpoints(&self, ip_family: &str, internal: u64, external: u64) {
+    pub(crate) fn set_no_local_endpoints(&self, ip_family: &str, internal: u64, external: u64) {
         let Some(i) = family_index(ip_family) else {
             return;
         };
@@ -245,7 +245,7 @@ impl Metrics {
     }
 
     /// Sets the Service and EndpointSlice change counts.
-    pub fn set_changes(&self, c: ChangeCounts) {
+    pub(crate) fn set_changes(&self, c: ChangeCounts) {
         let r = &self.inner;
         r.service_changes_total
             .store(c.service_changes_total, Ordering::Relaxed);
@@ -258,7 +258,7 @@ impl Metrics {
     }
 
     /// Counts one answer of `/healthz` or `/livez` with HTTP status `code`.
-    pub fn count_probe(&self, probe: Probe, code: u16) {
+    pub(crate) fn count_probe(&self, probe: Probe, code: u16) {
         let map = match probe {
             Probe::Healthz => &self.inner.healthz,
             Probe::Livez => &self.inner.livez,
@@ -270,12 +270,12 @@ impl Metrics {
     }
 
     /// Sets how many NodePorts a local process also listens on.
-    pub fn set_nodeport_conflicts(&self, n: u64) {
+    pub(crate) fn set_nodeport_conflicts(&self, n: u64) {
         self.inner.nodeport_conflicts.store(n, Ordering::Relaxed);
     }
 
     /// Counts what became of one Event.
-    pub fn count_event(&self, outcome: EventOutcome) {
+    pub(crate) fn count_event(&self, outcome: EventOutcome) {
         let i = EventOutcome::ALL
             .iter()
             .position(|o| *o == outcome)
@@ -284,14 +284,14 @@ impl Metrics {
     }
 
     /// Records the size of one transaction sent to the kernel.
-    pub fn observe_transaction(&self, operations: usize, bytes: usize) {
+    pub(crate) fn observe_transaction(&self, operations: usize, bytes: usize) {
         self.inner.transaction_operations.observe(operations as f64);
         self.inner.transaction_bytes.observe(bytes as f64);
     }
 
     /// Records one family's conntrack reconciliation (`ip_family` is `IPv4` or `IPv6`): how long
     /// it took and how many entries it deleted.
-    pub fn observe_conntrack_reconcile(&self, ip_family: &str, seconds: f64, deleted: u64) {
+    pub(crate) fn observe_conntrack_reconcile(&self, ip_family: &str, seconds: f64, deleted: u64) {
         let Some(i) = family_index(ip_family) else {
             return;
         };
@@ -300,7 +300,7 @@ impl Metrics {
     }
 
     /// Counts an API object that could not be turned into rules (e.g. kind "Service").
-    pub fn inc_objects_rejected(&self, kind: &str) {
+    pub(crate) fn inc_objects_rejected(&self, kind: &str) {
         let mut map = self
             .inner
             .objects_rejected

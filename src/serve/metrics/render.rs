@@ -5,7 +5,7 @@ use super::*;
 
 impl Metrics {
     /// Renders every metric in the Prometheus text exposition format.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let r = &self.inner;
         let mut out = String::with_capacity(16 * 1024);
         histograms(&mut out, r);
