@@ -120,11 +120,9 @@ fn a_malformed_service_is_rejected_and_the_others_still_planned() {
     let bad = service(
         "metadata: {name: bad, namespace: default}\nspec: {clusterIP: not-an-ip, ports: [{port: 80}]}",
     );
-    let node: Node = serde_saphyr::from_str(NODE).unwrap();
-    let (state, rejected) = ClusterState::from_objects(
+    let (state, rejected) = cluster(
         &[bad, service(WEB)],
         &[slice("web", "IPv4", 8080, TWO_READY)],
-        Some(&node),
     );
     assert_eq!(rejected.len(), 1);
     assert_eq!(rejected[0].name, "bad");
@@ -136,9 +134,8 @@ fn a_malformed_service_is_rejected_and_the_others_still_planned() {
 #[test]
 fn two_services_with_one_name_are_both_rejected_whatever_their_order() {
     let other = service(&WEB.replace("10.96.0.10", "10.96.0.99"));
-    let node: Node = serde_saphyr::from_str(NODE).unwrap();
     for services in [[service(WEB), other.clone()], [other.clone(), service(WEB)]] {
-        let (state, rejected) = ClusterState::from_objects(&services, &[], Some(&node));
+        let (state, rejected) = cluster(&services, &[]);
         assert!(state.services.is_empty(), "neither copy is proxied");
         assert_eq!(rejected.len(), 2);
         assert!(rejected[0].reason.contains("2 Services share this name"));
@@ -150,8 +147,7 @@ fn headless_services_are_not_proxied() {
     let headless = service(
         "metadata: {name: h, namespace: default}\nspec: {clusterIP: None, ports: [{port: 80}]}",
     );
-    let node: Node = serde_saphyr::from_str(NODE).unwrap();
-    let (state, rejected) = ClusterState::from_objects(&[headless], &[], Some(&node));
+    let (state, rejected) = cluster(&[headless], &[]);
     assert!(rejected.is_empty() && state.services.is_empty());
 }
 
@@ -291,8 +287,7 @@ fn external_name_services_are_not_proxied() {
     let svc = service(
         "metadata: {name: ext, namespace: default}\nspec: {type: ExternalName, externalName: example.invalid}",
     );
-    let node: Node = serde_saphyr::from_str(NODE).unwrap();
-    let (state, rejected) = ClusterState::from_objects(&[svc], &[], Some(&node));
+    let (state, rejected) = cluster(&[svc], &[]);
     assert!(rejected.is_empty() && state.services.is_empty());
 }
 
@@ -303,12 +298,7 @@ fn an_address_a_service_is_reached_at_twice_yields_its_elements_once() {
     let svc = service(
         "metadata: {name: web, namespace: default}\nspec: {type: LoadBalancer, clusterIP: 10.96.0.10, externalIPs: [192.0.2.10], ports: [{name: http, port: 80, protocol: TCP, nodePort: 30080}]}\nstatus: {loadBalancer: {ingress: [{ip: 192.0.2.10}]}}",
     );
-    let node: Node = serde_saphyr::from_str(NODE).unwrap();
-    let (state, _) = ClusterState::from_objects(
-        &[svc],
-        &[slice("web", "IPv4", 8080, TWO_READY)],
-        Some(&node),
-    );
+    let (state, _) = cluster(&[svc], &[slice("web", "IPv4", 8080, TWO_READY)]);
     let config = config();
     let sp = state.services.values().next().unwrap();
     let fragment = build::FragmentBuilder::new(&config, &state, build::IpFamily::V4)
