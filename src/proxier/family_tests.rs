@@ -92,6 +92,13 @@ fn nodeport_ips(t: &Table) -> Vec<String> {
         .collect()
 }
 
+/// The addresses NodePorts are accepted on in the `ip` and in the `ip6` table, for a node with
+/// `node_addresses`.
+fn nodeport_ips_of_each_family(node_addresses: &[&str], config: &ProxyConfig) -> [Vec<String>; 2] {
+    let tables = build(&state(node_addresses), config);
+    [Family::Ip, Family::Ip6].map(|f| nodeport_ips(table(&tables, f).unwrap()))
+}
+
 fn addrs(list: &[&str]) -> Vec<IpAddr> {
     list.iter().map(|a| a.parse().unwrap()).collect()
 }
@@ -127,16 +134,11 @@ fn ipv6_nodeports_of_a_node_without_an_ipv6_address_take_every_local_ipv6_addres
         local_addresses: addrs(&["10.0.0.10", "192.168.7.1", "fd00::1", "fe80::1", "::1"]),
         ..dual_stack_config()
     };
-    let tables = build(&state(&["10.0.0.10"]), &c);
     // IPv4 keeps `primary`'s node IP; IPv6 has none, so every local IPv6 address but loopback
     // and link-local ones (each pod's veth has one).
     assert_eq!(
-        nodeport_ips(table(&tables, Family::Ip).unwrap()),
-        ["10.0.0.10"]
-    );
-    assert_eq!(
-        nodeport_ips(table(&tables, Family::Ip6).unwrap()),
-        ["fd00::1"]
+        nodeport_ips_of_each_family(&["10.0.0.10"], &c),
+        [["10.0.0.10"], ["fd00::1"]]
     );
 }
 
@@ -146,14 +148,9 @@ fn a_node_ip_of_each_family_keeps_nodeports_on_the_node_ips() {
         local_addresses: addrs(&["10.0.0.10", "fd00::1", "fd00:10::10"]),
         ..dual_stack_config()
     };
-    let tables = build(&state(&["10.0.0.10", "fd00:10::10"]), &c);
     assert_eq!(
-        nodeport_ips(table(&tables, Family::Ip).unwrap()),
-        ["10.0.0.10"]
-    );
-    assert_eq!(
-        nodeport_ips(table(&tables, Family::Ip6).unwrap()),
-        ["fd00:10::10"]
+        nodeport_ips_of_each_family(&["10.0.0.10", "fd00:10::10"], &c),
+        [["10.0.0.10"], ["fd00:10::10"]]
     );
 }
 
@@ -164,14 +161,9 @@ fn nodeport_cidrs_of_one_family_leave_the_other_family_on_every_local_address() 
         local_addresses: addrs(&["10.0.0.10", "192.168.7.1", "fd00::1"]),
         ..dual_stack_config()
     };
-    let tables = build(&state(&["10.0.0.10", "fd00:10::10"]), &c);
     assert_eq!(
-        nodeport_ips(table(&tables, Family::Ip).unwrap()),
-        ["10.0.0.10"]
-    );
-    assert_eq!(
-        nodeport_ips(table(&tables, Family::Ip6).unwrap()),
-        ["fd00::1"]
+        nodeport_ips_of_each_family(&["10.0.0.10", "fd00:10::10"], &c),
+        [["10.0.0.10"], ["fd00::1"]]
     );
 }
 
