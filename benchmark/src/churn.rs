@@ -7,7 +7,7 @@
 //! in the node's namespace: no polling) says when that change was programmed.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -24,6 +24,7 @@ use kubenft_testkit::Kind;
 use netlink_sys::{Socket, protocols::NETLINK_NETFILTER};
 
 use crate::daemon::{self, ApiServer, FIRST_SYNC_WAIT, field, status_mib};
+use crate::pod_server::{Answering, Server};
 use crate::synthetic;
 
 /// Services that receive connections throughout; never changed.
@@ -278,47 +279,10 @@ impl ChurnRun {
     }
 }
 
-/// An echo server on BACKEND_PORT in one pod: every connection on a thread of its own, each
-/// byte sent back, until the client closes.
-struct EchoBackend {
-    stop: Arc<AtomicBool>,
-}
-
-impl EchoBackend {
-    fn start(ns: &Netns) -> Result<EchoBackend, String> {
-        let listener = ns
-            .run(|| TcpListener::bind((Ipv4Addr::UNSPECIFIED, BACKEND_PORT)))
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("echo backend: {e}"))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        // Blocking accepts: a polling loop would add its sleep to every connection.
-        std::thread::spawn(move || {
-            for s in listener.incoming() {
-                if flag.load(Ordering::Relaxed) {
-                    break;
-                }
-                if let Ok(mut s) = s {
-                    std::thread::spawn(move || {
-                        let mut b = [0u8; 1];
-                        while s.read_exact(&mut b).is_ok() && s.write_all(&b).is_ok() {}
-                    });
-                }
-            }
-        });
-        Ok(EchoBackend { stop })
-    }
-
-    /// Ends the accept loop: flag it, then wake it with a connection from inside the pod.
-    fn stop(&self, ns: &Netns) {
-        self.stop.store(true, Ordering::Relaxed);
-        let _ = ns.run(|| {
-            TcpStream::connect_timeout(
-                &SocketAddr::from((Ipv4Addr::LOCALHOST, BACKEND_PORT)),
-                Duration::from_millis(200),
-            )
-        });
-    }
+/// The echo backends' answer: each byte sent back, until the client closes.
+fn echo_until_closed(mut s: TcpStream) {
+    let mut b = [0u8; 1];
+    while s.read_exact(&mut b).is_ok() && s.write_all(&b).is_ok() {}
 }
 
 /// One new connection: connect, one byte echoed, close.
@@ -534,7 +498,7 @@ fn change(api: &ApiServer, churned: &[usize], endpoints: usize, k: usize) -> Res
 
 /// The lab: pods with the connected Services' endpoint addresses and an echo server each; the
 /// client routes the whole service range through the node.
-fn lab(endpoints: usize) -> Result<(Topology, Vec<EchoBackend>), String> {
+fn lab(endpoints: usize) -> Result<(Topology, Vec<Server>), String> {
     let topo = Topology::build("chrn").map_err(|e| e.to_string())?;
     sh(&topo.client, "ip route add 10.96.0.0/12 via 10.0.0.1");
     let mut backends = Vec::new();
@@ -546,7 +510,13 @@ fn lab(endpoints: usize) -> Result<(Topology, Vec<EchoBackend>), String> {
             .collect();
         pod.exec_with_stdin(&["ip", "-batch", "-"], &script)
             .map_err(|e| e.to_string())?;
-        backends.push(EchoBackend::start(pod)?);
+        // Every connection on a thread of its own: the long-lived ones stay open.
+        backends.push(Server::start(
+            pod,
+            BACKEND_PORT,
+            Answering::ThreadEach,
+            echo_until_closed,
+        )?);
     }
     Ok((topo, backends))
 }
@@ -611,9 +581,7 @@ pub fn measure(config: &Config) -> Result<ChurnRun, String> {
         child.0.try_wait().ok().flatten()
     });
     drop(child);
-    for (b, pod) in backends.iter().zip(&topo.pods) {
-        b.stop(pod);
-    }
+    drop(backends);
     drop(api);
     drop(topo);
     let _ = std::fs::remove_file(&kubeconfig);

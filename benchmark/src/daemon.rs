@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use kubenft::netns::Netns;
-use kubenft_testkit::{Kind, TestApiServer};
+use kubenft_testkit::{Kind, TestApiServer, parse_manifests};
 
 use crate::synthetic::{self, manifests};
 
@@ -173,13 +173,6 @@ impl Drop for MemoryCgroup {
     }
 }
 
-/// The documents of a synthetic manifest (each starts with a `---` line), parsed one by one:
-/// the YAML parser's safety budget refuses a stream of more than 1,024 documents, and a
-/// cluster of 10,000 services is 10,000 of them.
-fn documents(text: &str) -> impl Iterator<Item = &str> {
-    text.split("---\n").filter(|d| !d.trim().is_empty())
-}
-
 /// How long the first sync may take: listing and programming 100,000 × 5 on a loaded 2-core
 /// machine takes many minutes.
 pub const FIRST_SYNC_WAIT: Duration = Duration::from_secs(1800);
@@ -221,14 +214,9 @@ impl ApiServer {
     /// Stores every object of the synthetic cluster's manifests.
     pub fn load(&self, services: usize, endpoints: usize) -> Result<(), String> {
         for (name, text) in manifests(services, endpoints) {
-            for document in documents(&text) {
-                let value = serde_saphyr::from_str::<serde_json::Value>(document)
-                    .map_err(|e| format!("{name}: {e}"))?;
-                if value.is_null() {
-                    continue;
-                }
+            for object in parse_manifests(&text).map_err(|e| format!("{name}: {e}"))? {
                 self.server
-                    .apply(&value)
+                    .apply(&object)
                     .map_err(|e| format!("{name}: {e}"))?;
             }
         }
@@ -485,9 +473,7 @@ mod tests {
     #[test]
     fn every_document_of_a_large_manifest_is_loaded() {
         for (name, text) in manifests(2_000, 2) {
-            let parsed: Vec<serde_json::Value> = documents(&text)
-                .map(|d| serde_saphyr::from_str(d).unwrap())
-                .collect();
+            let parsed = parse_manifests(&text).unwrap();
             let expected = if name == "node.yaml" { 1 } else { 2_000 };
             assert_eq!(parsed.len(), expected, "{name}");
             assert!(parsed.iter().all(|v| v["kind"].is_string()), "{name}");

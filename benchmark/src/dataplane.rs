@@ -5,65 +5,23 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use kubenft::cluster::ClusterState;
 use kubenft::lab::{Topology, sh};
-use kubenft::netns::Netns;
 use kubenft::nft::netlink::Nftables;
 use kubenft::proxier::build;
 use kubenft::sync::Syncer;
 
 use crate::control::{iptables_ruleset, run_with_stdin};
+use crate::pod_server::{Answering, Server};
 use crate::synthetic::{self, cluster, config};
 
 /// The lab's first pod, where the measured service's endpoints live.
 const POD: Ipv4Addr = Ipv4Addr::new(10, 244, 1, 2);
 const ECHO_PORT: u16 = 9000;
 const SPREAD_PORT: u16 = 9001;
-
-/// A TCP server in `ns` on `port` that runs `answer` on every accepted connection, one at a
-/// time, until dropped.
-struct Server {
-    stop: Arc<AtomicBool>,
-    wake: SocketAddr,
-}
-
-impl Server {
-    fn start(ns: &Netns, ip: Ipv4Addr, port: u16, answer: fn(TcpStream)) -> Server {
-        let listener = ns
-            .run(move || TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).unwrap())
-            .unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        // Blocking accepts: a polling loop would add its sleep to every measured connection.
-        std::thread::spawn(move || {
-            for s in listener.incoming() {
-                if flag.load(Ordering::Relaxed) {
-                    break;
-                }
-                if let Ok(s) = s {
-                    answer(s);
-                }
-            }
-        });
-        Server {
-            stop,
-            wake: SocketAddr::from((ip, port)),
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        // The namespace may be gone already; then the accept loop ends with the process.
-        let _ = TcpStream::connect_timeout(&self.wake, Duration::from_millis(100));
-    }
-}
 
 fn echo_one_byte(mut s: TcpStream) {
     let mut b = [0u8; 1];
@@ -132,7 +90,8 @@ struct EchoLab {
 fn echo_lab(tag: &str, target: SocketAddr) -> EchoLab {
     let topo = Topology::build(tag).expect("lab");
     sh(&topo.client, "ip route add 10.244.0.0/16 via 10.0.0.1");
-    let server = Server::start(&topo.pods[0], POD, ECHO_PORT, echo_one_byte);
+    let server = Server::start(&topo.pods[0], ECHO_PORT, Answering::InTurn, echo_one_byte)
+        .expect("echo server");
     EchoLab {
         topo,
         _server: server,
@@ -260,7 +219,13 @@ pub fn spread(endpoints: usize, connections: usize) -> Spread {
     for ip in &ips {
         sh(&topo.pods[0], &format!("ip addr add {ip}/24 dev eth0"));
     }
-    let _server = Server::start(&topo.pods[0], POD, SPREAD_PORT, tell_local_address);
+    let _server = Server::start(
+        &topo.pods[0],
+        SPREAD_PORT,
+        Answering::InTurn,
+        tell_local_address,
+    )
+    .expect("address server");
     let mut state = cluster(1, 0);
     let name = synthetic::service_name(0);
     state.endpoints.insert(

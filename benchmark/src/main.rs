@@ -31,6 +31,7 @@ mod churn;
 mod control;
 mod daemon;
 mod dataplane;
+mod pod_server;
 mod report;
 mod synthetic;
 

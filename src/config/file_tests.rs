@@ -73,8 +73,16 @@ winkernel:
   sourceVip: ""
 "#;
 
+/// What every KubeProxyConfiguration starts with.
+const HEAD: &str = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
+
 fn error(text: &str) -> String {
     parse(text, "config.conf").unwrap_err().to_string()
+}
+
+/// A KubeProxyConfiguration of `HEAD` and then `fields`, parsed.
+fn parsed(fields: &str) -> FileConfig {
+    parse(&format!("{HEAD}{fields}"), "config.conf").unwrap()
 }
 
 #[test]
@@ -100,16 +108,10 @@ fn kubeadms_defaults_parse_with_only_the_kubeconfig_and_pod_network_set_and_no_w
 
 #[test]
 fn the_conntrack_section_is_read_with_zero_as_a_setting() {
-    let head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
-    let c = parse(
-        &format!(
-            "{head}conntrack: {{maxPerCore: 0, min: 65536, tcpEstablishedTimeout: 2h, \
-             tcpCloseWaitTimeout: 0s, tcpBeLiberal: true, udpTimeout: 10s, \
-             udpStreamTimeout: 2m}}\n"
-        ),
-        "x",
-    )
-    .unwrap();
+    let c = parsed(
+        "conntrack: {maxPerCore: 0, min: 65536, tcpEstablishedTimeout: 2h, \
+         tcpCloseWaitTimeout: 0s, tcpBeLiberal: true, udpTimeout: 10s, udpStreamTimeout: 2m}\n",
+    );
     assert_eq!(
         c.conntrack,
         FileConntrack {
@@ -124,26 +126,24 @@ fn the_conntrack_section_is_read_with_zero_as_a_setting() {
     );
     assert_eq!(c.warning, None);
     assert!(
-        error(&format!("{head}conntrack: {{maxPerCore: -1}}\n")).contains(
+        error(&format!("{HEAD}conntrack: {{maxPerCore: -1}}\n")).contains(
             "conntrack.maxPerCore: expected a number 0..=2147483647, found the number -1"
         )
     );
     assert!(
-        error(&format!("{head}conntrack: {{udpTimeout: soon}}\n"))
+        error(&format!("{HEAD}conntrack: {{udpTimeout: soon}}\n"))
             .contains("conntrack.udpTimeout: \"soon\" is not a duration")
     );
     assert!(
-        error(&format!("{head}conntrack: {{maxPercore: 1}}\n"))
+        error(&format!("{HEAD}conntrack: {{maxPercore: 1}}\n"))
             .contains("conntrack.maxPercore: no kube-proxy version defines this field; the closest is conntrack.maxPerCore")
     );
 }
 
 #[test]
 fn every_honoured_field_is_mapped_to_its_flag_and_durations_are_kept_verbatim() {
-    let c = parse(
+    let c = parsed(
         r#"
-apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
 mode: nftables
 hostnameOverride: node-a
 bindAddress: 10.0.0.1
@@ -156,9 +156,7 @@ detectLocal: {bridgeInterface: cni0, interfaceNamePrefix: veth}
 nodePortAddresses: [primary]
 nftables: {masqueradeAll: true, masqueradeBit: 13, syncPeriod: 1m30s, minSyncPeriod: 250ms}
 "#,
-        "x",
-    )
-    .unwrap();
+    );
     assert_eq!(c.hostname_override.as_deref(), Some("node-a"));
     assert_eq!(c.bind_address.as_deref(), Some("10.0.0.1"));
     assert_eq!(
@@ -181,19 +179,18 @@ nftables: {masqueradeAll: true, masqueradeBit: 13, syncPeriod: 1m30s, minSyncPer
 
 #[test]
 fn a_field_no_version_defines_is_rejected_with_its_line_and_the_closest_known_field() {
-    let head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
     assert_eq!(
-        error(&format!("{head}nftables:\n  syncPerod: 1s\n")),
+        error(&format!("{HEAD}nftables:\n  syncPerod: 1s\n")),
         "config.conf:4: nftables.syncPerod: no kube-proxy version defines this field; \
          the closest is nftables.syncPeriod"
     );
     assert_eq!(
-        error(&format!("{head}clusterCidr: 10.0.0.0/8\n")),
+        error(&format!("{HEAD}clusterCidr: 10.0.0.0/8\n")),
         "config.conf:3: clusterCidr: no kube-proxy version defines this field; \
          the closest is clusterCIDR"
     );
     assert_eq!(
-        error(&format!("{head}masqueradeBit: 14\n")),
+        error(&format!("{HEAD}masqueradeBit: 14\n")),
         "config.conf:3: masqueradeBit: no kube-proxy version defines this field; \
          the closest is nftables.masqueradeBit"
     );
@@ -201,20 +198,18 @@ fn a_field_no_version_defines_is_rejected_with_its_line_and_the_closest_known_fi
 
 #[test]
 fn a_value_of_the_wrong_type_is_reported_at_its_line() {
-    let head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
     assert_eq!(
-        error(&format!("{head}\nnftables:\n  syncPeriod: 45\n")),
+        error(&format!("{HEAD}\nnftables:\n  syncPeriod: 45\n")),
         "config.conf:5: nftables.syncPeriod: expected a string, found the number 45"
     );
     assert_eq!(
-        error(&format!("{head}featureGates: {{A: yes please}}\n")),
+        error(&format!("{HEAD}featureGates: {{A: yes please}}\n")),
         "config.conf:3: featureGates.A: expected true or false, found \"yes please\""
     );
 }
 
 #[test]
 fn other_modes_api_versions_and_kinds_are_refused() {
-    let head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
     assert_eq!(
         error("apiVersion: v1\nkind: KubeProxyConfiguration\n"),
         "config.conf:1: apiVersion is Some(\"v1\"), expected \"kubeproxy.config.k8s.io/v1alpha1\""
@@ -228,24 +223,20 @@ fn other_modes_api_versions_and_kinds_are_refused() {
         "config.conf:1: expected a KubeProxyConfiguration mapping, found nothing"
     );
     assert!(error("[1, 2").starts_with("config.conf: not YAML"));
-    assert!(error(&format!("{head}nftables: {{masqueradeBit: 32}}\n")).contains("0..=31"));
+    assert!(error(&format!("{HEAD}nftables: {{masqueradeBit: 32}}\n")).contains("0..=31"));
 }
 
 #[test]
 fn settings_kubenft_does_not_apply_are_named_together_in_one_warning() {
-    let c = parse(
+    let c = parsed(
         r#"
-apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
 iptables: {masqueradeBit: 14, syncPeriod: 30s}
 ipvs: {scheduler: rr}
 enableProfiling: true
 configSyncPeriod: 15m
 nodePortAddresses: [all, localhost]
 "#,
-        "x",
-    )
-    .unwrap();
+    );
     assert_eq!(
         c.warning.as_deref(),
         Some(
@@ -261,18 +252,14 @@ nodePortAddresses: [all, localhost]
 
 #[test]
 fn feature_gates_logging_mode_and_bind_address_are_read() {
-    let c = parse(
+    let c = parsed(
         r#"
-apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
 mode: nftables
 bindAddress: "::"
 featureGates: {PreferSameTrafficDistribution: false, SomeAlphaGate: true}
 logging: {format: json, verbosity: 4, options: {json: {infoBufferSize: "0"}}}
 "#,
-        "x",
-    )
-    .unwrap();
+    );
     assert_eq!(c.mode.as_deref(), Some("nftables"));
     assert_eq!(c.bind_address.as_deref(), Some("::"));
     assert_eq!(

@@ -121,14 +121,7 @@ pub(crate) fn list(
         for (daddr, proto, dport) in frontends(table, name) {
             let v4 = daddr.is_ipv4();
             let ask = |saddr: IpAddr, entry: Entry| {
-                let packet = Packet {
-                    saddr,
-                    daddr,
-                    proto,
-                    dport,
-                    iif: None,
-                };
-                explain_table(table, host, &packet, entry)
+                explain_table(table, host, &Packet::new(saddr, daddr, proto, dport), entry)
             };
             let node = node_addr(v4).ok_or(ExplainError::NoSource)?;
             let outside = outside.filter(|o| o.is_ipv4() == v4).unwrap_or(if v4 {

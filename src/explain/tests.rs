@@ -90,14 +90,7 @@ fn ask(t: &Table, host: &Host, from: &str, to: &str) -> Explanation {
     } else {
         Entry::Prerouting
     };
-    let packet = Packet {
-        saddr,
-        daddr,
-        proto,
-        dport,
-        iif: None,
-    };
-    explain_table(t, host, &packet, entry).unwrap()
+    explain_table(t, host, &Packet::new(saddr, daddr, proto, dport), entry).unwrap()
 }
 
 /// (endpoint, probability) pairs.
@@ -392,13 +385,12 @@ fn a_client_with_an_affinity_entry_is_pinned_to_its_endpoint() {
 fn a_packet_of_the_other_ip_version_is_an_error_not_a_guess() {
     let (s, e) = web();
     let t = table(&s, &e);
-    let packet = Packet {
-        saddr: "fd00::2".parse().unwrap(),
-        daddr: "fd00::10".parse().unwrap(),
-        proto: 6,
-        dport: 80,
-        iif: None,
-    };
+    let packet = Packet::new(
+        "fd00::2".parse().unwrap(),
+        "fd00::10".parse().unwrap(),
+        6,
+        80,
+    );
     assert!(explain_table(&t, &host(), &packet, Entry::Prerouting).is_err());
 }
 

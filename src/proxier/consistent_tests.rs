@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use super::consistent::{SEED, table_size};
+use super::fixtures::dual_stack_config;
 use super::*;
 use crate::cluster::ClusterState;
 use crate::nft::model::{Family, MapData, Selector, Stmt, Table, Value};
@@ -16,17 +17,6 @@ metadata: {name: node-a}
 spec: {podCIDRs: [10.244.0.0/24, 'fd00:244::/64']}
 status: {addresses: [{type: InternalIP, address: 10.0.0.10}, {type: InternalIP, address: 'fd00:10::10'}]}
 ";
-
-fn config() -> ProxyConfig {
-    ProxyConfig {
-        hostname: "node-a".into(),
-        cluster_cidrs: vec![
-            "10.244.0.0/16".parse().unwrap(),
-            "fd00:244::/48".parse().unwrap(),
-        ],
-        ..ProxyConfig::default()
-    }
-}
 
 /// A Service `default/web` with `extra` spec fields and the consistent-endpoint annotation
 /// `mode` (none if empty).
@@ -135,7 +125,7 @@ fn a_client_mode_service_hashes_the_source_address_in_each_family() {
             &web("client", ""),
             &[slice("IPv4", &ready(10)), slice("IPv6", &v6)],
         ),
-        &config(),
+        &dual_stack_config(),
     );
     let t4 = table(&tables, Family::Ip);
     let draws = hash_draws(t4);
@@ -170,7 +160,7 @@ fn a_client_mode_service_hashes_the_source_address_in_each_family() {
 fn connection_mode_hashes_the_five_tuple() {
     let tables = build(
         &state(&web("connection", ""), &[slice("IPv4", &ready(4))]),
-        &config(),
+        &dual_stack_config(),
     );
     let draws = hash_draws(table(&tables, Family::Ip));
     assert_eq!(
@@ -189,7 +179,7 @@ fn connection_mode_hashes_the_five_tuple() {
 fn without_the_annotation_or_with_a_bad_value_endpoints_are_drawn_at_random() {
     let plain = build(
         &state(&web("", ""), &[slice("IPv4", &ready(10))]),
-        &config(),
+        &dual_stack_config(),
     );
     assert!(hash_draws(table(&plain, Family::Ip)).is_empty());
 
@@ -202,7 +192,7 @@ fn without_the_annotation_or_with_a_bad_value_endpoints_are_drawn_at_random() {
     assert_eq!(rejected.len(), 1, "{rejected:?}");
     assert!(rejected[0].reason.contains("\"sticky\""), "{rejected:?}");
     // The Service is still proxied, as without the annotation.
-    assert_eq!(build(&s, &config()), plain);
+    assert_eq!(build(&s, &dual_stack_config()), plain);
 }
 
 #[test]
@@ -219,7 +209,7 @@ fn local_policies_hash_among_local_endpoints_only() {
             ),
             &[slice("IPv4", &eps)],
         ),
-        &config(),
+        &dual_stack_config(),
     );
     let t = table(&tables, Family::Ip);
     // `local-…` serves ClusterIPs (iTP) and traffic from outside (eTP); `service-…` only the
@@ -245,7 +235,7 @@ fn terminating_endpoints_fill_the_table_only_when_none_is_ready() {
     ];
     let tables = build(
         &state(&web("client", ""), &[slice("IPv4", &eps)]),
-        &config(),
+        &dual_stack_config(),
     );
     let t = table(&tables, Family::Ip);
     let (_, _, offset, map) = &hash_draws(t)[0];
@@ -263,7 +253,10 @@ fn an_endpoint_change_sends_only_the_slots_that_move() {
     let svc = web("client", "");
     let scope = BTreeSet::from([("default".to_string(), "web".to_string())]);
     let mut planner = Planner::new();
-    planner.plan(&state(&svc, &[slice("IPv4", &ready(10))]), &config());
+    planner.plan(
+        &state(&svc, &[slice("IPv4", &ready(10))]),
+        &dual_stack_config(),
+    );
     let before = planner.tables();
     let t = table(&before, Family::Ip);
     let (_, _, offset, map) = hash_draws(t)[0].clone();
@@ -271,7 +264,7 @@ fn an_endpoint_change_sends_only_the_slots_that_move() {
 
     let changes = planner.changes(
         &state(&svc, &[slice("IPv4", &ready(11))]),
-        &config(),
+        &dual_stack_config(),
         Some(&scope),
     );
     let change = changes

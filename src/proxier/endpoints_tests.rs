@@ -123,6 +123,20 @@ const ITP_LOCAL: Svc = Svc {
     internal_local: true,
     ..CLUSTER
 };
+const ITP_LOCAL_NODEPORT: Svc = Svc {
+    external: true,
+    ..ITP_LOCAL
+};
+const ETP_LOCAL: Svc = Svc {
+    external_local: true,
+    external: true,
+    ..CLUSTER
+};
+const BOTH_LOCAL: Svc = Svc {
+    internal_local: true,
+    external_local: true,
+    external: true,
+};
 
 struct Case {
     upstream: u8,
@@ -175,6 +189,26 @@ const ZONED_AND_NODED: &[Ep] = &[
 const LOCAL_AND_REMOTE: &[Ep] = &[ep("10.0.0.0", Ready).local(), ep("10.0.0.1", Ready)];
 const TWO_REMOTE: &[Ep] = &[ep("10.0.0.0", Ready), ep("10.0.0.1", Ready)];
 
+/// Upstream's cases 2 and 3: whichever policy is Local, the local list ignores the zone
+/// hints while the cluster list follows them.
+const ZONED_AND_LOCAL_LISTS: Case = Case {
+    eps: FOUR_ZONED_TWO_LOCAL,
+    cluster: Some(&["10.1.2.3", "10.1.2.6"]),
+    local: Some(&["10.1.2.3", "10.1.2.4"]),
+    reachable: Some(&["10.1.2.3", "10.1.2.4", "10.1.2.6"]),
+    ..BASE
+};
+/// Upstream's cases 19 to 21: whichever policies are Local, with a NodePort the cluster list
+/// has every endpoint and the local list the local one.
+const EVERY_ENDPOINT_OR_THE_LOCAL_ONE: Case = Case {
+    zone: None,
+    eps: LOCAL_AND_REMOTE,
+    cluster: Some(&["10.0.0.0", "10.0.0.1"]),
+    local: Some(&["10.0.0.0"]),
+    reachable: Some(&["10.0.0.0", "10.0.0.1"]),
+    ..BASE
+};
+
 const CASES: &[Case] = &[
     Case {
         upstream: 1,
@@ -186,30 +220,14 @@ const CASES: &[Case] = &[
     Case {
         upstream: 2,
         what: "eTP Local: the local list ignores hints, the cluster list follows them",
-        svc: Svc {
-            external_local: true,
-            external: true,
-            ..CLUSTER
-        },
-        eps: FOUR_ZONED_TWO_LOCAL,
-        cluster: Some(&["10.1.2.3", "10.1.2.6"]),
-        local: Some(&["10.1.2.3", "10.1.2.4"]),
-        reachable: Some(&["10.1.2.3", "10.1.2.4", "10.1.2.6"]),
-        ..BASE
+        svc: ETP_LOCAL,
+        ..ZONED_AND_LOCAL_LISTS
     },
     Case {
         upstream: 3,
         what: "iTP Local with a NodePort: the local list ignores hints, the cluster list follows them",
-        svc: Svc {
-            internal_local: true,
-            external: true,
-            ..CLUSTER
-        },
-        eps: FOUR_ZONED_TWO_LOCAL,
-        cluster: Some(&["10.1.2.3", "10.1.2.6"]),
-        local: Some(&["10.1.2.3", "10.1.2.4"]),
-        reachable: Some(&["10.1.2.3", "10.1.2.4", "10.1.2.6"]),
-        ..BASE
+        svc: ITP_LOCAL_NODEPORT,
+        ..ZONED_AND_LOCAL_LISTS
     },
     Case {
         upstream: 4,
@@ -314,11 +332,7 @@ const CASES: &[Case] = &[
     Case {
         upstream: 11,
         what: "topology and locality disagree: the reachable list is the union of both",
-        svc: Svc {
-            external_local: true,
-            external: true,
-            ..CLUSTER
-        },
+        svc: ETP_LOCAL,
         eps: &[
             ep("10.0.0.0", Ready).zones(&["zone-a"]).local(),
             ep("10.0.0.1", Ready).zones(&["zone-b"]).local(),
@@ -396,57 +410,26 @@ const CASES: &[Case] = &[
     Case {
         upstream: 19,
         what: "iTP Local, eTP Cluster: every endpoint for external traffic, the local one for internal",
-        zone: None,
-        svc: Svc {
-            internal_local: true,
-            external: true,
-            ..CLUSTER
-        },
-        eps: LOCAL_AND_REMOTE,
-        cluster: Some(&["10.0.0.0", "10.0.0.1"]),
-        local: Some(&["10.0.0.0"]),
-        reachable: Some(&["10.0.0.0", "10.0.0.1"]),
-        ..BASE
+        svc: ITP_LOCAL_NODEPORT,
+        ..EVERY_ENDPOINT_OR_THE_LOCAL_ONE
     },
     Case {
         upstream: 20,
         what: "iTP Cluster, eTP Local: every endpoint for internal traffic, the local one for external",
-        zone: None,
-        svc: Svc {
-            external_local: true,
-            external: true,
-            ..CLUSTER
-        },
-        eps: LOCAL_AND_REMOTE,
-        cluster: Some(&["10.0.0.0", "10.0.0.1"]),
-        local: Some(&["10.0.0.0"]),
-        reachable: Some(&["10.0.0.0", "10.0.0.1"]),
-        ..BASE
+        svc: ETP_LOCAL,
+        ..EVERY_ENDPOINT_OR_THE_LOCAL_ONE
     },
     Case {
         upstream: 21,
         what: "iTP and eTP Local with a NodePort: the cluster list still serves pods and the host",
-        zone: None,
-        svc: Svc {
-            internal_local: true,
-            external_local: true,
-            external: true,
-        },
-        eps: LOCAL_AND_REMOTE,
-        cluster: Some(&["10.0.0.0", "10.0.0.1"]),
-        local: Some(&["10.0.0.0"]),
-        reachable: Some(&["10.0.0.0", "10.0.0.1"]),
-        ..BASE
+        svc: BOTH_LOCAL,
+        ..EVERY_ENDPOINT_OR_THE_LOCAL_ONE
     },
     Case {
         upstream: 22,
         what: "iTP and eTP Local, every endpoint remote: an empty local list",
         zone: None,
-        svc: Svc {
-            internal_local: true,
-            external_local: true,
-            external: true,
-        },
+        svc: BOTH_LOCAL,
         eps: TWO_REMOTE,
         cluster: Some(&["10.0.0.0", "10.0.0.1"]),
         local: Some(&[]),
@@ -457,11 +440,7 @@ const CASES: &[Case] = &[
         upstream: 23,
         what: "iTP and eTP Local, every endpoint remote and terminating: the cluster list falls back to them",
         zone: None,
-        svc: Svc {
-            internal_local: true,
-            external_local: true,
-            external: true,
-        },
+        svc: BOTH_LOCAL,
         eps: &[
             ep("10.0.0.0", ServingTerminating),
             ep("10.0.0.1", ServingTerminating),
@@ -476,11 +455,7 @@ const CASES: &[Case] = &[
         upstream: 24,
         what: "eTP Local: no local endpoint ready, so the local serving terminating one, while the cluster list keeps the ready one",
         zone: None,
-        svc: Svc {
-            external_local: true,
-            external: true,
-            ..CLUSTER
-        },
+        svc: ETP_LOCAL,
         eps: &[
             ep("10.0.0.0", Ready),
             ep("10.0.0.1", Unready).local(),
@@ -536,11 +511,7 @@ const CASES: &[Case] = &[
     },
     Case {
         what: "node hints apply whatever the Service's trafficDistribution says: the hints carry it",
-        svc: Svc {
-            internal_local: true,
-            external: true,
-            ..CLUSTER
-        },
+        svc: ITP_LOCAL_NODEPORT,
         eps: &[
             ep("10.0.0.0", Ready).zones(&["zone-a"]).nodes(&["node-2"]),
             ep("10.0.0.1", Ready).zones(&["zone-a"]).nodes(&["node-1"]),
@@ -600,12 +571,7 @@ fn endpoints_are_categorised_as_kube_proxy_categorises_them() {
 #[test]
 fn each_kind_of_traffic_takes_the_list_of_its_own_policy() {
     let all: Vec<Endpoint> = LOCAL_AND_REMOTE.iter().map(Ep::endpoint).collect();
-    let svc = Svc {
-        internal_local: true,
-        external: true,
-        ..CLUSTER
-    }
-    .port();
+    let svc = ITP_LOCAL_NODEPORT.port();
     let got = categorize(&svc, &all, NODE, None);
     assert_eq!(ips(got.internal(&svc)), ["10.0.0.0"]);
     assert_eq!(ips(got.external(&svc)), ["10.0.0.0", "10.0.0.1"]);

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::json;
 
+use super::fixtures::dual_stack_config;
 use super::*;
 use crate::cluster::{ClusterState, NodeInfo};
 use crate::nft::model::{Family, Table, Value};
@@ -58,17 +59,6 @@ fn dual_stack_web() -> (Service, Vec<EndpointSlice>) {
     )
 }
 
-fn config() -> ProxyConfig {
-    ProxyConfig {
-        hostname: "node-a".into(),
-        cluster_cidrs: vec![
-            "10.244.0.0/16".parse().unwrap(),
-            "fd00:244::/48".parse().unwrap(),
-        ],
-        ..ProxyConfig::default()
-    }
-}
-
 fn state(node_addresses: &[&str]) -> ClusterState {
     let (svc, slices) = dual_stack_web();
     let (state, rejected) =
@@ -102,13 +92,20 @@ fn nodeport_ips(t: &Table) -> Vec<String> {
         .collect()
 }
 
+/// The addresses NodePorts are accepted on in the `ip` and in the `ip6` table, for a node with
+/// `node_addresses`.
+fn nodeport_ips_of_each_family(node_addresses: &[&str], config: &ProxyConfig) -> [Vec<String>; 2] {
+    let tables = build(&state(node_addresses), config);
+    [Family::Ip, Family::Ip6].map(|f| nodeport_ips(table(&tables, f).unwrap()))
+}
+
 fn addrs(list: &[&str]) -> Vec<IpAddr> {
     list.iter().map(|a| a.parse().unwrap()).collect()
 }
 
 #[test]
 fn a_node_with_only_an_ipv4_address_programs_the_ipv6_side_of_a_dual_stack_service() {
-    let tables = build(&state(&["10.0.0.10"]), &config());
+    let tables = build(&state(&["10.0.0.10"]), &dual_stack_config());
     let t6 = table(&tables, Family::Ip6).expect("an ip6 table although the node has no IPv6");
     assert!(
         keyed_by(t6, "fd00:96::a"),
@@ -135,18 +132,13 @@ fn a_cluster_without_any_node_address_or_cidr_still_gets_both_families() {
 fn ipv6_nodeports_of_a_node_without_an_ipv6_address_take_every_local_ipv6_address() {
     let c = ProxyConfig {
         local_addresses: addrs(&["10.0.0.10", "192.168.7.1", "fd00::1", "fe80::1", "::1"]),
-        ..config()
+        ..dual_stack_config()
     };
-    let tables = build(&state(&["10.0.0.10"]), &c);
     // IPv4 keeps `primary`'s node IP; IPv6 has none, so every local IPv6 address but loopback
     // and link-local ones (each pod's veth has one).
     assert_eq!(
-        nodeport_ips(table(&tables, Family::Ip).unwrap()),
-        ["10.0.0.10"]
-    );
-    assert_eq!(
-        nodeport_ips(table(&tables, Family::Ip6).unwrap()),
-        ["fd00::1"]
+        nodeport_ips_of_each_family(&["10.0.0.10"], &c),
+        [["10.0.0.10"], ["fd00::1"]]
     );
 }
 
@@ -154,16 +146,11 @@ fn ipv6_nodeports_of_a_node_without_an_ipv6_address_take_every_local_ipv6_addres
 fn a_node_ip_of_each_family_keeps_nodeports_on_the_node_ips() {
     let c = ProxyConfig {
         local_addresses: addrs(&["10.0.0.10", "fd00::1", "fd00:10::10"]),
-        ..config()
+        ..dual_stack_config()
     };
-    let tables = build(&state(&["10.0.0.10", "fd00:10::10"]), &c);
     assert_eq!(
-        nodeport_ips(table(&tables, Family::Ip).unwrap()),
-        ["10.0.0.10"]
-    );
-    assert_eq!(
-        nodeport_ips(table(&tables, Family::Ip6).unwrap()),
-        ["fd00:10::10"]
+        nodeport_ips_of_each_family(&["10.0.0.10", "fd00:10::10"], &c),
+        [["10.0.0.10"], ["fd00:10::10"]]
     );
 }
 
@@ -172,16 +159,11 @@ fn nodeport_cidrs_of_one_family_leave_the_other_family_on_every_local_address() 
     let c = ProxyConfig {
         nodeport_addresses: NodePortAddresses::Cidrs(vec!["10.0.0.0/24".parse().unwrap()]),
         local_addresses: addrs(&["10.0.0.10", "192.168.7.1", "fd00::1"]),
-        ..config()
+        ..dual_stack_config()
     };
-    let tables = build(&state(&["10.0.0.10", "fd00:10::10"]), &c);
     assert_eq!(
-        nodeport_ips(table(&tables, Family::Ip).unwrap()),
-        ["10.0.0.10"]
-    );
-    assert_eq!(
-        nodeport_ips(table(&tables, Family::Ip6).unwrap()),
-        ["fd00::1"]
+        nodeport_ips_of_each_family(&["10.0.0.10", "fd00:10::10"], &c),
+        [["10.0.0.10"], ["fd00::1"]]
     );
 }
 
@@ -189,7 +171,7 @@ fn nodeport_cidrs_of_one_family_leave_the_other_family_on_every_local_address() 
 fn a_kernel_without_ipv6_gets_only_the_ip_table() {
     let c = ProxyConfig {
         supported_families: vec![IpFamily::V4],
-        ..config()
+        ..dual_stack_config()
     };
     let tables = build(&state(&["10.0.0.10"]), &c);
     let got: Vec<Family> = tables.iter().map(|t| t.family).collect();
@@ -200,7 +182,7 @@ fn a_kernel_without_ipv6_gets_only_the_ip_table() {
 fn the_nodes_own_family_is_planned_even_when_the_kernel_probe_missed_it() {
     let c = ProxyConfig {
         supported_families: vec![IpFamily::V4],
-        ..config()
+        ..dual_stack_config()
     };
     let got: Vec<IpFamily> = families(&state(&["fd00:10::10"]), &c);
     assert_eq!(got, [IpFamily::V4, IpFamily::V6]);
@@ -217,7 +199,7 @@ fn health_checks_listen_where_kube_proxy_listens() {
         internal_ips: addrs(&["10.0.0.10", "fd00:10::10"]),
         ..NodeInfo::default()
     };
-    let primary = config();
+    let primary = dual_stack_config();
     // `primary`: the node IP of each family; a family without one listens on all its addresses.
     assert_eq!(
         primary.health_check_addresses(&both, Some(&dual)),
@@ -242,7 +224,7 @@ fn health_checks_listen_where_kube_proxy_listens() {
             "fd00::/64".parse().unwrap(),
         ]),
         local_addresses: addrs(&["10.0.0.10", "192.168.7.1", "fd00::1", "fd00:10::10"]),
-        ..config()
+        ..dual_stack_config()
     };
     assert_eq!(
         cidrs.health_check_addresses(&both, Some(&dual)),
@@ -256,13 +238,13 @@ fn only_a_family_that_nodeport_addresses_names_nothing_of_falls_back() {
         internal_ips: addrs(&["10.0.0.10"]),
         ..NodeInfo::default()
     };
-    let c = config();
+    let c = dual_stack_config();
     assert_eq!(c.nodeport_fallback(IpFamily::V4, Some(&v4_only)), None);
     assert!(c.nodeport_fallback(IpFamily::V6, Some(&v4_only)).is_some());
     assert!(c.needs_local_addresses(Some(&v4_only)));
     let with_flag = ProxyConfig {
         node_ips: addrs(&["fd00::5"]),
-        ..config()
+        ..dual_stack_config()
     };
     // --node-ip gives IPv6 its address; IPv4 still comes from the Node.
     assert_eq!(

@@ -44,4 +44,6 @@ mod consistent_tests;
 #[cfg(test)]
 mod family_tests;
 #[cfg(test)]
+mod fixtures;
+#[cfg(test)]
 mod tests;

@@ -79,25 +79,18 @@ pub(crate) async fn serve_healthz_on(
     metrics: Metrics,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    serve_on(
-        listener,
-        Arc::new(move |method: &Method, path: &str| {
-            let now = health.clock().now();
-            let (probe, report) = match path {
-                "/healthz" => (Probe::Healthz, health.healthz(now)),
-                "/livez" => (Probe::Livez, health.livez(now)),
-                _ => return not_found(),
-            };
-            if !read_method(method) {
-                return method_not_allowed();
-            }
-            let response = json_response(report.healthy, report.body);
-            metrics.count_probe(probe, response.status().as_u16());
-            response
-        }),
-        shutdown,
-    )
-    .await
+    let answer = move |path: &str| {
+        let now = health.clock().now();
+        let (probe, report) = if path == "/healthz" {
+            (Probe::Healthz, health.healthz(now))
+        } else {
+            (Probe::Livez, health.livez(now))
+        };
+        let response = json_response(report.healthy, report.body);
+        metrics.count_probe(probe, response.status().as_u16());
+        response
+    };
+    serve_reads_on(listener, &["/healthz", "/livez"], answer, shutdown).await
 }
 
 /// Serves `/metrics` on an already bound listener until `shutdown` resolves.
@@ -106,25 +99,35 @@ pub(crate) async fn serve_metrics_on(
     metrics: Metrics,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    serve_on(
-        listener,
-        Arc::new(move |method: &Method, path: &str| {
-            if path != "/metrics" {
-                return not_found();
-            }
-            if !read_method(method) {
-                return method_not_allowed();
-            }
-            let mut resp = Response::new(Full::new(Bytes::from(metrics.render())));
-            resp.headers_mut().insert(
-                CONTENT_TYPE,
-                HeaderValue::from_static(metrics::CONTENT_TYPE),
-            );
-            resp
-        }),
-        shutdown,
-    )
-    .await
+    let answer = move |_: &str| {
+        let mut resp = Response::new(Full::new(Bytes::from(metrics.render())));
+        resp.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static(metrics::CONTENT_TYPE),
+        );
+        resp
+    };
+    serve_reads_on(listener, &["/metrics"], answer, shutdown).await
+}
+
+/// Serves GET and HEAD of `paths` with `answer` (given the path) until `shutdown` resolves:
+/// any other path is a 404, any other method on one of `paths` a 405.
+async fn serve_reads_on(
+    listener: TcpListener,
+    paths: &'static [&'static str],
+    answer: impl Fn(&str) -> Response<Full<Bytes>> + Send + Sync + 'static,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let handler = move |method: &Method, path: &str| {
+        if !paths.contains(&path) {
+            return not_found();
+        }
+        if !read_method(method) {
+            return method_not_allowed();
+        }
+        answer(path)
+    };
+    serve_on(listener, Arc::new(handler), shutdown).await
 }
 
 /// A request handler: method and path in, full response out. Handlers only read shared

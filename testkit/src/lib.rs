@@ -426,3 +426,18 @@ impl TestApiServer {
             .clear();
     }
 }
+
+/// The objects of a stream of YAML or JSON manifests (multi-document allowed), empty documents
+/// left out, ready for [`TestApiServer::apply`].
+///
+/// The parser runs without its safety budget: the manifests are the caller's own test
+/// clusters, and the default budget refuses more than 1,024 documents (a cluster of 10,000
+/// Services is 20,000).
+pub fn parse_manifests(text: &str) -> Result<Vec<serde_json::Value>, serde_saphyr::Error> {
+    let unbounded = serde_saphyr::options! { budget: None };
+    let mut objects =
+        serde_saphyr::from_multiple_with_options::<serde_json::Value>(text, unbounded)?;
+    // An empty document, e.g. after a trailing "---".
+    objects.retain(|o| !o.is_null());
+    Ok(objects)
+}

@@ -2,7 +2,7 @@
 //! writes a kubeconfig pointing at it, so the daemon or a demo can be aimed at a fake cluster.
 
 use clap::{Parser, Subcommand};
-use kubenft_testkit::{TestApiServer, TestkitError};
+use kubenft_testkit::{TestApiServer, TestkitError, parse_manifests};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -72,26 +72,17 @@ fn load(server: &TestApiServer, path: &PathBuf) -> Result<usize, CliError> {
         path: shown.clone(),
         source,
     })?;
-    let mut count = 0;
-    // No parser budget: the files are the operator's own test clusters, and the default budget
-    // refuses more than 1,024 documents (a cluster of 10,000 Services is 20,000).
-    let unbounded = serde_saphyr::options! { budget: None };
-    let documents = serde_saphyr::from_multiple_with_options::<serde_json::Value>(&text, unbounded)
-        .map_err(|source| CliError::LoadParse {
-            path: shown.clone(),
-            source: Box::new(source),
-        })?;
-    for value in documents {
-        if value.is_null() {
-            continue; // an empty document, e.g. after a trailing "---"
-        }
-        server.apply(&value).map_err(|source| CliError::LoadApply {
+    let objects = parse_manifests(&text).map_err(|source| CliError::LoadParse {
+        path: shown.clone(),
+        source: Box::new(source),
+    })?;
+    for value in &objects {
+        server.apply(value).map_err(|source| CliError::LoadApply {
             path: shown.clone(),
             source,
         })?;
-        count += 1;
     }
-    Ok(count)
+    Ok(objects.len())
 }
 
 async fn serve(

@@ -38,6 +38,19 @@ pub(crate) struct Packet {
     pub iif: Option<String>,
 }
 
+impl Packet {
+    /// A packet whose input interface is not known.
+    pub(crate) fn new(saddr: IpAddr, daddr: IpAddr, proto: u8, dport: u16) -> Packet {
+        Packet {
+            saddr,
+            daddr,
+            proto,
+            dport,
+            iif: None,
+        }
+    }
+}
+
 /// Where the packet enters the node's netfilter hooks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Entry {

@@ -5,7 +5,7 @@ mod policies;
 mod services;
 
 use super::*;
-use crate::cluster::ClusterState;
+use crate::cluster::{ClusterState, Rejected};
 use crate::nft::model::{CmpOp, Family, MapData, Rule, Selector, Set, Stmt, Table, Value, Verdict};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -33,19 +33,19 @@ endpoints: {endpoints}"
 
 fn config() -> ProxyConfig {
     ProxyConfig {
-        hostname: "node-a".into(),
-        cluster_cidrs: vec![
-            "10.244.0.0/16".parse().unwrap(),
-            "fd00:244::/48".parse().unwrap(),
-        ],
         service_cidrs: vec!["10.96.0.0/16".parse().unwrap()],
-        ..ProxyConfig::default()
+        ..super::fixtures::dual_stack_config()
     }
 }
 
-fn plan(services: &[Service], slices: &[EndpointSlice], config: &ProxyConfig) -> Vec<Table> {
+/// The cluster state of `services` and `slices` seen from the node `NODE`, and what it rejected.
+fn cluster(services: &[Service], slices: &[EndpointSlice]) -> (ClusterState, Vec<Rejected>) {
     let node: Node = serde_saphyr::from_str(NODE).unwrap();
-    let (state, rejected) = ClusterState::from_objects(services, slices, Some(&node));
+    ClusterState::from_objects(services, slices, Some(&node))
+}
+
+fn plan(services: &[Service], slices: &[EndpointSlice], config: &ProxyConfig) -> Vec<Table> {
+    let (state, rejected) = cluster(services, slices);
     assert!(rejected.is_empty(), "{rejected:?}");
     build(&state, config)
 }

@@ -81,15 +81,13 @@ fn a_service_keeps_its_block_when_endpoints_change_and_new_services_take_free_bl
             "metadata: {{name: api, namespace: default}}\nspec: {{type: NodePort, externalTrafficPolicy: Local, clusterIP: {ip}, ports: [{{name: http, port: 80, protocol: TCP, nodePort: 30081}}]}}"
         ))
     };
-    let node: Node = serde_saphyr::from_str(NODE).unwrap();
     let one = "[{addresses: [10.244.0.11], conditions: {ready: true}}]";
-    let (before, _) = ClusterState::from_objects(
+    let (before, _) = cluster(
         &[service(WEB_NODEPORT), api("10.96.0.11")],
         &[
             slice("web", "IPv4", 8080, one),
             slice("api", "IPv4", 8080, one),
         ],
-        Some(&node),
     );
     let first = build(&before, &config());
     let blocks = EndpointBlocks::of_tables(&first);
@@ -105,13 +103,12 @@ fn a_service_keeps_its_block_when_endpoints_change_and_new_services_take_free_bl
     let late = service(
         "metadata: {name: aaa, namespace: default}\nspec: {type: NodePort, externalTrafficPolicy: Local, clusterIP: 10.96.0.12, ports: [{name: http, port: 80, protocol: TCP, nodePort: 30082}]}",
     );
-    let (after, _) = ClusterState::from_objects(
+    let (after, _) = cluster(
         &[service(WEB_NODEPORT), late],
         &[
             slice("web", "IPv4", 8080, TWO_ELSEWHERE),
             slice("aaa", "IPv4", 8080, one),
         ],
-        Some(&node),
     );
     let second = build_after(&after, &config(), &blocks);
     let kept = EndpointBlocks::of_tables(&second);
@@ -193,7 +190,6 @@ fn affinity_services_pick_endpoint_chains_by_a_cascade_or_one_numgen_map() {
 
 #[test]
 fn the_incremental_planner_sends_a_new_endpoint_as_map_elements_of_its_service_only() {
-    let node: Node = serde_saphyr::from_str(NODE).unwrap();
     let api = service(
         &WEB.replace("web", "api")
             .replace("10.96.0.10", "10.96.0.20"),
@@ -203,7 +199,7 @@ fn the_incremental_planner_sends_a_new_endpoint_as_map_elements_of_its_service_o
             slice("web", "IPv4", 8080, web_endpoints),
             slice("api", "IPv4", 8080, TWO_READY),
         ];
-        ClusterState::from_objects(&[service(WEB), api.clone()], &slices, Some(&node)).0
+        cluster(&[service(WEB), api.clone()], &slices).0
     };
     let more = |n: usize| {
         let extra: String = (3..=n)

@@ -120,11 +120,9 @@ fn a_malformed_service_is_rejected_and_the_others_still_planned() {
     let bad = service(
         "metadata: {name: bad, namespace: default}\nspec: {clusterIP: not-an-ip, ports: [{port: 80}]}",
     );
-    let node: Node = serde_saphyr::from_str(NODE).unwrap();
-    let (state, rejected) = ClusterState::from_objects(
+    let (state, rejected) = cluster(
         &[bad, service(WEB)],
         &[slice("web", "IPv4", 8080, TWO_READY)],
-        Some(&node),
     );
     assert_eq!(rejected.len(), 1);
     assert_eq!(rejected[0].name, "bad");
@@ -136,9 +134,8 @@ fn a_malformed_service_is_rejected_and_the_others_still_planned() {
 #[test]
 fn two_services_with_one_name_are_both_rejected_whatever_their_order() {
     let other = service(&WEB.replace("10.96.0.10", "10.96.0.99"));
-    let node: Node = serde_saphyr::from_str(NODE).unwrap();
     for services in [[service(WEB), other.clone()], [other.clone(), service(WEB)]] {
-        let (state, rejected) = ClusterState::from_objects(&services, &[], Some(&node));
+        let (state, rejected) = cluster(&services, &[]);
         assert!(state.services.is_empty(), "neither copy is proxied");
         assert_eq!(rejected.len(), 2);
         assert!(rejected[0].reason.contains("2 Services share this name"));
@@ -146,13 +143,14 @@ fn two_services_with_one_name_are_both_rejected_whatever_their_order() {
 }
 
 #[test]
-fn headless_services_are_not_proxied() {
-    let headless = service(
+fn headless_and_external_name_services_are_not_proxied() {
+    for yaml in [
         "metadata: {name: h, namespace: default}\nspec: {clusterIP: None, ports: [{port: 80}]}",
-    );
-    let node: Node = serde_saphyr::from_str(NODE).unwrap();
-    let (state, rejected) = ClusterState::from_objects(&[headless], &[], Some(&node));
-    assert!(rejected.is_empty() && state.services.is_empty());
+        "metadata: {name: ext, namespace: default}\nspec: {type: ExternalName, externalName: example.invalid}",
+    ] {
+        let (state, rejected) = cluster(&[service(yaml)], &[]);
+        assert!(rejected.is_empty() && state.services.is_empty(), "{yaml}");
+    }
 }
 
 #[test]
@@ -173,22 +171,33 @@ fn nodeports_never_listen_on_loopback_even_inside_the_configured_cidrs() {
     assert_eq!(ips, vec![&vec![ip("10.0.0.10")], &vec![ip("192.168.5.1")]]);
 }
 
+/// The tables for WEB with two ready endpoints.
+fn plan_web(config: &ProxyConfig) -> Vec<Table> {
+    plan(
+        &[service(WEB)],
+        &[slice("web", "IPv4", 8080, TWO_READY)],
+        config,
+    )
+}
+
+/// The chain WEB's ClusterIP traffic goes to (two ready endpoints), and its first rule.
+fn web_chain_and_first_rule(config: &ProxyConfig) -> (String, Vec<Stmt>) {
+    let t = plan_web(config);
+    let t = v4(&t);
+    let chain = chain_for(t, &ip("10.96.0.10")).unwrap();
+    let first = t.chains[&chain].rules[0].stmts.clone();
+    (chain, first)
+}
+
 #[test]
 fn masquerade_all_marks_every_cluster_ip_connection() {
     let mut c = config();
     c.masquerade_all = true;
-    let t = plan(
-        &[service(WEB)],
-        &[slice("web", "IPv4", 8080, TWO_READY)],
-        &c,
-    );
-    let t = v4(&t);
-    let chain = chain_for(t, &ip("10.96.0.10")).unwrap();
+    let (chain, first) = web_chain_and_first_rule(&c);
     assert_eq!(
         chain, "pick-2",
         "a ClusterIP-only service uses the shared chain"
     );
-    let first = &t.chains[&chain].rules[0].stmts;
     assert_eq!(
         first[..],
         [Stmt::Verdict(Verdict::Jump("mark-for-masquerade".into()))],
@@ -198,16 +207,8 @@ fn masquerade_all_marks_every_cluster_ip_connection() {
 
 #[test]
 fn the_same_input_renders_byte_for_byte_the_same() {
-    let a = plan(
-        &[service(WEB)],
-        &[slice("web", "IPv4", 8080, TWO_READY)],
-        &config(),
-    );
-    let b = plan(
-        &[service(WEB)],
-        &[slice("web", "IPv4", 8080, TWO_READY)],
-        &config(),
-    );
+    let a = plan_web(&config());
+    let b = plan_web(&config());
     let text = |t: &[Table]| {
         t.iter()
             .map(crate::nft::render::render_table)
@@ -221,19 +222,11 @@ fn detect_local_modes_decide_which_sources_are_not_masqueraded() {
     let source_condition = |detect: DetectLocal| {
         let mut c = config();
         c.detect_local = detect;
-        let t = plan(
-            &[service(WEB)],
-            &[slice("web", "IPv4", 8080, TWO_READY)],
-            &c,
-        );
-        let t = v4(&t);
-        let chain = chain_for(t, &ip("10.96.0.10")).unwrap();
-        t.chains[&chain].rules[0]
-            .stmts
-            .iter()
+        let (_, first) = web_chain_and_first_rule(&c);
+        first
+            .into_iter()
             .find(|s| matches!(s, Stmt::Match { op: CmpOp::Ne, .. }))
             .expect("a source condition")
-            .clone()
     };
     let cond = |left, right| Stmt::Match {
         left,
@@ -286,16 +279,6 @@ spec: {clusterIP: 10.96.0.10, ports: [{name: t, port: 53, protocol: TCP}, {name:
     );
 }
 
-#[test]
-fn external_name_services_are_not_proxied() {
-    let svc = service(
-        "metadata: {name: ext, namespace: default}\nspec: {type: ExternalName, externalName: example.invalid}",
-    );
-    let node: Node = serde_saphyr::from_str(NODE).unwrap();
-    let (state, rejected) = ClusterState::from_objects(&[svc], &[], Some(&node));
-    assert!(rejected.is_empty() && state.services.is_empty());
-}
-
 /// An address that is both an external IP and the load balancer's yields each key once in
 /// the service's fragment (the planner relies on keys being unique within a fragment).
 #[test]
@@ -303,12 +286,7 @@ fn an_address_a_service_is_reached_at_twice_yields_its_elements_once() {
     let svc = service(
         "metadata: {name: web, namespace: default}\nspec: {type: LoadBalancer, clusterIP: 10.96.0.10, externalIPs: [192.0.2.10], ports: [{name: http, port: 80, protocol: TCP, nodePort: 30080}]}\nstatus: {loadBalancer: {ingress: [{ip: 192.0.2.10}]}}",
     );
-    let node: Node = serde_saphyr::from_str(NODE).unwrap();
-    let (state, _) = ClusterState::from_objects(
-        &[svc],
-        &[slice("web", "IPv4", 8080, TWO_READY)],
-        Some(&node),
-    );
+    let (state, _) = cluster(&[svc], &[slice("web", "IPv4", 8080, TWO_READY)]);
     let config = config();
     let sp = state.services.values().next().unwrap();
     let fragment = build::FragmentBuilder::new(&config, &state, build::IpFamily::V4)
