@@ -94,7 +94,7 @@ pub fn load_inputs(path: &Path, hostname: &str) -> Result<Inputs, CliError> {
 /// Fills `config.local_addresses` when the planner needs them: `--nodeport-addresses` lists
 /// CIDRs, or a family has no node IP on `node` (its NodePorts are then accepted on every local
 /// address of the family). Loopback never serves NodePorts, so it is left out.
-pub fn add_local_addresses(
+pub(crate) fn add_local_addresses(
     config: &mut ProxyConfig,
     node: Option<&NodeInfo>,
 ) -> Result<(), CliError> {
@@ -116,7 +116,7 @@ pub fn add_local_addresses(
 /// The IP families this kernel can filter, probed once: IPv4 always, IPv6 unless it is off
 /// here (no `/proc/sys/net/ipv6`, as with `ipv6.disable=1`, or `disable_ipv6` set for all
 /// interfaces of this network namespace), in which case no IPv6 packet can arrive to proxy.
-pub fn kernel_families() -> Vec<IpFamily> {
+pub(crate) fn kernel_families() -> Vec<IpFamily> {
     let ipv6 = std::fs::read_to_string("/proc/sys/net/ipv6/conf/all/disable_ipv6")
         .is_ok_and(|v| v.trim() == "0");
     if !ipv6 {
@@ -130,7 +130,7 @@ pub fn kernel_families() -> Vec<IpFamily> {
 
 /// For each planned family whose NodePorts are accepted on every local address of the family,
 /// why: kube-proxy's behaviour, which the operator should know of.
-pub fn nodeport_fallbacks(
+pub(crate) fn nodeport_fallbacks(
     state: &ClusterState,
     config: &ProxyConfig,
 ) -> Vec<(IpFamily, &'static str)> {
@@ -142,7 +142,7 @@ pub fn nodeport_fallbacks(
 
 /// Logs each of `fallbacks`: a warning when the cluster looks dual-stack (its CIDRs or the
 /// node's podCIDRs have both families), as kube-proxy warns, else for information.
-pub fn log_nodeport_fallbacks(
+pub(crate) fn log_nodeport_fallbacks(
     fallbacks: &[(IpFamily, &'static str)],
     state: &ClusterState,
     config: &ProxyConfig,

@@ -192,7 +192,7 @@ fn describe(cmd: &Command) -> String {
 }
 
 /// Runs a command, turning a spawn failure or non-zero exit into an error.
-pub fn run_checked(cmd: &mut Command) -> Result<Output, NetnsError> {
+pub(crate) fn run_checked(cmd: &mut Command) -> Result<Output, NetnsError> {
     let command = describe(cmd);
     let out = cmd.output().map_err(|source| NetnsError::Spawn {
         command: command.clone(),

@@ -31,7 +31,7 @@ pub enum Protocol {
 }
 
 impl Protocol {
-    pub fn parse(s: Option<&str>) -> Option<Protocol> {
+    pub(crate) fn parse(s: Option<&str>) -> Option<Protocol> {
         match s.unwrap_or("TCP") {
             "TCP" => Some(Protocol::Tcp),
             "UDP" => Some(Protocol::Udp),
@@ -41,7 +41,7 @@ impl Protocol {
     }
 
     /// IP protocol number.
-    pub fn number(self) -> u8 {
+    pub(crate) fn number(self) -> u8 {
         match self {
             Protocol::Tcp => 6,
             Protocol::Udp => 17,
@@ -49,7 +49,7 @@ impl Protocol {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Protocol::Tcp => "tcp",
             Protocol::Udp => "udp",
@@ -106,7 +106,7 @@ pub struct ServicePort {
 
 /// The Service annotation that opts a Service into consistent endpoint choice: `client` or
 /// `connection` (`ConsistentEndpoint`).
-pub const CONSISTENT_ENDPOINT_ANNOTATION: &str = "kubenft.io/consistent-endpoint";
+pub(crate) const CONSISTENT_ENDPOINT_ANNOTATION: &str = "kubenft.io/consistent-endpoint";
 
 /// What a consistent endpoint choice hashes, so that every node, given the same endpoints,
 /// sends it to the same endpoint.
@@ -122,7 +122,7 @@ pub enum ConsistentEndpoint {
 impl ConsistentEndpoint {
     /// The annotation's value on `svc`: none without the annotation, an error for a value
     /// that is not a mode.
-    pub fn of(svc: &Service) -> Result<Option<ConsistentEndpoint>, String> {
+    pub(crate) fn of(svc: &Service) -> Result<Option<ConsistentEndpoint>, String> {
         let value = svc
             .metadata
             .annotations
@@ -142,7 +142,7 @@ impl ConsistentEndpoint {
 impl ServicePort {
     /// True when traffic from outside the cluster reaches this port (NodePort, external or
     /// load-balancer IPs).
-    pub fn has_external(&self) -> bool {
+    pub(crate) fn has_external(&self) -> bool {
         self.node_port.is_some()
             || !self.external_ips.is_empty()
             || !self.load_balancer_ips.is_empty()
@@ -151,7 +151,7 @@ impl ServicePort {
 
 /// `name` as endpoints hold it: one allocation per node, shared by every endpoint on it (a
 /// cluster has far more endpoints than nodes, and the daemon holds every endpoint).
-pub fn intern_node_name(name: &str) -> Arc<str> {
+pub(crate) fn intern_node_name(name: &str) -> Arc<str> {
     static NAMES: Mutex<BTreeSet<Arc<str>>> = Mutex::new(BTreeSet::new());
     let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(shared) = names.get(name) {
@@ -193,10 +193,10 @@ pub struct NodeInfo {
 /// An object (or part of one) that was not proxied, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejected {
-    pub kind: &'static str,
-    pub namespace: String,
-    pub name: String,
-    pub reason: String,
+    pub(crate) kind: &'static str,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) reason: String,
 }
 
 /// Everything the planner reads; ordered maps make the output deterministic.
@@ -277,7 +277,7 @@ impl ClusterState {
     /// are the Service objects of that name (one, or none once deleted) and `slices` the
     /// EndpointSlices labelled with it. Returns what was skipped and why. Converting every
     /// service this way gives what `from_objects` gives.
-    pub fn update_service(
+    pub(crate) fn update_service(
         &mut self,
         service: &ServiceRef,
         services: &[&Service],
@@ -367,7 +367,7 @@ impl ClusterState {
     /// returns the CIDRs skipped and why. As kube-proxy does, every object counts whatever its
     /// status: one being deleted keeps its range until it is gone, as the API server keeps
     /// allocated ClusterIPs in it until then. A CIDR that does not parse costs only itself.
-    pub fn update_service_cidrs(&mut self, objects: &[ServiceCIDR]) -> Vec<Rejected> {
+    pub(crate) fn update_service_cidrs(&mut self, objects: &[ServiceCIDR]) -> Vec<Rejected> {
         let mut cidrs = Vec::new();
         let mut rejected = Vec::new();
         for object in objects {
@@ -404,7 +404,7 @@ pub struct LiveState {
 
 impl LiveState {
     /// Re-converts `service` from its objects now (see `ClusterState::update_service`).
-    pub fn update_service(
+    pub(crate) fn update_service(
         &mut self,
         service: &ServiceRef,
         services: &[&Service],
@@ -420,7 +420,7 @@ impl LiveState {
 
     /// Re-reads the service CIDRs from every ServiceCIDR object (see
     /// `ClusterState::update_service_cidrs`).
-    pub fn update_service_cidrs(&mut self, objects: &[ServiceCIDR]) {
+    pub(crate) fn update_service_cidrs(&mut self, objects: &[ServiceCIDR]) {
         self.rejected_cidrs = self.state.update_service_cidrs(objects);
     }
 
@@ -433,7 +433,7 @@ impl LiveState {
 impl ServicePortName {
     /// The first name any port of `service` can have: names sort by namespace, name, port name
     /// ("" first) and protocol, so the ports of one service follow it, adjacent.
-    pub fn lowest_of(service: &ServiceRef) -> ServicePortName {
+    pub(crate) fn lowest_of(service: &ServiceRef) -> ServicePortName {
         ServicePortName {
             namespace: service.0.clone(),
             name: service.1.clone(),
@@ -442,13 +442,13 @@ impl ServicePortName {
         }
     }
 
-    pub fn is_port_of(&self, service: &ServiceRef) -> bool {
+    pub(crate) fn is_port_of(&self, service: &ServiceRef) -> bool {
         self.namespace == service.0 && self.name == service.1
     }
 }
 
 /// The service a Service object defines (no namespace means `default`, as the API does).
-pub fn service_ref(svc: &Service) -> ServiceRef {
+pub(crate) fn service_ref(svc: &Service) -> ServiceRef {
     (
         namespace_of(&svc.metadata),
         svc.metadata.name.clone().unwrap_or_default(),
@@ -458,7 +458,7 @@ pub fn service_ref(svc: &Service) -> ServiceRef {
 /// The service an EndpointSlice belongs to, by its `kubernetes.io/service-name` label. A slice
 /// without the label belongs to no service: it is grouped under the empty name, which no
 /// Service can have, and rejected when converted.
-pub fn slice_service_ref(slice: &EndpointSlice) -> ServiceRef {
+pub(crate) fn slice_service_ref(slice: &EndpointSlice) -> ServiceRef {
     (
         namespace_of(&slice.metadata),
         slice
@@ -472,7 +472,7 @@ pub fn slice_service_ref(slice: &EndpointSlice) -> ServiceRef {
 }
 
 /// The label that ties an EndpointSlice to its Service.
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+pub(crate) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 fn namespace_of(meta: &ObjectMeta) -> String {
     meta.namespace.clone().unwrap_or_else(|| "default".into())

@@ -4,7 +4,7 @@ use super::*;
 
 impl NodeInfo {
     /// This node's facts from its Node object.
-    pub fn of(node: &Node) -> NodeInfo {
+    pub(crate) fn of(node: &Node) -> NodeInfo {
         let status = node.status.as_ref();
         NodeInfo {
             name: node.metadata.name.clone().unwrap_or_default(),

@@ -6,7 +6,7 @@ use std::time::Duration;
 /// Parses a duration as Go's `time.ParseDuration` (and so kube-proxy's flags) writes them:
 /// a sequence of decimal numbers with units `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`, e.g. `1h30m`,
 /// `1.5s`, `100ms`; `0` alone is zero. Negative durations are refused.
-pub fn parse_go_duration(text: &str) -> Result<Duration, &'static str> {
+pub(crate) fn parse_go_duration(text: &str) -> Result<Duration, &'static str> {
     if text == "0" {
         return Ok(Duration::ZERO);
     }
@@ -52,7 +52,7 @@ pub fn parse_go_duration(text: &str) -> Result<Duration, &'static str> {
 
 /// Writes `d` as Go's `Duration.String` does, so kube-proxy reads back the same value: `0s`,
 /// `100ms`, `1.5s`, `1m30s`, `24h0m0s`.
-pub fn format_go_duration(d: Duration) -> String {
+pub(crate) fn format_go_duration(d: Duration) -> String {
     let nanos = d.as_nanos();
     if nanos == 0 {
         return "0s".into();

@@ -5,7 +5,7 @@
 
 /// What kubenft does with a field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Use {
+pub(crate) enum Use {
     /// Applied, as the flag named here would be.
     Applied(&'static str),
     /// Accepted; a value other than the zero value gets a mention in the one warning, with
@@ -16,9 +16,9 @@ pub enum Use {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Field {
-    pub name: &'static str,
-    pub use_: Use,
+pub(crate) struct Field {
+    pub(crate) name: &'static str,
+    pub(crate) use_: Use,
 }
 
 const fn applied(name: &'static str, flag: &'static str) -> Field {
@@ -42,7 +42,7 @@ const fn section(name: &'static str, fields: &'static [Field]) -> Field {
     }
 }
 
-pub const OTHER_MODE: &str = "another proxy mode's setting";
+pub(crate) const OTHER_MODE: &str = "another proxy mode's setting";
 const CLIENT: &str = "the API client keeps its own defaults: JSON, no client-side rate limit";
 const KLOG_OUTPUT: &str = "klog's output buffering; kubenft writes each line as it is logged";
 
@@ -117,7 +117,7 @@ const DETECT_LOCAL: &[Field] = &[
 ];
 
 /// The top level, in upstream's order.
-pub const TOP: &[Field] = &[
+pub(crate) const TOP: &[Field] = &[
     applied("apiVersion", "(checked)"),
     applied("kind", "(checked)"),
     applied("featureGates", "--feature-gates"),
@@ -162,7 +162,7 @@ pub const TOP: &[Field] = &[
 ];
 
 /// Every field as (dotted path, use), sections left out, in the table's order.
-pub fn all() -> Vec<(String, Use)> {
+pub(crate) fn all() -> Vec<(String, Use)> {
     fn walk(prefix: &str, fields: &[Field], out: &mut Vec<(String, Use)>) {
         for f in fields {
             let path = format!("{prefix}{}", f.name);
@@ -180,7 +180,7 @@ pub fn all() -> Vec<(String, Use)> {
 /// The known field closest to `path` (a dotted path no version defines): the nearest
 /// spelling within the same section, or the same name where it lives elsewhere (e.g. a
 /// `syncPeriod` at the top level is `nftables.syncPeriod`).
-pub fn closest(path: &str) -> String {
+pub(crate) fn closest(path: &str) -> String {
     let (section, name) = path.rsplit_once('.').unwrap_or(("", path));
     let prefix = match section {
         "" => String::new(),

@@ -18,8 +18,8 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use super::duration::parse_go_duration;
 use super::fields::{self, Field, Use};
 
-pub const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
-pub const KIND: &str = "KubeProxyConfiguration";
+pub(crate) const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
+pub(crate) const KIND: &str = "KubeProxyConfiguration";
 
 #[derive(Debug, thiserror::Error)]
 pub enum FileConfigError {
@@ -46,28 +46,28 @@ pub enum FileConfigError {
 /// The file's settings, as the flags they stand for would carry them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FileConfig {
-    pub hostname_override: Option<String>,
+    pub(crate) hostname_override: Option<String>,
     /// `bindAddress` (kube-proxy's "primary node IP", despite the name), as written.
-    pub bind_address: Option<String>,
-    pub cluster_cidr: Option<String>,
-    pub nodeport_addresses: Option<String>,
-    pub masquerade_all: Option<bool>,
-    pub masquerade_bit: Option<u32>,
-    pub detect_local_mode: Option<String>,
-    pub pod_bridge_interface: Option<String>,
-    pub pod_interface_name_prefix: Option<String>,
-    pub healthz_bind_address: Option<String>,
-    pub metrics_bind_address: Option<String>,
-    pub kubeconfig: Option<PathBuf>,
-    pub sync_period: Option<String>,
-    pub min_sync_period: Option<String>,
+    pub(crate) bind_address: Option<String>,
+    pub(crate) cluster_cidr: Option<String>,
+    pub(crate) nodeport_addresses: Option<String>,
+    pub(crate) masquerade_all: Option<bool>,
+    pub(crate) masquerade_bit: Option<u32>,
+    pub(crate) detect_local_mode: Option<String>,
+    pub(crate) pod_bridge_interface: Option<String>,
+    pub(crate) pod_interface_name_prefix: Option<String>,
+    pub(crate) healthz_bind_address: Option<String>,
+    pub(crate) metrics_bind_address: Option<String>,
+    pub(crate) kubeconfig: Option<PathBuf>,
+    pub(crate) sync_period: Option<String>,
+    pub(crate) min_sync_period: Option<String>,
     pub mode: Option<String>,
-    pub feature_gates: BTreeMap<String, bool>,
+    pub(crate) feature_gates: BTreeMap<String, bool>,
     /// `logging.format`.
-    pub log_format: Option<String>,
+    pub(crate) log_format: Option<String>,
     /// `logging.verbosity` (klog's level).
-    pub verbosity: Option<u32>,
-    pub conntrack: FileConntrack,
+    pub(crate) verbosity: Option<u32>,
+    pub(crate) conntrack: FileConntrack,
     /// The one warning about fields accepted but not applied, when some are set.
     pub warning: Option<String>,
 }
@@ -75,14 +75,14 @@ pub struct FileConfig {
 /// The `conntrack` section. Unlike most fields, a zero here is a setting ("leave the kernel's
 /// value"), so only absent or null fields are unset.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FileConntrack {
-    pub max_per_core: Option<u32>,
-    pub min: Option<u32>,
-    pub tcp_established_timeout: Option<String>,
-    pub tcp_close_wait_timeout: Option<String>,
-    pub tcp_be_liberal: Option<bool>,
-    pub udp_timeout: Option<String>,
-    pub udp_stream_timeout: Option<String>,
+pub(crate) struct FileConntrack {
+    pub(crate) max_per_core: Option<u32>,
+    pub(crate) min: Option<u32>,
+    pub(crate) tcp_established_timeout: Option<String>,
+    pub(crate) tcp_close_wait_timeout: Option<String>,
+    pub(crate) tcp_be_liberal: Option<bool>,
+    pub(crate) udp_timeout: Option<String>,
+    pub(crate) udp_stream_timeout: Option<String>,
 }
 
 /// A YAML node and the line it starts on.
@@ -233,7 +233,7 @@ fn problem(node: &Node, message: String) -> Problem {
 }
 
 /// Reads and checks `path`.
-pub fn load(path: &Path) -> Result<FileConfig, FileConfigError> {
+pub(crate) fn load(path: &Path) -> Result<FileConfig, FileConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| FileConfigError::Read {
         path: path.display().to_string(),
         source,

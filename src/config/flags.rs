@@ -12,20 +12,20 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[command(name = "kubenft", version, about)]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
     #[command(flatten)]
-    pub log: LogFlags,
+    pub(crate) log: LogFlags,
     #[command(flatten)]
-    pub proxy: ProxyFlags,
+    pub(crate) proxy: ProxyFlags,
     /// Flags given on the command line (by field name), which a --config file does not override.
     #[arg(skip)]
-    pub explicit: BTreeSet<String>,
+    pub(crate) explicit: BTreeSet<String>,
 }
 
 // Parsed once per process; boxing the daemon's flags would only obscure the clap derive.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Print the nftables tables built from --manifests, in `nft -f` syntax; changes nothing.
     Render,
     /// Build the tables from --manifests and apply them in one atomic transaction.
@@ -50,83 +50,83 @@ pub enum Command {
 
 /// The daemon's own flags, spelled as kube-proxy's.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
-pub struct RunFlags {
+pub(crate) struct RunFlags {
     /// A KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1); flags given on the
     /// command line take precedence over its values.
     #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// kubeconfig file for the API server; without it (and without --manifests) the pod's
     /// in-cluster service account is used.
     #[arg(long, value_name = "PATH")]
-    pub kubeconfig: Option<PathBuf>,
+    pub(crate) kubeconfig: Option<PathBuf>,
     /// Proxy only Services labelled `service.kubernetes.io/service-proxy-name=NAME` (by default,
     /// Services without that label, like kube-proxy).
     #[arg(long, value_name = "NAME")]
-    pub service_proxy_name: Option<String>,
+    pub(crate) service_proxy_name: Option<String>,
     /// kube-proxy's mode: `nftables` (the default) is the only one kubenft implements.
     #[arg(long, value_name = "MODE")]
-    pub proxy_mode: Option<String>,
+    pub(crate) proxy_mode: Option<String>,
     /// The node's primary IP, as kube-proxy's --bind-address (which binds nothing despite its
     /// name); 0.0.0.0 and :: mean "take it from the Node object".
     #[arg(long, value_name = "IP")]
-    pub bind_address: Option<String>,
+    pub(crate) bind_address: Option<String>,
     /// Feature gates as kube-proxy takes them (`A=true,B=false`); the ones that change proxy
     /// behaviour are honoured, the rest are warned about once.
     #[arg(long, value_name = "GATE=BOOL[,...]")]
-    pub feature_gates: Option<String>,
+    pub(crate) feature_gates: Option<String>,
     /// Delete kubenft's tables and exit, as kube-proxy's --cleanup does for its own rules.
     #[arg(long)]
-    pub cleanup: bool,
+    pub(crate) cleanup: bool,
     /// Write the effective configuration (file and flags merged) as a KubeProxyConfiguration
     /// to FILE and exit.
     #[arg(long, value_name = "FILE")]
-    pub write_config_to: Option<PathBuf>,
+    pub(crate) write_config_to: Option<PathBuf>,
     /// Minimum time between two syncs; bursts of changes are coalesced (e.g. 100ms, 1s).
     #[arg(long, default_value = "1s", value_name = "DURATION")]
-    pub min_sync_period: String,
+    pub(crate) min_sync_period: String,
     /// Retry delay after a failed sync, and the longest time without any sync.
     #[arg(long, default_value = "30s", value_name = "DURATION")]
-    pub sync_period: String,
+    pub(crate) sync_period: String,
     /// Longest time without a full sync (one that reads the kernel's tables back).
     #[arg(long, default_value = "1h", value_name = "DURATION")]
-    pub full_sync_period: String,
+    pub(crate) full_sync_period: String,
     /// host:port for /healthz and /livez (default 0.0.0.0:10256, [::]:10256 with an IPv6
     /// --bind-address); empty disables.
     #[arg(long, value_name = "HOST:PORT")]
-    pub healthz_bind_address: Option<String>,
+    pub(crate) healthz_bind_address: Option<String>,
     /// host:port for /metrics (default 127.0.0.1:10249, [::1]:10249 with an IPv6
     /// --bind-address); empty disables.
     #[arg(long, value_name = "HOST:PORT")]
-    pub metrics_bind_address: Option<String>,
+    pub(crate) metrics_bind_address: Option<String>,
     /// How often --manifests is checked for changes.
     #[arg(long, default_value = "1s", value_name = "DURATION")]
-    pub manifests_poll_period: String,
+    pub(crate) manifests_poll_period: String,
     /// Apply the node settings (the conntrack sysctls), then exit: for an init container that
     /// has the privileges the daemon then does without.
     #[arg(long)]
-    pub init_only: bool,
+    pub(crate) init_only: bool,
     /// Conntrack entries to allow per CPU (nf_conntrack_max = this × CPUs, at least
     /// --conntrack-min); 0 leaves the limit as it is.
     #[arg(long, default_value_t = 32 * 1024, value_name = "N")]
-    pub conntrack_max_per_core: u32,
+    pub(crate) conntrack_max_per_core: u32,
     /// The least nf_conntrack_max is raised to (with a non-zero --conntrack-max-per-core).
     #[arg(long, default_value_t = 128 * 1024, value_name = "N")]
-    pub conntrack_min: u32,
+    pub(crate) conntrack_min: u32,
     /// Idle timeout of established TCP connections; 0 leaves it as it is.
     #[arg(long, default_value = "24h0m0s", value_name = "DURATION")]
-    pub conntrack_tcp_timeout_established: String,
+    pub(crate) conntrack_tcp_timeout_established: String,
     /// Timeout of TCP connections in CLOSE_WAIT; 0 leaves it as it is.
     #[arg(long, default_value = "1h0m0s", value_name = "DURATION")]
-    pub conntrack_tcp_timeout_close_wait: String,
+    pub(crate) conntrack_tcp_timeout_close_wait: String,
     /// Set nf_conntrack_tcp_be_liberal to 1: out-of-window TCP packets are not marked invalid.
     #[arg(long)]
-    pub conntrack_tcp_be_liberal: bool,
+    pub(crate) conntrack_tcp_be_liberal: bool,
     /// Idle timeout of UDP flows that saw no reply; 0 leaves it as it is.
     #[arg(long, default_value = "0s", value_name = "DURATION")]
-    pub conntrack_udp_timeout: String,
+    pub(crate) conntrack_udp_timeout: String,
     /// Idle timeout of UDP flows that saw replies; 0 leaves it as it is.
     #[arg(long, default_value = "0s", value_name = "DURATION")]
-    pub conntrack_udp_timeout_stream: String,
+    pub(crate) conntrack_udp_timeout_stream: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -137,23 +137,23 @@ pub enum LogFormat {
 }
 
 #[derive(Debug, Clone, Args)]
-pub struct LogFlags {
+pub(crate) struct LogFlags {
     /// Log line format (logs go to stderr).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    pub(crate) log_format: LogFormat,
     /// More detail: -v debug, -vv trace (kubenft's own logs), -vvv trace everything. RUST_LOG,
     /// when set, takes precedence.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
-    pub verbose: u8,
+    pub(crate) verbose: u8,
     /// kube-proxy's (klog's) verbosity 0..: up to 2 is -v's default, 3-4 is -v, 5-7 -vv,
     /// 8 and more -vvv.
     #[arg(long = "v", global = true, value_name = "LEVEL")]
-    pub klog_verbosity: Option<u32>,
+    pub(crate) klog_verbosity: Option<u32>,
 }
 
 /// kube-proxy's `--detect-local-mode` values, spelled exactly as kube-proxy accepts them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
-pub enum DetectLocalMode {
+pub(crate) enum DetectLocalMode {
     #[default]
     #[value(name = "ClusterCIDR")]
     ClusterCidr,
@@ -168,25 +168,25 @@ pub enum DetectLocalMode {
 /// The proxy's flags as typed. Lists stay strings here so that validation, not clap, explains
 /// what is wrong with them, in one style.
 #[derive(Debug, Clone, Default, Args)]
-pub struct ProxyFlags {
+pub(crate) struct ProxyFlags {
     /// Use this name instead of the host name to find this node's Node object and endpoints.
     #[arg(long, global = true, value_name = "NAME")]
-    pub hostname_override: Option<String>,
+    pub(crate) hostname_override: Option<String>,
     /// Primary node IP(s): one IPv4 and/or one IPv6 address, comma-separated.
     #[arg(long, global = true, value_name = "IP[,IP]")]
-    pub node_ip: Option<String>,
+    pub(crate) node_ip: Option<String>,
     /// Pod network CIDR(s): one, or a dual-stack pair, comma-separated.
     #[arg(long, global = true, value_name = "CIDR[,CIDR]")]
-    pub cluster_cidr: Option<String>,
+    pub(crate) cluster_cidr: Option<String>,
     /// Service ClusterIP range(s), comma-separated.
     #[arg(long, global = true, value_name = "CIDR[,...]")]
-    pub service_cidr: Option<String>,
+    pub(crate) service_cidr: Option<String>,
     /// Addresses that accept NodePort traffic: `primary` (the node IPs) or comma-separated CIDRs.
     #[arg(long, global = true, value_name = "primary|CIDR[,...]")]
-    pub nodeport_addresses: Option<String>,
+    pub(crate) nodeport_addresses: Option<String>,
     /// Masquerade all traffic sent to ClusterIPs.
     #[arg(long, global = true)]
-    pub masquerade_all: bool,
+    pub(crate) masquerade_all: bool,
     /// Bit of the packet mark that requests masquerading (0..=31).
     #[arg(
         long,
@@ -194,23 +194,23 @@ pub struct ProxyFlags {
         alias = "iptables-masquerade-bit",
         default_value_t = 14
     )]
-    pub masquerade_bit: u32,
+    pub(crate) masquerade_bit: u32,
     /// How traffic from local pods is recognised.
     #[arg(long, global = true, value_enum, default_value_t = DetectLocalMode::ClusterCidr)]
-    pub detect_local_mode: DetectLocalMode,
+    pub(crate) detect_local_mode: DetectLocalMode,
     /// Pod bridge interface (with --detect-local-mode BridgeInterface).
     #[arg(long, global = true, value_name = "IFNAME")]
-    pub pod_bridge_interface: Option<String>,
+    pub(crate) pod_bridge_interface: Option<String>,
     /// Pod interface name prefix (with --detect-local-mode InterfaceNamePrefix).
     #[arg(long, global = true, value_name = "PREFIX")]
-    pub pod_interface_name_prefix: Option<String>,
+    pub(crate) pod_interface_name_prefix: Option<String>,
     /// nftables table name, used for both the `ip` and the `ip6` table.
     #[arg(long, global = true, default_value = "kubenft")]
-    pub table_name: String,
+    pub(crate) table_name: String,
     /// A YAML file or a directory of YAML files (`kubectl get -o yaml` output) to read
     /// Services, EndpointSlices and Nodes from.
     #[arg(long, global = true, value_name = "PATH")]
-    pub manifests: Option<PathBuf>,
+    pub(crate) manifests: Option<PathBuf>,
 }
 
 impl Cli {

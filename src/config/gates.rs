@@ -29,9 +29,9 @@ const GATES: &[(&str, Gate)] = &[
 
 /// The gates that change the planner, validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FeatureGates {
+pub(crate) struct FeatureGates {
     /// PreferSameTrafficDistribution (default on since 1.34, GA in 1.35).
-    pub prefer_same_traffic_distribution: bool,
+    pub(crate) prefer_same_traffic_distribution: bool,
 }
 
 impl Default for FeatureGates {

@@ -7,7 +7,7 @@
 //! exit 64 before touching anything.
 
 mod duration;
-pub mod fields;
+pub(crate) mod fields;
 pub mod file;
 mod flags;
 mod gates;
@@ -21,10 +21,9 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 
-pub use duration::{format_go_duration, parse_go_duration};
-pub use flags::{Cli, Command, DetectLocalMode, LogFlags, LogFormat, ProxyFlags, RunFlags};
-pub use gates::FeatureGates;
-pub use validate::system_hostname;
+pub use flags::{Cli, LogFormat};
+pub(crate) use flags::{Command, DetectLocalMode, ProxyFlags, RunFlags};
+pub(crate) use validate::system_hostname;
 
 use crate::proxier::ProxyConfig;
 
@@ -74,19 +73,19 @@ pub struct LogSettings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunSettings {
     /// Read the cluster from these manifests instead of the API.
-    pub manifests: Option<PathBuf>,
-    pub kubeconfig: Option<PathBuf>,
-    pub service_proxy_name: Option<String>,
-    pub periods: crate::sync::Periods,
+    pub(crate) manifests: Option<PathBuf>,
+    pub(crate) kubeconfig: Option<PathBuf>,
+    pub(crate) service_proxy_name: Option<String>,
+    pub(crate) periods: crate::sync::Periods,
     /// `None`: the server is disabled.
     pub healthz_bind_address: Option<SocketAddr>,
     pub metrics_bind_address: Option<SocketAddr>,
-    pub manifests_poll_period: Duration,
+    pub(crate) manifests_poll_period: Duration,
     /// Apply the node settings and exit.
-    pub init_only: bool,
-    pub conntrack: crate::conntrack::tuning::ConntrackSettings,
+    pub(crate) init_only: bool,
+    pub(crate) conntrack: crate::conntrack::tuning::ConntrackSettings,
     /// Every gate given (file and flag merged), as given.
-    pub feature_gates: BTreeMap<String, bool>,
+    pub(crate) feature_gates: BTreeMap<String, bool>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -213,7 +212,7 @@ impl Cli {
 
     /// Validates flags (and the --config file of `run`); `hostname` is asked only when no
     /// host name is configured.
-    pub fn validate_with(
+    pub(crate) fn validate_with(
         &self,
         hostname: impl FnOnce() -> std::io::Result<String>,
     ) -> Result<Config, ConfigError> {

@@ -16,7 +16,7 @@ use crate::proxier::{DetectLocal, NodePortAddresses, ProxyConfig};
 impl ProxyFlags {
     /// Turns the flags into the planner's configuration, plus warnings for settings that are
     /// valid but probably unintended. `local_addresses` is left empty: the caller reads them.
-    pub fn validate_with(
+    pub(crate) fn validate_with(
         &self,
         hostname: impl FnOnce() -> std::io::Result<String>,
     ) -> Result<(ProxyConfig, Vec<String>), ConfigError> {
@@ -122,7 +122,7 @@ impl ProxyFlags {
 impl RunFlags {
     /// The daemon's settings; `manifests` and `feature_gates` come from elsewhere (the global
     /// flags, the file and flag merged).
-    pub fn validate(
+    pub(crate) fn validate(
         &self,
         manifests: Option<PathBuf>,
         feature_gates: BTreeMap<String, bool>,
@@ -378,7 +378,7 @@ fn validate_table_name(name: &str) -> Result<String, ConfigError> {
 }
 
 /// The machine's host name (gethostname(2)), as kube-proxy's default node name.
-pub fn system_hostname() -> std::io::Result<String> {
+pub(crate) fn system_hostname() -> std::io::Result<String> {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };

@@ -8,8 +8,8 @@
 //! kernel only consults the ruleset again for a new entry. kube-proxy deletes these entries
 //! after every sync, and so does kubenft.
 
-pub mod reconcile;
-pub mod tuning;
+pub(crate) mod reconcile;
+pub(crate) mod tuning;
 
 pub use reconcile::{FamilyReport, Frontends, UdpService, reconcile};
 
@@ -25,35 +25,17 @@ use crate::netlink::attr::NLA_F_NESTED;
 use crate::netlink::socket::NLM_F_ACK;
 use crate::netlink::{Message, NetlinkSocket, NfHeader, SocketError};
 
-/// Transport protocol of a flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Proto {
-    Tcp,
-    Udp,
-    Sctp,
-}
-
-impl Proto {
-    /// IP protocol number, as conntrack reports it.
-    pub fn number(self) -> u8 {
-        match self {
-            Proto::Tcp => 6,
-            Proto::Udp => 17,
-            Proto::Sctp => 132,
-        }
-    }
-
-    fn name(number: u8) -> Option<&'static str> {
-        match number {
-            6 => Some("tcp"),
-            17 => Some("udp"),
-            132 => Some("sctp"),
-            _ => None,
-        }
+/// The name of a transport protocol number, as a flow is printed.
+fn proto_name(number: u8) -> Option<&'static str> {
+    match number {
+        6 => Some("tcp"),
+        17 => Some("udp"),
+        132 => Some("sctp"),
+        _ => None,
     }
 }
 
-pub use crate::family::IpFamily;
+pub(crate) use crate::family::IpFamily;
 
 /// conntrack keeps one table per family.
 impl IpFamily {
@@ -70,15 +52,15 @@ impl IpFamily {
 pub struct Flow {
     /// IP protocol number.
     pub proto: u8,
-    pub orig_src: SocketAddr,
+    pub(crate) orig_src: SocketAddr,
     pub orig_dst: SocketAddr,
     pub reply_src: SocketAddr,
-    pub reply_dst: SocketAddr,
+    pub(crate) reply_dst: SocketAddr,
 }
 
 impl fmt::Display for Flow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match Proto::name(self.proto) {
+        match proto_name(self.proto) {
             Some(name) => write!(f, "{name}")?,
             None => write!(f, "proto {}", self.proto)?,
         }
@@ -96,18 +78,18 @@ pub struct DeleteReport {
     /// Entries deleted.
     pub deleted: usize,
     /// Matching entries that expired or were deleted by someone else before we got to them.
-    pub already_gone: usize,
+    pub(crate) already_gone: usize,
     /// Matching entries the kernel refused to delete.
     pub failed: Vec<DeleteFailure>,
     /// Dumped entries that could not be decoded, and so were neither matched nor deleted.
-    pub undecodable: usize,
+    pub(crate) undecodable: usize,
 }
 
 /// One entry that could not be deleted, and why.
 #[derive(Debug)]
 pub struct DeleteFailure {
-    pub flow: Flow,
-    pub error: std::io::Error,
+    pub(crate) flow: Flow,
+    pub(crate) error: std::io::Error,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -152,7 +134,8 @@ enum DumpScope {
     /// entries of other protocols are never copied to us.
     Filtered {
         family: IpFamily,
-        proto: Proto,
+        /// IP protocol number.
+        proto: u8,
     },
 }
 
@@ -164,7 +147,7 @@ impl DumpScope {
         };
         let orig =
             ConntrackAttribute::CtaTupleOrig(vec![Tuple::Proto(vec![ProtoTuple::Protocol(
-                proto.number().into(),
+                proto.into(),
             )])]);
         let mut bytes = vec![0u8; orig.buffer_len()];
         orig.emit(&mut bytes);
@@ -512,7 +495,7 @@ mod tests {
     fn a_filtered_dump_asks_for_one_family_and_the_protocol_in_the_original_tuple() {
         let scope = DumpScope::Filtered {
             family: IpFamily::V6,
-            proto: Proto::Udp,
+            proto: libc::IPPROTO_UDP as u8,
         };
         let flags = CTA_FILTER_FLAG_CTA_PROTO_NUM.to_ne_bytes();
         let mut expected = vec![

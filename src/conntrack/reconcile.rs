@@ -15,12 +15,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use super::{ConntrackError, DeleteReport, DumpScope, Flow, IpFamily, Proto, delete_entries, dump};
+use super::{ConntrackError, DeleteReport, DumpScope, Flow, IpFamily, delete_entries, dump};
 use crate::netlink::NetlinkSocket;
 
 /// The protocol whose entries are reconciled. kube-proxy's reconciler handles UDP only: TCP and
 /// SCTP end their connections, so a flow to a gone endpoint fails and the client reconnects.
-const RECONCILED: Proto = Proto::Udp;
+const RECONCILED: u8 = libc::IPPROTO_UDP as u8;
 
 /// One UDP service port, as the reconciler judges the flows addressed to it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -77,7 +77,7 @@ impl<K: Ord + Clone> Frontends<K> {
         self.services.insert(key, service);
     }
 
-    pub fn remove(&mut self, key: &K) {
+    pub(crate) fn remove(&mut self, key: &K) {
         let Some(old) = self.services.remove(key) else {
             return;
         };
@@ -89,24 +89,19 @@ impl<K: Ord + Clone> Frontends<K> {
         }
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         *self = Frontends::default();
     }
 }
 
 impl<K: Ord> Frontends<K> {
     /// True when nothing can be stale: no UDP service port has a serving endpoint.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.services.is_empty()
     }
 
-    /// The service ports kept (those with serving endpoints).
-    pub fn len(&self) -> usize {
-        self.services.len()
-    }
-
     /// The kept service ports from `from` on, in order.
-    pub fn keys_from<'a>(&'a self, from: &K) -> impl Iterator<Item = &'a K> + 'a {
+    pub(crate) fn keys_from<'a>(&'a self, from: &K) -> impl Iterator<Item = &'a K> + 'a {
         self.services.range(from..).map(|(k, _)| k)
     }
 
@@ -117,8 +112,8 @@ impl<K: Ord> Frontends<K> {
     /// NodePorts, so a healthy flow to `ClusterIP:P` is deleted at every sync when another
     /// Service has NodePort P. Here a flow addressed to a frontend is judged by that frontend
     /// only.
-    pub fn stale(&self, flow: &Flow) -> bool {
-        if flow.proto != RECONCILED.number() {
+    pub(crate) fn stale(&self, flow: &Flow) -> bool {
+        if flow.proto != RECONCILED {
             return false;
         }
         let owners = match self.by_address.get(&flow.orig_dst) {
@@ -149,7 +144,7 @@ fn forget<A: Eq + std::hash::Hash, K: Ord>(index: &mut HashMap<A, BTreeSet<K>>, 
 pub struct FamilyReport {
     pub family: IpFamily,
     /// Dump, decisions and deletes (kube-proxy's reconciler duration).
-    pub elapsed: Duration,
+    pub(crate) elapsed: Duration,
     /// UDP entries read.
     pub examined: usize,
     /// Set when the kernel could not filter by protocol (before Linux 5.8) and every entry of
@@ -214,7 +209,7 @@ fn reconcile_family<K: Ord>(family: IpFamily, frontends: &Frontends<K>) -> Famil
         unfiltered = true;
         let v4 = family == IpFamily::V4;
         entries = dump(&mut sock, DumpScope::All, &mut report.undecodable, |flow| {
-            flow.orig_src.is_ipv4() == v4 && flow.proto == RECONCILED.number() && keep(flow)
+            flow.orig_src.is_ipv4() == v4 && flow.proto == RECONCILED && keep(flow)
         });
     }
     let outcome = entries.and_then(|entries| {

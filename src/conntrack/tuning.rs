@@ -16,21 +16,21 @@ use std::time::Duration;
 
 /// kube-proxy's `KubeProxyConntrackConfiguration`, with its defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConntrackSettings {
+pub(crate) struct ConntrackSettings {
     /// `--conntrack-max-per-core`; 0 leaves `nf_conntrack_max` (and `min`) alone.
-    pub max_per_core: u32,
+    pub(crate) max_per_core: u32,
     /// `--conntrack-min`: the least `nf_conntrack_max` is set to.
-    pub min: u32,
+    pub(crate) min: u32,
     /// `--conntrack-tcp-timeout-established`; zero leaves it alone.
-    pub tcp_established_timeout: Duration,
+    pub(crate) tcp_established_timeout: Duration,
     /// `--conntrack-tcp-timeout-close-wait`; zero leaves it alone.
-    pub tcp_close_wait_timeout: Duration,
+    pub(crate) tcp_close_wait_timeout: Duration,
     /// `--conntrack-tcp-be-liberal`: sets `nf_conntrack_tcp_be_liberal` to 1 (never back to 0).
-    pub tcp_be_liberal: bool,
+    pub(crate) tcp_be_liberal: bool,
     /// `--conntrack-udp-timeout` (unreplied UDP); zero leaves it alone.
-    pub udp_timeout: Duration,
+    pub(crate) udp_timeout: Duration,
     /// `--conntrack-udp-timeout-stream` (assured UDP); zero leaves it alone.
-    pub udp_stream_timeout: Duration,
+    pub(crate) udp_stream_timeout: Duration,
 }
 
 impl Default for ConntrackSettings {
@@ -53,7 +53,7 @@ const MAX_LIMIT: u64 = 1_048_576;
 
 impl ConntrackSettings {
     /// The `nf_conntrack_max` to ensure on a machine with `cpus` CPUs, if any.
-    pub fn conntrack_max(&self, cpus: u32) -> Option<u64> {
+    pub(crate) fn conntrack_max(&self, cpus: u32) -> Option<u64> {
         if self.max_per_core == 0 {
             return None;
         }
@@ -69,13 +69,13 @@ impl ConntrackSettings {
 
 /// Where `/proc/sys` and `/sys` are: the host's, or a directory standing in for both in tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Roots {
-    pub proc_sys: PathBuf,
-    pub sys: PathBuf,
+pub(crate) struct Roots {
+    pub(crate) proc_sys: PathBuf,
+    pub(crate) sys: PathBuf,
 }
 
 impl Roots {
-    pub fn host() -> Roots {
+    pub(crate) fn host() -> Roots {
         Roots {
             proc_sys: PathBuf::from("/proc/sys"),
             sys: PathBuf::from("/sys"),
@@ -83,7 +83,8 @@ impl Roots {
     }
 
     /// `dir/proc/sys` and `dir/sys`.
-    pub fn under(dir: &Path) -> Roots {
+    #[cfg(test)]
+    pub(crate) fn under(dir: &Path) -> Roots {
         Roots {
             proc_sys: dir.join("proc/sys"),
             sys: dir.join("sys"),
@@ -100,7 +101,7 @@ impl Roots {
 
     /// The online CPUs (`/sys/devices/system/cpu/online`, e.g. `0-3,8-11`), as kube-proxy
     /// counts them from sysfs; the threads this process may use when that cannot be read.
-    pub fn cpus(&self) -> u32 {
+    pub(crate) fn cpus(&self) -> u32 {
         std::fs::read_to_string(self.sys.join("devices/system/cpu/online"))
             .ok()
             .and_then(|list| count_cpu_list(list.trim()))
@@ -124,7 +125,7 @@ fn count_cpu_list(list: &str) -> Option<u32> {
 
 /// What was done with one setting.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Written: the value was `from`, is now `to`.
     Set { name: String, from: u64, to: u64 },
     /// Left: already at `value`, which the target `wanted` does not call for changing.
@@ -148,7 +149,7 @@ pub enum Decision {
 }
 
 impl Decision {
-    pub fn failed(&self) -> bool {
+    pub(crate) fn failed(&self) -> bool {
         matches!(self, Decision::Failed { .. })
     }
 }
@@ -196,7 +197,7 @@ enum Change {
 
 /// Applies `settings` under `roots` on a machine with `cpus` CPUs, in kube-proxy's order, and
 /// returns one decision per setting it concerns.
-pub fn apply(settings: &ConntrackSettings, roots: &Roots, cpus: u32) -> Vec<Decision> {
+pub(crate) fn apply(settings: &ConntrackSettings, roots: &Roots, cpus: u32) -> Vec<Decision> {
     let mut decisions = Vec::new();
     if let Some(max) = settings.conntrack_max(cpus) {
         let limit = ensure(

@@ -86,13 +86,13 @@ impl Default for ProxyConfig {
 
 impl ProxyConfig {
     /// The packet-mark bit that requests masquerading (`1 << masquerade_bit`).
-    pub fn masquerade_mark(&self) -> u32 {
+    pub(crate) fn masquerade_mark(&self) -> u32 {
         1u32 << self.masquerade_bit
     }
 
     /// This node's primary IPs of family `fam`: those of `--node-ip`, else the Node's first
     /// InternalIP of the family; empty when neither names one.
-    pub fn node_ips_of(&self, fam: IpFamily, node: Option<&NodeInfo>) -> Vec<IpAddr> {
+    pub(crate) fn node_ips_of(&self, fam: IpFamily, node: Option<&NodeInfo>) -> Vec<IpAddr> {
         let configured: Vec<IpAddr> = self
             .node_ips
             .iter()
@@ -113,7 +113,7 @@ impl ProxyConfig {
     /// Why NodePorts of `fam` are accepted on every local address of the family, if they
     /// are: `nodePortAddresses` names no address of it. kube-proxy reads `primary` as the
     /// node IP of each family and a family without any address chosen as "all of them".
-    pub fn nodeport_fallback(
+    pub(crate) fn nodeport_fallback(
         &self,
         fam: IpFamily,
         node: Option<&NodeInfo>,
@@ -137,7 +137,7 @@ impl ProxyConfig {
     /// fallback leaves out IPv6 link-local addresses (kube-proxy's `fib daddr type local`
     /// keeps them): every pod's host-side veth has one, so they change with each pod and would
     /// replan every service, and they serve no client beyond the link.
-    pub fn nodeport_ips(&self, fam: IpFamily, node: Option<&NodeInfo>) -> Vec<IpAddr> {
+    pub(crate) fn nodeport_ips(&self, fam: IpFamily, node: Option<&NodeInfo>) -> Vec<IpAddr> {
         let local = self
             .local_addresses
             .iter()
@@ -160,7 +160,7 @@ impl ProxyConfig {
 
     /// Whether `nodeport_ips` reads `local_addresses` for some supported family, so the caller
     /// knows to fill them in.
-    pub fn needs_local_addresses(&self, node: Option<&NodeInfo>) -> bool {
+    pub(crate) fn needs_local_addresses(&self, node: Option<&NodeInfo>) -> bool {
         matches!(self.nodeport_addresses, NodePortAddresses::Cidrs(_))
             || self
                 .supported_families
@@ -172,7 +172,7 @@ impl ProxyConfig {
     /// family that `nodePortAddresses` names (the node IP with `primary`, the local addresses
     /// inside the CIDRs), or on the family's unspecified address when it names none of the
     /// family, for each family in `families`.
-    pub fn health_check_addresses(
+    pub(crate) fn health_check_addresses(
         &self,
         families: &[IpFamily],
         node: Option<&NodeInfo>,

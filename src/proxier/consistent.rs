@@ -29,18 +29,18 @@ use crate::nft::jhash::jhash;
 use crate::nft::model::{Selector, Stmt};
 
 /// The `jhash` seed of every consistent draw: a constant, so every node agrees.
-pub const SEED: u32 = 0x6b75_6265;
+pub(crate) const SEED: u32 = 0x6b75_6265;
 /// Slots per endpoint (per power of two at or above the endpoint count).
-pub const SLOTS_PER_ENDPOINT: u32 = 64;
+pub(crate) const SLOTS_PER_ENDPOINT: u32 = 64;
 /// The largest table: past 256 endpoints the slots per endpoint shrink, to bound the map
 /// elements and the planner's work (slots × endpoints weights per build).
-pub const MAX_SLOTS: u32 = 1 << 14;
+pub(crate) const MAX_SLOTS: u32 = 1 << 14;
 /// Seeds the slot weights; any constant works, as long as every node uses the same.
 const WEIGHT_SEED: u32 = 0x736c_6f74;
 
 /// The table size for `n` endpoints: `SLOTS_PER_ENDPOINT` per power of two at or above `n`,
 /// at most `MAX_SLOTS` (a power of two, so it divides a block of 65,536).
-pub fn table_size(n: usize) -> u32 {
+pub(crate) fn table_size(n: usize) -> u32 {
     let n = u32::try_from(n.max(1)).unwrap_or(u32::MAX);
     n.checked_next_power_of_two()
         .and_then(|p| p.checked_mul(SLOTS_PER_ENDPOINT))
@@ -59,7 +59,7 @@ fn identity(ip: IpAddr, port: u16) -> Vec<u8> {
 
 /// The owner of each of `slots` slots, as an index into `endpoints` (address, port); empty
 /// without endpoints. Independent of the order of `endpoints`.
-pub fn fill(endpoints: &[(IpAddr, u16)], slots: u32) -> Vec<usize> {
+pub(crate) fn fill(endpoints: &[(IpAddr, u16)], slots: u32) -> Vec<usize> {
     if endpoints.is_empty() {
         return Vec::new();
     }
@@ -85,7 +85,7 @@ pub fn fill(endpoints: &[(IpAddr, u16)], slots: u32) -> Vec<usize> {
 
 /// The runs of the block starting at `base` (of `block` numbers) that each endpoint of `eps`
 /// owns: `(first, last, endpoint)`, one per slot of `table_size(eps.len())`, in order.
-pub fn slot_ranges(base: u32, block: u32, eps: &[Endpoint]) -> Vec<(u32, u32, &Endpoint)> {
+pub(crate) fn slot_ranges(base: u32, block: u32, eps: &[Endpoint]) -> Vec<(u32, u32, &Endpoint)> {
     let slots = table_size(eps.len()).min(block);
     let width = block / slots;
     let ids: Vec<(IpAddr, u16)> = eps.iter().map(|e| (e.ip, e.port)).collect();
@@ -100,7 +100,7 @@ pub fn slot_ranges(base: u32, block: u32, eps: &[Endpoint]) -> Vec<(u32, u32, &E
 }
 
 /// The packet fields a mode hashes, for a table whose addresses `saddr` and `daddr` read.
-pub fn fields(mode: ConsistentEndpoint, saddr: Selector, daddr: Selector) -> Vec<Selector> {
+pub(crate) fn fields(mode: ConsistentEndpoint, saddr: Selector, daddr: Selector) -> Vec<Selector> {
     match mode {
         ConsistentEndpoint::Client => vec![saddr],
         ConsistentEndpoint::Connection => vec![
@@ -114,7 +114,7 @@ pub fn fields(mode: ConsistentEndpoint, saddr: Selector, daddr: Selector) -> Vec
 }
 
 /// `dnat to jhash <fields> mod block seed SEED offset base map @map`.
-pub fn draw(fields: Vec<Selector>, block: u32, base: u32, map: String) -> Stmt {
+pub(crate) fn draw(fields: Vec<Selector>, block: u32, base: u32, map: String) -> Stmt {
     Stmt::DnatHashMap {
         fields,
         seed: SEED,

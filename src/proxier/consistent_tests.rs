@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
+use super::build::SLOTS_PER_BLOCK;
 use super::consistent::{SEED, table_size};
 use super::fixtures::dual_stack_config;
 use super::*;

@@ -17,27 +17,27 @@ use crate::cluster::{Endpoint, ServicePort, TrafficPolicy};
 
 /// One service port's endpoints as this node sees them.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Categorized {
+pub(crate) struct Categorized {
     /// For the Cluster policy, topology applied; `None` when the port never uses that policy
     /// (internalTrafficPolicy Local and not reachable from outside).
-    pub cluster: Option<Vec<Endpoint>>,
+    pub(crate) cluster: Option<Vec<Endpoint>>,
     /// This node's, for the Local policy; `None` when the port never uses that policy.
-    pub local: Option<Vec<Endpoint>>,
+    pub(crate) local: Option<Vec<Endpoint>>,
     /// Every endpoint either list holds, each once, in the input's order.
-    pub all_reachable: Vec<Endpoint>,
+    pub(crate) all_reachable: Vec<Endpoint>,
     /// Whether some endpoint anywhere could serve (ready, or serving while terminating): when
     /// a policy's list is empty, its traffic is dropped if so and rejected if not.
-    pub has_any: bool,
+    pub(crate) has_any: bool,
 }
 
 impl Categorized {
     /// The endpoints internal (ClusterIP) traffic goes to.
-    pub fn internal(&self, sp: &ServicePort) -> &[Endpoint] {
+    pub(crate) fn internal(&self, sp: &ServicePort) -> &[Endpoint] {
         self.of(sp.internal_policy)
     }
 
     /// The endpoints external (NodePort, external IP, load-balancer IP) traffic goes to.
-    pub fn external(&self, sp: &ServicePort) -> &[Endpoint] {
+    pub(crate) fn external(&self, sp: &ServicePort) -> &[Endpoint] {
         self.of(sp.external_policy)
     }
 
@@ -60,7 +60,7 @@ enum Topology {
 
 /// Categorises `all` (the port's endpoints of one family) for the node `node_name` in `zone`
 /// (its `topology.kubernetes.io/zone` label).
-pub fn categorize(
+pub(crate) fn categorize(
     sp: &ServicePort,
     all: &[Endpoint],
     node_name: &str,
@@ -157,7 +157,7 @@ fn available(e: &Endpoint, topology: Topology, node_name: &str, zone: &str) -> b
 }
 
 /// Endpoints on this node: ready ones, else those still serving while terminating.
-pub fn local_endpoints(all: &[Endpoint], node_name: &str) -> Vec<Endpoint> {
+pub(crate) fn local_endpoints(all: &[Endpoint], node_name: &str) -> Vec<Endpoint> {
     let on_node = |e: &&Endpoint| e.node_name.as_deref() == Some(node_name);
     let ready: Vec<Endpoint> = all
         .iter()
@@ -173,16 +173,6 @@ pub fn local_endpoints(all: &[Endpoint], node_name: &str) -> Vec<Endpoint> {
         .filter(|e| e.serving && e.terminating)
         .cloned()
         .collect()
-}
-
-/// Every endpoint the rules of `sp` may send traffic to from this node, internal or external.
-pub fn reachable_endpoints(
-    sp: &ServicePort,
-    all: &[Endpoint],
-    node_name: &str,
-    zone: Option<&str>,
-) -> Vec<Endpoint> {
-    categorize(sp, all, node_name, zone).all_reachable
 }
 
 #[cfg(test)]

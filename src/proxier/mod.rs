@@ -1,20 +1,17 @@
 //! The planner: Kubernetes Service semantics → desired nftables tables. Pure: no I/O, no clock.
 
 mod build;
-pub mod config;
-pub mod consistent;
+pub(crate) mod config;
+pub(crate) mod consistent;
 mod endpoints;
 pub mod names;
 mod plan;
 mod stored;
 
-pub use build::{
-    BlockAllocator, CASCADE_MAX_ENDPOINTS, EndpointBlocks, Fragment, FragmentBuilder, IpFamily,
-    MAX_BLOCKS, MAX_SHARED_PICK_ENDPOINTS, SLOT_DRAWS, SLOTS_PER_BLOCK, assemble, build_family,
-    families, table_head,
-};
+pub use build::{EndpointBlocks, IpFamily};
+pub(crate) use build::{build_family, families};
 pub use config::{DetectLocal, NodePortAddresses, ProxyConfig};
-pub use endpoints::{Categorized, categorize, local_endpoints, reachable_endpoints};
+pub(crate) use endpoints::local_endpoints;
 pub use plan::{Planner, ServiceRef};
 
 use crate::cluster::ClusterState;

@@ -9,47 +9,47 @@ use sha2::{Digest, Sha256};
 use crate::cluster::ServicePortName;
 
 // Base chains (one per hook/priority we need) and the regular chains they jump to.
-pub const FILTER_PREROUTING_PRE_DNAT: &str = "filter-prerouting-pre-dnat";
-pub const FILTER_OUTPUT_PRE_DNAT: &str = "filter-output-pre-dnat";
-pub const NAT_PREROUTING: &str = "nat-prerouting";
-pub const NAT_OUTPUT: &str = "nat-output";
-pub const FILTER_FORWARD: &str = "filter-forward";
-pub const FILTER_INPUT: &str = "filter-input";
-pub const FILTER_OUTPUT: &str = "filter-output";
-pub const NAT_POSTROUTING: &str = "nat-postrouting";
+pub(crate) const FILTER_PREROUTING_PRE_DNAT: &str = "filter-prerouting-pre-dnat";
+pub(crate) const FILTER_OUTPUT_PRE_DNAT: &str = "filter-output-pre-dnat";
+pub(crate) const NAT_PREROUTING: &str = "nat-prerouting";
+pub(crate) const NAT_OUTPUT: &str = "nat-output";
+pub(crate) const FILTER_FORWARD: &str = "filter-forward";
+pub(crate) const FILTER_INPUT: &str = "filter-input";
+pub(crate) const FILTER_OUTPUT: &str = "filter-output";
+pub(crate) const NAT_POSTROUTING: &str = "nat-postrouting";
 /// Dispatches by destination to service chains.
-pub const SERVICES: &str = "services";
+pub(crate) const SERVICES: &str = "services";
 /// Sets the masquerade bit of the packet mark.
-pub const MARK_FOR_MASQUERADE: &str = "mark-for-masquerade";
+pub(crate) const MARK_FOR_MASQUERADE: &str = "mark-for-masquerade";
 /// Masquerades packets carrying the bit (and clears it).
-pub const MASQUERADING: &str = "masquerading";
+pub(crate) const MASQUERADING: &str = "masquerading";
 /// `reject` cannot be a map verdict, so maps `goto` this chain.
-pub const REJECT_CHAIN: &str = "reject-chain";
-pub const FIREWALL_CHECK: &str = "firewall-check";
-pub const SERVICE_ENDPOINTS_CHECK: &str = "service-endpoints-check";
-pub const NODEPORT_ENDPOINTS_CHECK: &str = "nodeport-endpoints-check";
-pub const CLUSTER_IPS_CHECK: &str = "cluster-ips-check";
+pub(crate) const REJECT_CHAIN: &str = "reject-chain";
+pub(crate) const FIREWALL_CHECK: &str = "firewall-check";
+pub(crate) const SERVICE_ENDPOINTS_CHECK: &str = "service-endpoints-check";
+pub(crate) const NODEPORT_ENDPOINTS_CHECK: &str = "nodeport-endpoints-check";
+pub(crate) const CLUSTER_IPS_CHECK: &str = "cluster-ips-check";
 
 // Sets and maps.
-pub const CLUSTER_IPS: &str = "cluster-ips";
-pub const NODEPORT_IPS: &str = "nodeport-ips";
-pub const SERVICE_IPS: &str = "service-ips";
-pub const SERVICE_NODEPORTS: &str = "service-nodeports";
-pub const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
-pub const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
-pub const FIREWALL_IPS: &str = "firewall-ips";
+pub(crate) const CLUSTER_IPS: &str = "cluster-ips";
+pub(crate) const NODEPORT_IPS: &str = "nodeport-ips";
+pub(crate) const SERVICE_IPS: &str = "service-ips";
+pub(crate) const SERVICE_NODEPORTS: &str = "service-nodeports";
+pub(crate) const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
+pub(crate) const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
+pub(crate) const FIREWALL_IPS: &str = "firewall-ips";
 /// Random slot → `address . port`: every endpoint-picking chain owns one block of slots, in
 /// the shard `service-endpoints-NN` with NN = block mod `ENDPOINT_MAP_SHARDS`.
-pub const SERVICE_ENDPOINTS: &str = "service-endpoints";
+pub(crate) const SERVICE_ENDPOINTS: &str = "service-endpoints";
 /// Why shards: the kernel checks each element added to a map against every rule that uses
 /// the map, so one map used by 10,000 service chains and holding 200,000 elements costs
 /// 2·10⁹ checks per cold sync; S shards cut that S²-fold, while each map adds a fixed cost.
 /// Measured cold syncs (10,000 × 10 / 30,000 × 10 / 44,000 × 1): 64 shards 1.03 / 5.7 /
 /// 2.6 s, 256 shards 0.94 / 3.4 / 2.0 s, 1,024 shards 1.09 / 3.6 / 2.8 s.
-pub const ENDPOINT_MAP_SHARDS: u32 = 256;
+pub(crate) const ENDPOINT_MAP_SHARDS: u32 = 256;
 
 /// The endpoint map shard holding `block`.
-pub fn endpoint_map(block: u32) -> String {
+pub(crate) fn endpoint_map(block: u32) -> String {
     format!("{SERVICE_ENDPOINTS}-{:03}", block % ENDPOINT_MAP_SHARDS)
 }
 
@@ -65,27 +65,27 @@ pub fn is_endpoint_map(set: &str) -> bool {
 /// above n. Endpoints coming and going are elements, and the table holds a handful of chains
 /// instead of one per service — the kernel's commit visits every chain, so that is what keeps
 /// a one-endpoint commit O(1).
-pub fn pick_chain(slots: u32) -> String {
+pub(crate) fn pick_chain(slots: u32) -> String {
     format!("pick-{slots}")
 }
 
 /// `address . protocol . port . slot` → endpoint `address . port` for the services of
 /// `pick_chain(slots)`. One map per chain rather than one for all: the kernel checks every
 /// element added to a map against each rule using it, and the chains hold a dozen draws each.
-pub fn pick_slots(slots: u32) -> String {
+pub(crate) fn pick_slots(slots: u32) -> String {
     format!("pick-{slots}-slots")
 }
 
 /// The shared chain for traffic from outside (NodePorts, external and load-balancer IPs of
 /// services with externalTrafficPolicy Cluster): it masquerades, then draws like
 /// `pick_chain(slots)` in the same slot map.
-pub fn external_pick_chain(slots: u32) -> String {
+pub(crate) fn external_pick_chain(slots: u32) -> String {
     format!("external-pick-{slots}")
 }
 
 /// The set of `address . protocol . port` (external IP, load-balancer IP, or node IP and
 /// NodePort) the `services` chain sends to `external_pick_chain(slots)`.
-pub fn external_pick_set(slots: u32) -> String {
+pub(crate) fn external_pick_set(slots: u32) -> String {
     format!("external-pick-{slots}-services")
 }
 
@@ -100,7 +100,7 @@ pub fn is_pick_slots(set: &str) -> bool {
 /// A plain set, not verdict-map elements: adding a `goto` element makes the kernel re-validate
 /// every path through the table at commit (milliseconds at 40,000 services), a set element
 /// does not, so services come, go and change size in O(1).
-pub fn pick_set(slots: u32) -> String {
+pub(crate) fn pick_set(slots: u32) -> String {
     format!("pick-{slots}-services")
 }
 
@@ -110,17 +110,17 @@ pub fn pick_set(slots: u32) -> String {
 /// service to another chain can be sent to the old chain and miss the endpoints already
 /// moved, or miss both the old and the new dispatch entry: it then lands here (see
 /// `PICK_RETRY`).
-pub const PICK_FALLBACK: &str = "pick-fallback";
+pub(crate) const PICK_FALLBACK: &str = "pick-fallback";
 /// Where `services` sends a packet whose key is in `PICK_FALLBACK` but matched no dispatch
 /// entry: the pick sets again, which see the commit finished, then masquerading and the
 /// fallback (a service that moved to a chain of its own, which this packet sees empty).
-pub const PICK_RETRY: &str = "pick-retry";
+pub(crate) const PICK_RETRY: &str = "pick-retry";
 
 /// `endpoint . endpoint` pairs: a DNATed packet from an endpoint to itself is masqueraded.
-pub const HAIRPIN_ENDPOINTS: &str = "hairpin-endpoints";
+pub(crate) const HAIRPIN_ENDPOINTS: &str = "hairpin-endpoints";
 
 /// Short stable hash: the first 8 base32 characters of SHA-256.
-pub fn hash(s: &str) -> String {
+pub(crate) fn hash(s: &str) -> String {
     const ALPHABET: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
     let digest = Sha256::digest(s.as_bytes());
     let mut bits: u64 = 0;
@@ -161,22 +161,22 @@ fn named(prefix: &str, readable: &str) -> String {
 }
 
 /// Chain choosing among the service port's cluster endpoints.
-pub fn service_chain(sp: &ServicePortName) -> String {
+pub(crate) fn service_chain(sp: &ServicePortName) -> String {
     named("service", &suffix(sp))
 }
 
 /// Chain choosing among the node-local endpoints (externalTrafficPolicy Local).
-pub fn local_chain(sp: &ServicePortName) -> String {
+pub(crate) fn local_chain(sp: &ServicePortName) -> String {
     named("local", &suffix(sp))
 }
 
 /// Entry for NodePort, external-IP and load-balancer traffic.
-pub fn external_chain(sp: &ServicePortName) -> String {
+pub(crate) fn external_chain(sp: &ServicePortName) -> String {
     named("external", &suffix(sp))
 }
 
 /// LoadBalancerSourceRanges check.
-pub fn firewall_chain(sp: &ServicePortName) -> String {
+pub(crate) fn firewall_chain(sp: &ServicePortName) -> String {
     named("firewall", &suffix(sp))
 }
 
@@ -185,12 +185,12 @@ fn endpoint_suffix(sp: &ServicePortName, ip: std::net::IpAddr, port: u16) -> Str
 }
 
 /// Chain that DNATs to one endpoint.
-pub fn endpoint_chain(sp: &ServicePortName, ip: std::net::IpAddr, port: u16) -> String {
+pub(crate) fn endpoint_chain(sp: &ServicePortName, ip: std::net::IpAddr, port: u16) -> String {
     named("endpoint", &endpoint_suffix(sp, ip, port))
 }
 
 /// ClientIP affinity set of one endpoint.
-pub fn affinity_set(sp: &ServicePortName, ip: std::net::IpAddr, port: u16) -> String {
+pub(crate) fn affinity_set(sp: &ServicePortName, ip: std::net::IpAddr, port: u16) -> String {
     named("affinity", &endpoint_suffix(sp, ip, port))
 }
 

@@ -18,9 +18,9 @@ type PackedSet = (Box<str>, Box<[u8]>);
 /// A fragment as the planner holds it.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Stored {
-    pub chains: Box<[Chain]>,
+    pub(crate) chains: Box<[Chain]>,
     /// Declarations, shared with the planner's copy of equal ones.
-    pub sets: Box<[Arc<Set>]>,
+    pub(crate) sets: Box<[Arc<Set>]>,
     /// Elements by set, in the fragment's order; each element is its key (part count, then
     /// each part as tag and bytes), data (tag, then a verdict or values) and comment index
     /// (0 for none). Counts, lengths and indices are LEB128: nearly all are one byte.

@@ -20,9 +20,9 @@ use tokio::sync::Notify;
 use super::store::{Change, ClusterStore};
 
 /// Label kube-proxy uses to leave a Service to another proxy.
-pub const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
+pub(crate) const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
 /// Label that marks a headless Service (and its slices).
-pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
+pub(crate) const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
 
 #[derive(Debug, thiserror::Error)]
 pub enum KubeSourceError {
@@ -39,7 +39,7 @@ pub enum KubeSourceError {
 }
 
 /// The client: from `kubeconfig` when given, else the pod's in-cluster service account.
-pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, KubeSourceError> {
+pub(crate) async fn client(kubeconfig: Option<&Path>) -> Result<Client, KubeSourceError> {
     let config = match kubeconfig {
         Some(path) => {
             let err = |source| KubeSourceError::Kubeconfig {
@@ -58,7 +58,7 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, KubeSourceError
 
 /// kube-proxy's label selector for Services and EndpointSlices: not headless, and not claimed
 /// by another proxy (or, with a proxy name, claimed by this one).
-pub fn label_selector(service_proxy_name: Option<&str>) -> String {
+pub(crate) fn label_selector(service_proxy_name: Option<&str>) -> String {
     let proxy = match service_proxy_name {
         Some(name) => format!("{SERVICE_PROXY_NAME_LABEL}={name}"),
         None => format!("!{SERVICE_PROXY_NAME_LABEL}"),
@@ -67,7 +67,7 @@ pub fn label_selector(service_proxy_name: Option<&str>) -> String {
 }
 
 /// Runs the four watchers until the returned tasks are aborted.
-pub fn spawn_watchers(
+pub(crate) fn spawn_watchers(
     client: Client,
     node_name: &str,
     service_proxy_name: Option<&str>,

@@ -57,7 +57,7 @@ const DUMP_ATTEMPTS: u32 = 5;
 
 /// Every address on every interface of the calling thread's network namespace, with the
 /// interface's name (or its index as text, if it disappeared meanwhile), in kernel order.
-pub fn local_addresses() -> Result<Vec<(IpAddr, String)>, LocalAddrError> {
+pub(crate) fn local_addresses() -> Result<Vec<(IpAddr, String)>, LocalAddrError> {
     let mut rt = Rtnl::open()?;
     let mut names = HashMap::new();
     rt.dump(

@@ -19,22 +19,22 @@ pub struct Manifests {
     pub services: Vec<Service>,
     pub endpoint_slices: Vec<EndpointSlice>,
     pub nodes: Vec<Node>,
-    pub service_cidrs: Vec<ServiceCIDR>,
+    pub(crate) service_cidrs: Vec<ServiceCIDR>,
 }
 
 /// A document (or `List` item) that was skipped, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManifestWarning {
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// 1-based position of the YAML document in its file, as an editor would count.
-    pub document: usize,
+    pub(crate) document: usize,
     /// 0-based index in the document's `items` when the document is a `List`.
-    pub item: Option<usize>,
+    pub(crate) item: Option<usize>,
     /// `kind` of the object, when the document got far enough to have one.
-    pub kind: Option<String>,
+    pub(crate) kind: Option<String>,
     /// `namespace/name` (or `name` for cluster-scoped objects), when known.
-    pub name: Option<String>,
-    pub reason: String,
+    pub(crate) name: Option<String>,
+    pub(crate) reason: String,
 }
 
 impl fmt::Display for ManifestWarning {
@@ -80,7 +80,7 @@ const EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
 
 /// Loads `path`: a single file (whatever its name), or every `*.yaml`, `*.yml` and `*.json`
 /// file directly inside a directory (not recursive, like `kubectl apply -f DIR`).
-pub fn load(path: &Path) -> Result<(Manifests, Vec<ManifestWarning>), ManifestError> {
+pub(crate) fn load(path: &Path) -> Result<(Manifests, Vec<ManifestWarning>), ManifestError> {
     let meta = std::fs::metadata(path).map_err(|source| ManifestError::Stat {
         path: path.to_path_buf(),
         source,

@@ -2,8 +2,8 @@
 //! YAML manifests) into one store, and this host's interface addresses.
 
 #[cfg(feature = "daemon")]
-pub mod kube;
-pub mod local_addrs;
+pub(crate) mod kube;
+pub(crate) mod local_addrs;
 pub mod manifests;
 #[cfg(feature = "daemon")]
 pub mod store;
@@ -20,5 +20,5 @@ pub struct Inputs {
     /// The Node named like this host, when the manifests have one.
     pub node: Option<Node>,
     /// Every ServiceCIDR: the ClusterIP ranges whose unallocated addresses are dropped.
-    pub service_cidrs: Vec<ServiceCIDR>,
+    pub(crate) service_cidrs: Vec<ServiceCIDR>,
 }

@@ -20,13 +20,14 @@ use crate::serve::ChangeCounts;
 
 /// EndpointSlice annotation: when the change that this slice reflects happened (kube-proxy's
 /// source for network programming latency).
-pub const LAST_CHANGE_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+pub(crate) const LAST_CHANGE_TRIGGER_TIME: &str =
+    "endpoints.kubernetes.io/last-change-trigger-time";
 
 /// Annotation `kubectl apply` leaves: a copy of the whole object, never read by a proxy.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// An object kind the store keeps.
-pub trait Kept: kube::Resource + Serialize + DeserializeOwned {
+pub(crate) trait Kept: kube::Resource + Serialize + DeserializeOwned {
     /// The service the object is part of.
     fn service(&self) -> Option<ServiceRef>;
 }
@@ -61,7 +62,7 @@ impl Kept for ServiceCIDR {
 /// proxy reads (managedFields, kubectl's last-applied copy, the server's bookkeeping: uid,
 /// resourceVersion, generation, creation time, owners) are dropped first.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stored {
+pub(crate) struct Stored {
     json: Box<str>,
     service: Option<ServiceRef>,
 }
@@ -88,13 +89,13 @@ impl Stored {
     }
 
     /// The service the object is part of.
-    pub fn service(&self) -> Option<&ServiceRef> {
+    pub(crate) fn service(&self) -> Option<&ServiceRef> {
         self.service.as_ref()
     }
 
     /// The object again. `None` only if what it serialized does not read back, which would be
     /// a bug in the API types; the object is then left out, with a log line.
-    pub fn object<K: Kept>(&self) -> Option<K> {
+    pub(crate) fn object<K: Kept>(&self) -> Option<K> {
         serde_json::from_str(&self.json)
             .inspect_err(|e| {
                 let kind = std::any::type_name::<K>();
@@ -106,7 +107,7 @@ impl Stored {
 
 /// The objects of one kind, keyed `namespace/name`.
 #[derive(Debug, Clone)]
-pub struct KindStore<K> {
+pub(crate) struct KindStore<K> {
     live: BTreeMap<String, Stored>,
     /// Objects of a re-list in progress; swapped in at `InitDone`.
     relist: Option<BTreeMap<String, Stored>>,
@@ -138,14 +139,14 @@ pub enum Change {
 impl<K: Kept> KindStore<K> {
     /// Applies one watch event. Live objects change on `Apply`, `Delete` and `InitDone`, never
     /// on `Init` or `InitApply`.
-    pub fn apply(&mut self, event: Event<K>) -> Change {
+    pub(crate) fn apply(&mut self, event: Event<K>) -> Change {
         self.apply_observed(event, |_, _, _| {})
     }
 
     /// Applies one watch event and calls `changed(key, before, after)` for each live object
     /// it changed (`None`: absent). A completed re-list reports only the objects that differ
     /// from the ones it replaces.
-    pub fn apply_observed(
+    pub(crate) fn apply_observed(
         &mut self,
         event: Event<K>,
         mut changed: impl FnMut(&str, Option<&Stored>, Option<&Stored>),
@@ -197,30 +198,32 @@ impl<K: Kept> KindStore<K> {
         }
     }
 
-    pub fn synced(&self) -> bool {
+    pub(crate) fn synced(&self) -> bool {
         self.synced
     }
 
     /// Every live object, decoded.
-    pub fn objects(&self) -> impl Iterator<Item = K> {
+    pub(crate) fn objects(&self) -> impl Iterator<Item = K> {
         self.live.values().filter_map(Stored::object)
     }
 
     /// The live object under `key` (`namespace/name`), decoded.
-    pub fn get(&self, key: &str) -> Option<K> {
+    pub(crate) fn get(&self, key: &str) -> Option<K> {
         self.live.get(key)?.object()
     }
 
     /// The live object under `key` as stored.
-    pub fn stored(&self, key: &str) -> Option<&Stored> {
+    pub(crate) fn stored(&self, key: &str) -> Option<&Stored> {
         self.live.get(key)
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.live.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.live.is_empty()
     }
 }
@@ -239,10 +242,10 @@ fn key<K: kube::Resource>(obj: &K) -> String {
 /// since the last sync took them.
 #[derive(Debug, Default)]
 pub struct ClusterStore {
-    pub services: KindStore<Service>,
-    pub endpoint_slices: KindStore<EndpointSlice>,
-    pub nodes: KindStore<Node>,
-    pub service_cidrs: KindStore<ServiceCIDR>,
+    pub(crate) services: KindStore<Service>,
+    pub(crate) endpoint_slices: KindStore<EndpointSlice>,
+    pub(crate) nodes: KindStore<Node>,
+    pub(crate) service_cidrs: KindStore<ServiceCIDR>,
     /// Whether a ServiceCIDR changed since the last `update_model`.
     service_cidrs_changed: bool,
     /// Trigger times of EndpointSlice changes received since the last sync took them.
@@ -367,11 +370,11 @@ impl ClusterStore {
             })
     }
 
-    pub fn apply_node(&mut self, event: Event<Node>) -> Change {
+    pub(crate) fn apply_node(&mut self, event: Event<Node>) -> Change {
         self.nodes.apply(event)
     }
 
-    pub fn apply_service_cidr(&mut self, event: Event<ServiceCIDR>) -> Change {
+    pub(crate) fn apply_service_cidr(&mut self, event: Event<ServiceCIDR>) -> Change {
         let changed = &mut self.service_cidrs_changed;
         self.service_cidrs
             .apply_observed(event, |_, _, _| *changed = true)
@@ -382,12 +385,12 @@ impl ClusterStore {
     /// their endpoints, which rejects their traffic). ServiceCIDRs are not waited for, as
     /// kube-proxy does not: they only add the drop of unallocated ClusterIPs, and an API server
     /// that does not serve them (before Kubernetes 1.33) must not keep the node unprogrammed.
-    pub fn synced(&self) -> bool {
+    pub(crate) fn synced(&self) -> bool {
         self.services.synced() && self.endpoint_slices.synced() && self.nodes.synced()
     }
 
     /// Takes the services whose objects changed since the last call.
-    pub fn take_changed(&mut self) -> BTreeSet<ServiceRef> {
+    pub(crate) fn take_changed(&mut self) -> BTreeSet<ServiceRef> {
         self.service_changes_pending.clear();
         self.endpoint_changes_pending.clear();
         std::mem::take(&mut self.changed)
@@ -395,7 +398,7 @@ impl ClusterStore {
 
     /// Service and EndpointSlice changes seen since start, and the services with changes that
     /// no sync has taken yet (kube-proxy's change-tracker metrics).
-    pub fn change_counts(&self) -> ChangeCounts {
+    pub(crate) fn change_counts(&self) -> ChangeCounts {
         ChangeCounts {
             service_changes_total: self.service_changes,
             service_changes_pending: self.service_changes_pending.len() as u64,
@@ -425,7 +428,7 @@ impl ClusterStore {
 
     /// The live Service objects (one, unless a manifests directory repeats a name) and
     /// EndpointSlices of `service`.
-    pub fn objects_of(&self, service: &ServiceRef) -> (Vec<Service>, Vec<EndpointSlice>) {
+    pub(crate) fn objects_of(&self, service: &ServiceRef) -> (Vec<Service>, Vec<EndpointSlice>) {
         let Some(m) = self.members.get(service) else {
             return (Vec::new(), Vec::new());
         };
@@ -442,7 +445,7 @@ impl ClusterStore {
     }
 
     /// This node's Node object, named `hostname`, if present.
-    pub fn node(&self, hostname: &str) -> Option<Node> {
+    pub(crate) fn node(&self, hostname: &str) -> Option<Node> {
         // Nodes have no namespace; a manifest may still give one.
         self.nodes
             .live
@@ -462,12 +465,12 @@ impl ClusterStore {
     }
 
     /// Takes the change-trigger times gathered since the last call.
-    pub fn take_triggers(&mut self) -> Vec<SystemTime> {
+    pub(crate) fn take_triggers(&mut self) -> Vec<SystemTime> {
         std::mem::take(&mut self.pending_triggers)
     }
 
     /// Puts back trigger times of a sync that failed, to be observed when a later one succeeds.
-    pub fn requeue_triggers(&mut self, triggers: Vec<SystemTime>) {
+    pub(crate) fn requeue_triggers(&mut self, triggers: Vec<SystemTime>) {
         self.pending_triggers.extend(triggers);
     }
 
@@ -517,7 +520,7 @@ impl ClusterStore {
 }
 
 /// The slice's `last-change-trigger-time` annotation, when present and well-formed.
-pub fn trigger_time(slice: &EndpointSlice) -> Option<SystemTime> {
+pub(crate) fn trigger_time(slice: &EndpointSlice) -> Option<SystemTime> {
     let text = slice
         .metadata
         .annotations

@@ -83,7 +83,7 @@ pub struct SyncReport {
     pub ops: usize,
     pub bytes: usize,
     /// Time spent sending the transaction and waiting for the kernel's answer.
-    pub kernel_time: Duration,
+    pub(crate) kernel_time: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -145,17 +145,18 @@ impl<K: Kernel> Syncer<K> {
         }
     }
 
-    pub fn kernel(&mut self) -> &mut K {
+    #[cfg(test)]
+    pub(crate) fn kernel(&mut self) -> &mut K {
         &mut self.kernel
     }
 
     /// Whether the next `sync` without `force_full` can be partial.
-    pub fn has_applied_state(&self) -> bool {
+    pub(crate) fn has_applied_state(&self) -> bool {
         self.generation.is_some() && self.tables.is_some()
     }
 
     /// Whether the next `sync_changes` can be applied: nothing failed since our last commit.
-    pub fn has_generation(&self) -> bool {
+    pub(crate) fn has_generation(&self) -> bool {
         self.generation.is_some()
     }
 
@@ -229,7 +230,7 @@ impl<K: Kernel> Syncer<K> {
     /// transaction guarded by the generation of our last commit. `Ok(None)`: the kernel cannot
     /// be trusted to hold the `before` parts (nothing committed yet, a failure since, or another
     /// program committed in between); the caller then plans whole and calls `sync`.
-    pub fn sync_changes(
+    pub(crate) fn sync_changes(
         &mut self,
         changes: &[TableChange],
     ) -> Result<Option<SyncReport>, SyncError> {

@@ -5,11 +5,11 @@
 //! of it; neither needs to know what the kernel currently holds, and neither fails because a
 //! table does or does not exist yet.
 
-pub mod engine;
-pub mod schedule;
+pub(crate) mod engine;
+pub(crate) mod schedule;
 
 pub use engine::{Kernel, KernelError, SyncError, SyncKind, SyncReport, Syncer};
-pub use schedule::{Periods, Schedule};
+pub(crate) use schedule::{Periods, Schedule};
 
 use crate::nft::diff::TableChange;
 use crate::nft::model::{Family, Table};
@@ -130,7 +130,7 @@ pub fn reconcile_transaction(
 /// [`reconcile_transaction`], with the elements of the sets it fills whole moved out of
 /// `desired` rather than copied (see `diff::plan_lending`); `return_elements(tx, desired)`
 /// puts them back. Same operations, in the same order.
-pub fn reconcile_transaction_lending(
+pub(crate) fn reconcile_transaction_lending(
     observed: &[(TableRef, Observed)],
     desired: &mut [Table],
     expected_generation: Option<u32>,
@@ -156,7 +156,7 @@ pub fn reconcile_transaction_lending(
 }
 
 /// Gives the elements a [`reconcile_transaction_lending`] moved into `tx` back to `desired`.
-pub fn return_elements(tx: Transaction, desired: &mut [Table]) {
+pub(crate) fn return_elements(tx: Transaction, desired: &mut [Table]) {
     crate::nft::diff::return_elements(tx.ops, desired);
 }
 

@@ -13,13 +13,13 @@ use super::engine::SyncKind;
 
 /// kube-proxy's timing settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Periods {
+pub(crate) struct Periods {
     /// `--min-sync-period`: minimum time between two syncs.
-    pub min_sync_period: Duration,
+    pub(crate) min_sync_period: Duration,
     /// `--sync-period`: retry delay after a failure, and the longest time without a sync.
-    pub sync_period: Duration,
+    pub(crate) sync_period: Duration,
     /// `--full-sync-period`: longest time without a full sync (one that reads the kernel).
-    pub full_sync_period: Duration,
+    pub(crate) full_sync_period: Duration,
 }
 
 impl Default for Periods {
@@ -33,7 +33,7 @@ impl Default for Periods {
 }
 
 #[derive(Debug, Clone)]
-pub struct Schedule {
+pub(crate) struct Schedule {
     periods: Periods,
     last_start: Option<Instant>,
     last_full: Option<Instant>,
@@ -44,7 +44,7 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    pub fn new(periods: Periods) -> Self {
+    pub(crate) fn new(periods: Periods) -> Self {
         Schedule {
             periods,
             last_start: None,
@@ -54,21 +54,22 @@ impl Schedule {
         }
     }
 
-    pub fn periods(&self) -> Periods {
+    pub(crate) fn periods(&self) -> Periods {
         self.periods
     }
 
     /// Something changed in the cluster.
-    pub fn changed(&mut self) {
+    pub(crate) fn changed(&mut self) {
         self.pending = true;
     }
 
-    pub fn pending(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> bool {
         self.pending
     }
 
     /// When the next sync should start (possibly in the past: start now).
-    pub fn next_sync(&self, now: Instant) -> Instant {
+    pub(crate) fn next_sync(&self, now: Instant) -> Instant {
         let Some(last) = self.last_start else {
             return now;
         };
@@ -84,7 +85,7 @@ impl Schedule {
     }
 
     /// A sync starts at `now`; returns whether it must be a full one.
-    pub fn start(&mut self, now: Instant) -> bool {
+    pub(crate) fn start(&mut self, now: Instant) -> bool {
         self.pending = false;
         self.last_start = Some(now);
         self.last_full
@@ -92,7 +93,7 @@ impl Schedule {
     }
 
     /// The sync started last finished at `now`; `kind` is set when it succeeded.
-    pub fn finished(&mut self, now: Instant, kind: Option<SyncKind>) {
+    pub(crate) fn finished(&mut self, now: Instant, kind: Option<SyncKind>) {
         match kind {
             Some(kind) => {
                 self.failed_at = None;

@@ -16,7 +16,7 @@ pub struct EndpointBlocks {
 
 impl EndpointBlocks {
     /// Blocks given per family.
-    pub fn from_families(by_family: BTreeMap<Family, BTreeMap<String, u32>>) -> Self {
+    pub(crate) fn from_families(by_family: BTreeMap<Family, BTreeMap<String, u32>>) -> Self {
         EndpointBlocks { by_family }
     }
 
@@ -49,12 +49,13 @@ impl EndpointBlocks {
     }
 
     /// The blocks of the chains of a table of `family`.
-    pub fn of_family(&self, family: Family) -> BTreeMap<String, u32> {
+    pub(crate) fn of_family(&self, family: Family) -> BTreeMap<String, u32> {
         self.by_family.get(&family).cloned().unwrap_or_default()
     }
 
     /// The block of `chain` in a table of `family`, if it has one.
-    pub fn block(&self, family: Family, chain: &str) -> Option<u32> {
+    #[cfg(test)]
+    pub(crate) fn block(&self, family: Family, chain: &str) -> Option<u32> {
         self.by_family.get(&family)?.get(chain).copied()
     }
 }
@@ -64,14 +65,14 @@ impl EndpointBlocks {
 /// no block changes hands within one transaction (its old elements may still be deleted in the
 /// same transaction that would add the new ones).
 #[derive(Debug, Clone, Default)]
-pub struct BlockAllocator {
+pub(crate) struct BlockAllocator {
     owners: BTreeMap<String, u32>,
     taken: std::collections::BTreeSet<u32>,
     next_free: u32,
 }
 
 impl BlockAllocator {
-    pub fn new(previous: BTreeMap<String, u32>) -> Self {
+    pub(crate) fn new(previous: BTreeMap<String, u32>) -> Self {
         let taken = previous.values().copied().collect();
         BlockAllocator {
             owners: previous,
@@ -97,7 +98,7 @@ impl BlockAllocator {
     }
 
     /// Frees the block of `chain` (if it has one) for later plans.
-    pub fn release(&mut self, chain: &str) {
+    pub(crate) fn release(&mut self, chain: &str) {
         if let Some(b) = self.owners.remove(chain) {
             self.taken.remove(&b);
             self.next_free = self.next_free.min(b);
@@ -105,7 +106,7 @@ impl BlockAllocator {
     }
 
     /// Each chain's block.
-    pub fn blocks(&self) -> &BTreeMap<String, u32> {
+    pub(crate) fn blocks(&self) -> &BTreeMap<String, u32> {
         &self.owners
     }
 }

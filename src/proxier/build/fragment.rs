@@ -7,21 +7,22 @@ use super::*;
 /// sets. The table is the union of the skeleton and every service's fragment; an element key
 /// two fragments share is taken from the first in service order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Fragment {
-    pub chains: Vec<Chain>,
+pub(crate) struct Fragment {
+    pub(crate) chains: Vec<Chain>,
     /// Declarations only, without elements.
-    pub sets: Vec<Set>,
+    pub(crate) sets: Vec<Set>,
     /// Elements by set name, each set once, keys unique within the fragment.
-    pub elements: Vec<(String, Vec<Element>)>,
+    pub(crate) elements: Vec<(String, Vec<Element>)>,
 }
 
 impl Fragment {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.chains.is_empty() && self.sets.is_empty() && self.elements.is_empty()
     }
 
     /// The elements this fragment puts in `set`.
-    pub fn elements_of(&self, set: &str) -> &[Element] {
+    #[cfg(test)]
+    pub(crate) fn elements_of(&self, set: &str) -> &[Element] {
         self.elements
             .iter()
             .find(|(s, _)| s == set)
@@ -64,7 +65,7 @@ impl Fragment {
 
 /// The table `head` (family, name, comment, no contents) filled with `fragments`, in order:
 /// the first chain, set or element key seen wins.
-pub fn assemble(head: &Table, fragments: impl IntoIterator<Item = Fragment>) -> Table {
+pub(crate) fn assemble(head: &Table, fragments: impl IntoIterator<Item = Fragment>) -> Table {
     let mut t = head.clone();
     for f in fragments {
         for set in f.sets {

@@ -19,33 +19,34 @@ use super::names::*;
 use crate::cluster::{ClusterState, Endpoint, ServicePort, TrafficPolicy};
 use crate::nft::model::*;
 
-pub use blocks::{BlockAllocator, EndpointBlocks};
-pub use fragment::{Fragment, assemble};
+pub(crate) use blocks::BlockAllocator;
+pub use blocks::EndpointBlocks;
+pub(crate) use fragment::{Fragment, assemble};
 
 /// Up to this many endpoints, a ClientIP-affinity service picks one by a cascade of rules
 /// rather than a map: a new connection walks n/2 rules on average (tens of nanoseconds each,
 /// first packet only), while each map would slow every commit of the whole table.
-pub const CASCADE_MAX_ENDPOINTS: usize = 128;
+pub(crate) const CASCADE_MAX_ENDPOINTS: usize = 128;
 
 /// Slots per block of the endpoint map. A chain draws `numgen random mod SLOTS_PER_BLOCK` in its
 /// own block and endpoint i of n owns slots `[i·S/n, (i+1)·S/n)`, so each endpoint's share is
 /// 1/n within n/65536 (0.015% of the share at 10 endpoints, 1.5% at 1,000), and the rule never
 /// changes when endpoints come and go: only map elements do.
-pub const SLOTS_PER_BLOCK: u32 = 1 << 16;
+pub(crate) const SLOTS_PER_BLOCK: u32 = 1 << 16;
 /// Services without ClientIP affinity, with externalTrafficPolicy Cluster if reached from
 /// outside, and with up to this many endpoints, pick one through the shared `pick-M` and
 /// `external-pick-M` chains and their slot map (see `names::pick_chain`) instead of chains of
 /// their own.
-pub const MAX_SHARED_PICK_ENDPOINTS: u32 = 4096;
+pub(crate) const MAX_SHARED_PICK_ENDPOINTS: u32 = 4096;
 /// Draws a `pick-M` chain makes (M ≥ 4). With n endpoints in slots `0..n`, n > M/2, so each
 /// draw hits with probability n/M > ½ and a hit is uniform over the endpoints; a miss falls
 /// through to the next draw. The last draw is among the first M/2 slots, which are always
 /// full, so every connection gets an endpoint; it is reached with probability below 2^-11,
 /// which skews the shares by less than 0.05%.
-pub const SLOT_DRAWS: usize = 12;
+pub(crate) const SLOT_DRAWS: usize = 12;
 /// Blocks in the 32-bit slot space. Chains past this many (per family) fall back to a cascade of
 /// endpoint chains, as ClientIP-affinity services use.
-pub const MAX_BLOCKS: u32 = (1u64 << 32).div_ceil(SLOTS_PER_BLOCK as u64) as u32;
+pub(crate) const MAX_BLOCKS: u32 = (1u64 << 32).div_ceil(SLOTS_PER_BLOCK as u64) as u32;
 
 pub use crate::family::IpFamily;
 
@@ -78,7 +79,7 @@ impl IpFamily {
             DataType::Ipv6Addr
         }
     }
-    pub fn table_family(self) -> Family {
+    pub(crate) fn table_family(self) -> Family {
         if self == IpFamily::V4 {
             Family::Ip
         } else {
@@ -238,7 +239,7 @@ pub(super) fn dropped_service_cidrs<'a>(
 }
 
 /// The name and comment of our table of `fam`, without contents.
-pub fn table_head(config: &ProxyConfig, fam: IpFamily) -> Table {
+pub(crate) fn table_head(config: &ProxyConfig, fam: IpFamily) -> Table {
     Table {
         family: fam.table_family(),
         name: config.table_name.clone(),
@@ -249,14 +250,14 @@ pub fn table_head(config: &ProxyConfig, fam: IpFamily) -> Table {
 
 /// Builds fragments of one family's table. Blocks of the endpoint map persist in the allocator
 /// across fragments (and, in the incremental planner, across plans).
-pub struct FragmentBuilder<'a> {
+pub(crate) struct FragmentBuilder<'a> {
     fam: IpFamily,
     config: &'a ProxyConfig,
     state: &'a ClusterState,
 }
 
 impl<'a> FragmentBuilder<'a> {
-    pub fn new(config: &'a ProxyConfig, state: &'a ClusterState, fam: IpFamily) -> Self {
+    pub(crate) fn new(config: &'a ProxyConfig, state: &'a ClusterState, fam: IpFamily) -> Self {
         FragmentBuilder { fam, config, state }
     }
 
@@ -272,7 +273,7 @@ impl<'a> FragmentBuilder<'a> {
 
     /// Base chains, fixed chains, the shared sets and the NodePort addresses: everything that
     /// depends on the node, the configuration and the service CIDRs only.
-    pub fn skeleton(&self) -> Fragment {
+    pub(crate) fn skeleton(&self) -> Fragment {
         let mut blocks = BlockAllocator::new(BTreeMap::new());
         let mut b = self.builder(&mut blocks);
         b.skeleton();
@@ -285,7 +286,7 @@ impl<'a> FragmentBuilder<'a> {
     }
 
     /// What `sp` adds to the table (empty for a service of the other family only).
-    pub fn service(&self, sp: &ServicePort, blocks: &mut BlockAllocator) -> Fragment {
+    pub(crate) fn service(&self, sp: &ServicePort, blocks: &mut BlockAllocator) -> Fragment {
         let mut b = self.builder(blocks);
         b.service(sp);
         b.out.dedup_keys();
@@ -294,7 +295,7 @@ impl<'a> FragmentBuilder<'a> {
 }
 
 /// The table of one family; chains keep the endpoint-map blocks `previous` gave them.
-pub fn build_family(
+pub(crate) fn build_family(
     state: &ClusterState,
     config: &ProxyConfig,
     fam: IpFamily,
@@ -317,7 +318,7 @@ pub fn build_family(
 /// (kube-proxy too runs both whenever the kernel has them; a family without a node IP only
 /// changes where its NodePorts are accepted), and the node's primary family in any case: its
 /// first node IP's, else its first configured CIDR's, else IPv4.
-pub fn families(state: &ClusterState, config: &ProxyConfig) -> Vec<IpFamily> {
+pub(crate) fn families(state: &ClusterState, config: &ProxyConfig) -> Vec<IpFamily> {
     let primary = config
         .node_ips
         .iter()

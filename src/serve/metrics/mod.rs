@@ -89,7 +89,7 @@ impl EventOutcome {
 /// kube-proxy's change-tracker counts: changes seen since start, and services whose changes
 /// wait for the next sync.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ChangeCounts {
+pub(crate) struct ChangeCounts {
     pub service_changes_total: u64,
     pub service_changes_pending: u64,
     pub endpoint_changes_total: u64,
