@@ -417,8 +417,7 @@ impl SyncLoop {
             let changes = self
                 .planner
                 .changes(&self.live.state, &proxy, Some(&changed));
-            partial =
-                tokio::task::block_in_place(|| self.syncer.sync_changes(&changes)).transpose();
+            partial = tokio::task::block_in_place(|| self.syncer.sync_changes(changes)).transpose();
         }
         let result = match partial {
             Some(result) => result,
