@@ -417,8 +417,7 @@ impl SyncLoop {
             let changes = self
                 .planner
                 .changes(&self.live.state, &proxy, Some(&changed));
-            partial =
-                tokio::task::block_in_place(|| self.syncer.sync_changes(&changes)).transpose();
+            partial = tokio::task::block_in_place(|| self.syncer.sync_changes(changes)).transpose();
         }
         let result = match partial {
             Some(result) => result,
@@ -609,8 +608,10 @@ impl SyncLoop {
 
     /// Warns once about each NodePort a local process also listens on, and counts them.
     fn check_nodeport_conflicts(&mut self) {
-        use crate::nodeport_conflicts::{conflicts, read_listeners};
-        let listeners = read_listeners(Path::new("/proc/self/net"));
+        use crate::nodeport_conflicts::{conflicts, node_port_range, read_listeners};
+        let listeners = node_port_range(&self.live.state)
+            .map(|ports| read_listeners(&ports))
+            .unwrap_or_default();
         let found = conflicts(&self.live.state, &listeners);
         for c in found.difference(&self.nodeport_conflicts) {
             tracing::warn!(service = %c.service, node_port = c.node_port, protocol = ?c.listener.protocol, address = %c.listener.addr, "a local process listens on a NodePort's port; the Service takes its traffic");

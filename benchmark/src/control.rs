@@ -394,7 +394,7 @@ fn partial_syncs(state: &ClusterState, endpoints: usize) -> (Partial, Partial, R
             let plan = start.elapsed();
             assert_eq!(all, changes, "both ways plan the same change");
             let start = Instant::now();
-            let tx = changes_transaction(&changes, None);
+            let tx = changes_transaction(changes, None);
             let diff = start.elapsed();
             let start = Instant::now();
             nl.apply(&tx).expect("partial sync");

@@ -1,6 +1,7 @@
-//! An nfnetlink socket for any netfilter subsystem (nf_tables, ctnetlink): whole datagrams in,
-//! every netlink message out, kernel errors reported with the errno and the sequence number of
-//! the request they answer.
+//! An nfnetlink socket for any netfilter subsystem (nf_tables, ctnetlink), or a socket of
+//! another netlink protocol (sock_diag) for plain dumps: whole datagrams in, every netlink
+//! message out, kernel errors reported with the errno and the sequence number of the request
+//! they answer.
 //!
 //! A socket belongs to the network namespace of the thread that opened it, so one opened inside
 //! `Netns::run` talks to that namespace's nftables for its whole life.
@@ -8,6 +9,8 @@
 use std::io;
 
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_NETFILTER};
+
+pub use netlink_sys::protocols::NETLINK_SOCK_DIAG;
 
 use super::attr::AttrIter;
 
@@ -56,8 +59,12 @@ const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
-    #[error("opening the NETLINK_NETFILTER socket: {0}")]
-    Open(#[source] io::Error),
+    #[error("opening a netlink socket of protocol {protocol}: {source}")]
+    Open {
+        protocol: isize,
+        #[source]
+        source: io::Error,
+    },
     #[error("binding the netlink socket: {0}")]
     Bind(#[source] io::Error),
     #[error("setting netlink socket options: {0}")]
@@ -291,11 +298,7 @@ impl NfHeader {
     /// (as `AttrWriter` produces).
     pub fn encode(&self, attrs: &[u8], out: &mut Vec<u8>) {
         let len = NLMSG_HDRLEN + NFGENMSG_LEN + attrs.len();
-        out.extend_from_slice(&(len as u32).to_ne_bytes());
-        out.extend_from_slice(&self.msg_type.to_ne_bytes());
-        out.extend_from_slice(&self.flags.to_ne_bytes());
-        out.extend_from_slice(&self.seq.to_ne_bytes());
-        out.extend_from_slice(&0u32.to_ne_bytes());
+        encode_nlmsghdr(len, self.msg_type, self.flags, self.seq, out);
         out.push(self.family);
         out.push(NFNETLINK_V0);
         out.extend_from_slice(&self.res_id.to_be_bytes());
@@ -303,7 +306,16 @@ impl NfHeader {
     }
 }
 
-/// A bound NETLINK_NETFILTER socket.
+/// Appends a `nlmsghdr` for a message of `len` bytes in all (port id 0: to the kernel).
+fn encode_nlmsghdr(len: usize, msg_type: u16, flags: u16, seq: u32, out: &mut Vec<u8>) {
+    out.extend_from_slice(&(len as u32).to_ne_bytes());
+    out.extend_from_slice(&msg_type.to_ne_bytes());
+    out.extend_from_slice(&flags.to_ne_bytes());
+    out.extend_from_slice(&seq.to_ne_bytes());
+    out.extend_from_slice(&0u32.to_ne_bytes());
+}
+
+/// A bound netlink socket (NETLINK_NETFILTER unless opened with `open_protocol`).
 pub struct NetlinkSocket {
     sock: Socket,
     port: u32,
@@ -324,7 +336,13 @@ impl NetlinkSocket {
     /// Opens and binds a socket in the calling thread's network namespace, with capped ACKs
     /// (errors echo only the request header, not the whole request) and extended ACK text.
     pub fn open() -> Result<Self, SocketError> {
-        let mut sock = Socket::new(NETLINK_NETFILTER).map_err(SocketError::Open)?;
+        Self::open_protocol(NETLINK_NETFILTER)
+    }
+
+    /// Like `open`, for netlink protocol `protocol` (`NETLINK_SOCK_DIAG`, say).
+    pub fn open_protocol(protocol: isize) -> Result<Self, SocketError> {
+        let mut sock =
+            Socket::new(protocol).map_err(|source| SocketError::Open { protocol, source })?;
         let addr = sock.bind_auto().map_err(SocketError::Bind)?;
         sock.connect(&SocketAddr::new(0, 0))
             .map_err(SocketError::Bind)?;
@@ -494,7 +512,7 @@ impl NetlinkSocket {
         request: &'static str,
         header: NfHeader,
         attrs: &[u8],
-        mut each: impl FnMut(Message),
+        each: impl FnMut(Message),
     ) -> Result<bool, SocketError> {
         let header = NfHeader {
             flags: header.flags | NLM_F_DUMP,
@@ -503,10 +521,40 @@ impl NetlinkSocket {
         let mut out = Vec::new();
         header.encode(attrs, &mut out);
         self.send(&out)?;
+        self.read_dump(request, header.seq, each)
+    }
+
+    /// Sends a dump request of a protocol other than nfnetlink: `msg_type` with `body` (the
+    /// protocol's own header and its attributes, 4-byte padded) after the `nlmsghdr`; then
+    /// reads the dump as `dump_each` does.
+    pub fn dump_plain(
+        &mut self,
+        request: &'static str,
+        msg_type: u16,
+        body: &[u8],
+        each: impl FnMut(Message),
+    ) -> Result<bool, SocketError> {
+        let seq = self.next_seq(1);
+        let mut out = Vec::with_capacity(NLMSG_HDRLEN + body.len());
+        let flags = NLM_F_REQUEST | NLM_F_DUMP;
+        encode_nlmsghdr(NLMSG_HDRLEN + body.len(), msg_type, flags, seq, &mut out);
+        out.extend_from_slice(body);
+        self.send(&out)?;
+        self.read_dump(request, seq, each)
+    }
+
+    /// Hands each reply to the dump request `seq` to `each`, up to NLMSG_DONE (see
+    /// `dump_each`).
+    fn read_dump(
+        &mut self,
+        request: &'static str,
+        seq: u32,
+        mut each: impl FnMut(Message),
+    ) -> Result<bool, SocketError> {
         let mut interrupted = false;
         loop {
             for m in self.recv()? {
-                if m.seq != header.seq {
+                if m.seq != seq {
                     continue; // a late reply to an earlier request
                 }
                 interrupted |= m.flags & NLM_F_DUMP_INTR != 0;

@@ -355,7 +355,7 @@ impl FamilyPlan {
         };
         for name in names {
             let fragment = builder.service(&state.services[&**name], &mut plan.blocks);
-            plan.remember(name, fragment);
+            plan.remember(name, &fragment);
         }
         // Blocks of chains the kernel had and this plan dropped are free from now on.
         let used: BTreeSet<&str> = plan
@@ -407,39 +407,69 @@ impl FamilyPlan {
             })
             .collect();
 
+        let olds: Vec<Option<Fragment>> = new
+            .iter()
+            .map(|(name, _)| self.fragments.get(name).map(Stored::unpack))
+            .collect();
         let mut before = Part::default();
         let mut after = Part::default();
         // Keys of shared sets and names of sets these services touch.
-        let mut keys: BTreeMap<String, BTreeSet<Vec<Value>>> = BTreeMap::new();
-        let mut sets: BTreeSet<String> = BTreeSet::new();
-        for (name, fragment) in &new {
-            let old = self.fragments.get(name).map(Stored::unpack);
-            for (f, part) in old
+        let mut keys: Vec<Touched> = Vec::new();
+        let mut seen: HashMap<KeyRef, usize> = HashMap::new();
+        let mut sets: BTreeSet<&str> = BTreeSet::new();
+        for (i, ((_, fragment), old)) in new.iter().zip(&olds).enumerate() {
+            for (f, part, is_new) in old
                 .as_ref()
-                .map(|o| (o, &mut before))
+                .map(|o| (o, &mut before, false))
                 .into_iter()
-                .chain([(fragment, &mut after)])
+                .chain([(fragment, &mut after, true)])
             {
                 part.chains.extend(f.chains.iter().cloned());
-                sets.extend(f.sets.iter().map(|s| s.name.clone()));
+                sets.extend(f.sets.iter().map(|s| s.name.as_str()));
                 for (set, elements) in &f.elements {
-                    sets.insert(set.clone());
+                    sets.insert(set);
                     if is_endpoint_map(set) {
                         part.push(set, elements.iter().cloned());
-                    } else {
-                        keys.entry(set.clone())
-                            .or_default()
-                            .extend(elements.iter().map(|e| e.key.clone()));
+                        continue;
+                    }
+                    for e in elements {
+                        let key = KeyRef {
+                            hash: key_hash(set, &e.key),
+                            set,
+                            key: &e.key,
+                        };
+                        let at = *seen.entry(key).or_insert_with(|| {
+                            keys.push(Touched {
+                                key,
+                                service: i,
+                                old: None,
+                                new: None,
+                            });
+                            keys.len() - 1
+                        });
+                        let touched = &mut keys[at];
+                        if touched.service == i {
+                            *(if is_new {
+                                &mut touched.new
+                            } else {
+                                &mut touched.old
+                            }) = Some(e);
+                        }
                     }
                 }
             }
         }
+        let names: Vec<&ServicePortName> = new.iter().map(|(n, _)| &**n).collect();
+        let olds_at_hand = InHand {
+            names: &names,
+            fragments: olds.iter().map(Option::as_ref).collect(),
+        };
         before.declare(self, &sets);
-        before.winners(self, &keys);
+        before.winners(self, &keys, |t| t.old, &olds_at_hand);
 
         let mut gone_chains: Vec<String> = Vec::new();
-        for (name, fragment) in new {
-            if let Some(old) = self.fragments.get(&name) {
+        for (name, fragment) in &new {
+            if let Some(old) = self.fragments.get(name) {
                 let kept = |c: &&Chain| fragment.chains.iter().any(|n| n.name == c.name);
                 gone_chains.extend(
                     old.chains
@@ -448,11 +478,15 @@ impl FamilyPlan {
                         .map(|c| c.name.clone()),
                 );
             }
-            self.forget(&name);
-            self.remember(&name, fragment);
+            self.forget(name);
+            self.remember(name, fragment);
         }
+        let news_at_hand = InHand {
+            names: &names,
+            fragments: new.iter().map(|(_, f)| Some(f)).collect(),
+        };
         after.declare(self, &sets);
-        after.winners(self, &keys);
+        after.winners(self, &keys, |t| t.new, &news_at_hand);
         for chain in &gone_chains {
             self.blocks.release(chain);
         }
@@ -480,20 +514,34 @@ impl FamilyPlan {
             .or_else(|| self.declared.get(set).map(|(s, _)| &**s))
     }
 
-    /// The element the table holds under `key` in `set` now.
-    fn winner(&self, set: &str, key: &[Value]) -> Option<Element> {
-        let owners = self.owners.get(&key_hash(set, key))?;
-        owners
-            .as_slice()
-            .iter()
-            .find_map(|o| self.fragments[o].find(set, key))
+    /// The element the table holds under `touched`'s key now: its first owner's. The
+    /// replanned services' fragments are read `at_hand` (`own`: the element of the service the
+    /// key came from, nearly always its only owner) rather than unpacked again for every key,
+    /// which was most of the planning of a sync of hundreds of services.
+    fn winner(
+        &self,
+        touched: &Touched,
+        own: Option<&Element>,
+        at_hand: &InHand,
+    ) -> Option<Element> {
+        let KeyRef { hash, set, key } = touched.key;
+        let owners = self.owners.get(&hash)?;
+        owners.as_slice().iter().find_map(|o| {
+            if **o == *at_hand.names[touched.service] {
+                return own.cloned();
+            }
+            match at_hand.fragment(o) {
+                Some(f) => f?.elements_of(set).iter().find(|e| e.key == key).cloned(),
+                None => self.fragments[o].find(set, key),
+            }
+        })
     }
 
-    fn remember(&mut self, name: &Arc<ServicePortName>, fragment: Fragment) {
+    fn remember(&mut self, name: &Arc<ServicePortName>, fragment: &Fragment) {
         if fragment.is_empty() {
             return;
         }
-        for (set, elements) in shared_elements(&fragment) {
+        for (set, elements) in shared_elements(fragment) {
             for e in elements {
                 self.owners
                     .entry(key_hash(set, &e.key))
@@ -507,10 +555,10 @@ impl FamilyPlan {
                 .entry(set.name.clone())
                 .or_insert_with(|| (Arc::new(set.clone()), 0));
             *n += 1;
-            if **shared == set {
+            if **shared == *set {
                 shared.clone()
             } else {
-                Arc::new(set)
+                Arc::new(set.clone())
             }
         });
         self.fragments.insert(name.clone(), stored);
@@ -548,6 +596,54 @@ fn shared_elements(fragment: &Fragment) -> impl Iterator<Item = &(String, Vec<El
         .filter(|(set, _)| !is_endpoint_map(set))
 }
 
+/// The fragments of the services an update replans, as the planner holds them before it or
+/// after it, by the services' names (sorted, as `changed_services` lists them).
+struct InHand<'a> {
+    names: &'a [&'a ServicePortName],
+    fragments: Vec<Option<&'a Fragment>>,
+}
+
+impl InHand<'_> {
+    /// The fragment of `name` if it is one of the replanned services (`Some(None)`: it has
+    /// none). A name not found here is looked up in the planner's own store, which holds the
+    /// same fragments: this only saves time.
+    fn fragment(&self, name: &ServicePortName) -> Option<Option<&Fragment>> {
+        let i = self.names.binary_search(&name).ok()?;
+        Some(self.fragments[i])
+    }
+}
+
+/// A key of a shared set that replanned services touch, with its `owners` hash computed once.
+#[derive(Debug, Clone, Copy)]
+struct KeyRef<'a> {
+    hash: u64,
+    set: &'a str,
+    key: &'a [Value],
+}
+
+impl std::hash::Hash for KeyRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl PartialEq for KeyRef<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.set == other.set && self.key == other.key
+    }
+}
+
+impl Eq for KeyRef<'_> {}
+
+/// A touched key, the replanned service it was first seen in, and that service's elements
+/// under it before and after.
+struct Touched<'a> {
+    key: KeyRef<'a>,
+    service: usize,
+    old: Option<&'a Element>,
+    new: Option<&'a Element>,
+}
+
 /// Part of a table: some chains, and some elements of some sets.
 #[derive(Default)]
 struct Part {
@@ -560,25 +656,36 @@ struct Part {
 
 impl Part {
     fn push(&mut self, set: &str, elements: impl Iterator<Item = Element>) {
-        self.elements
-            .entry(set.to_string())
-            .or_default()
-            .extend(elements);
-    }
-
-    /// Declares each of `sets` that exists in `plan` now.
-    fn declare(&mut self, plan: &FamilyPlan, sets: &BTreeSet<String>) {
-        for name in sets {
-            if let Some(set) = plan.declaration(name) {
-                self.sets.insert(name.clone(), set.clone());
+        match self.elements.get_mut(set) {
+            Some(held) => held.extend(elements),
+            None => {
+                self.elements.insert(set.to_string(), elements.collect());
             }
         }
     }
 
-    /// The elements `plan` holds now under `keys`.
-    fn winners(&mut self, plan: &FamilyPlan, keys: &BTreeMap<String, BTreeSet<Vec<Value>>>) {
-        for (set, keys) in keys {
-            self.push(set, keys.iter().filter_map(|k| plan.winner(set, k)));
+    /// Declares each of `sets` that exists in `plan` now.
+    fn declare(&mut self, plan: &FamilyPlan, sets: &BTreeSet<&str>) {
+        for &name in sets {
+            if let Some(set) = plan.declaration(name) {
+                self.sets.insert(name.to_string(), set.clone());
+            }
+        }
+    }
+
+    /// The elements `plan` holds now under `keys`; `own` picks, of a key's service's elements
+    /// under it, the one of this side (before or after).
+    fn winners<'a>(
+        &mut self,
+        plan: &FamilyPlan,
+        keys: &[Touched<'a>],
+        own: impl Fn(&Touched<'a>) -> Option<&'a Element>,
+        at_hand: &InHand,
+    ) {
+        for t in keys {
+            if let Some(e) = plan.winner(t, own(t), at_hand) {
+                self.push(t.key.set, std::iter::once(e));
+            }
         }
     }
 

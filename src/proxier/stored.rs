@@ -30,27 +30,25 @@ pub(super) struct Stored {
 }
 
 impl Stored {
-    /// `fragment` packed; its declarations become `share(set)`.
-    pub(super) fn pack(fragment: Fragment, mut share: impl FnMut(Set) -> Arc<Set>) -> Self {
-        let Fragment {
-            chains,
-            sets,
-            elements,
-        } = fragment;
+    /// `fragment` packed; its declarations become `share(set)`. Taken by reference: the
+    /// planner still reads a changed service's new fragment after storing it.
+    pub(super) fn pack(fragment: &Fragment, share: impl FnMut(&Set) -> Arc<Set>) -> Self {
         let mut comments: Vec<Box<str>> = Vec::new();
-        let elements = elements
-            .into_iter()
+        let elements = fragment
+            .elements
+            .iter()
             .map(|(set, elements)| {
                 let mut bytes = Vec::new();
                 for e in elements {
                     pack_element(&mut bytes, e, &mut comments);
                 }
-                (set.into_boxed_str(), bytes.into_boxed_slice())
+                (set.as_str().into(), bytes.into_boxed_slice())
             })
             .collect();
         Stored {
-            chains: chains.into_iter().map(shrunk).collect(),
-            sets: sets.into_iter().map(&mut share).collect(),
+            // Copies hold no spare capacity (the planner holds one or more chains per service).
+            chains: fragment.chains.iter().cloned().collect(),
+            sets: fragment.sets.iter().map(share).collect(),
             elements,
             comments: comments.into_boxed_slice(),
         }
@@ -134,17 +132,7 @@ impl Stored {
     }
 }
 
-/// `chain` without spare capacity: the planner holds one or more per service.
-fn shrunk(mut chain: Chain) -> Chain {
-    chain.name.shrink_to_fit();
-    chain.rules.shrink_to_fit();
-    for r in &mut chain.rules {
-        r.stmts.shrink_to_fit();
-    }
-    chain
-}
-
-fn pack_element(out: &mut Vec<u8>, e: Element, comments: &mut Vec<Box<str>>) {
+fn pack_element(out: &mut Vec<u8>, e: &Element, comments: &mut Vec<Box<str>>) {
     write_key(out, &e.key);
     match &e.data {
         None => out.push(0),
@@ -157,12 +145,12 @@ fn pack_element(out: &mut Vec<u8>, e: Element, comments: &mut Vec<Box<str>>) {
             write_key(out, values);
         }
     }
-    let comment = match e.comment {
+    let comment = match &e.comment {
         None => 0,
-        Some(c) => match comments.iter().position(|k| **k == *c) {
+        Some(c) => match comments.iter().position(|k| **k == **c) {
             Some(i) => i + 1,
             None => {
-                comments.push(c.into_boxed_str());
+                comments.push(c.as_str().into());
                 comments.len()
             }
         },
@@ -460,7 +448,7 @@ mod tests {
             sets: vec![set],
             elements: vec![("s".into(), elements.clone()), ("empty".into(), Vec::new())],
         };
-        let stored = Stored::pack(fragment.clone(), Arc::new);
+        let stored = Stored::pack(&fragment, |s| Arc::new(s.clone()));
         let back = stored.unpack();
         assert_eq!(back.chains, fragment.chains);
         assert_eq!(back.sets, fragment.sets);

@@ -232,7 +232,7 @@ impl<K: Kernel> Syncer<K> {
     /// program committed in between); the caller then plans whole and calls `sync`.
     pub(crate) fn sync_changes(
         &mut self,
-        changes: &[TableChange],
+        changes: Vec<TableChange>,
     ) -> Result<Option<SyncReport>, SyncError> {
         self.tables = None;
         self.read_back = false;
@@ -474,7 +474,7 @@ mod tests {
     fn planned_changes_apply_after_a_commit_and_send_only_their_difference() {
         let mut s = Syncer::new(Fake::default(), "kubenft");
         assert_eq!(
-            s.sync_changes(&[change(&[], &["a"])]).unwrap(),
+            s.sync_changes(vec![change(&[], &["a"])]).unwrap(),
             None,
             "nothing committed yet"
         );
@@ -482,13 +482,16 @@ mod tests {
         s.release_tables();
 
         // Parts only: "b" is not mentioned, so it stays.
-        let r = s.sync_changes(&[change(&["a"], &["c"])]).unwrap().unwrap();
+        let r = s
+            .sync_changes(vec![change(&["a"], &["c"])])
+            .unwrap()
+            .unwrap();
         assert_eq!((r.kind, r.ops), (SyncKind::Partial, 2), "add c, delete a");
         let t = &s.kernel().kernel.tables.values().next().unwrap().chains;
         assert_eq!(t.keys().collect::<Vec<_>>(), ["b", "c"]);
         assert_eq!(s.kernel().reads, 2, "only the first sync read the kernel");
 
-        let r = s.sync_changes(&[]).unwrap().unwrap();
+        let r = s.sync_changes(vec![]).unwrap().unwrap();
         assert_eq!(r.ops, 0);
     }
 
@@ -497,14 +500,14 @@ mod tests {
         let mut s = Syncer::new(Fake::default(), "kubenft");
         s.sync(vec![table(&["a"])], false).unwrap();
         s.kernel().generation += 1;
-        assert_eq!(s.sync_changes(&[change(&["a"], &["b"])]).unwrap(), None);
+        assert_eq!(s.sync_changes(vec![change(&["a"], &["b"])]).unwrap(), None);
         assert_eq!(s.kernel().applied.len(), 1, "nothing sent");
         assert!(!s.has_generation(), "the caller must sync fully");
 
         s.sync(vec![table(&["a"])], false).unwrap();
         s.kernel().fail_next = true;
-        assert!(s.sync_changes(&[change(&["a"], &["b"])]).is_err());
-        assert_eq!(s.sync_changes(&[change(&["a"], &["b"])]).unwrap(), None);
+        assert!(s.sync_changes(vec![change(&["a"], &["b"])]).is_err());
+        assert_eq!(s.sync_changes(vec![change(&["a"], &["b"])]).unwrap(), None);
     }
 
     #[test]

@@ -13,7 +13,7 @@ pub(crate) use schedule::{Periods, Schedule};
 
 use crate::nft::diff::TableChange;
 use crate::nft::model::{Family, Table};
-use crate::nft::netlink::canonical;
+use crate::nft::netlink::canonicalized;
 use crate::nft::transaction::{Op, TableRef, Transaction};
 
 /// Replaces each table wholesale, in one transaction.
@@ -177,16 +177,18 @@ fn deleted_tables(observed: &[(TableRef, Observed)], desired: &[Table]) -> Vec<O
 /// parts it changes as they are and as they will be (canonical, as the kernel stores them), or
 /// its deletion.
 pub fn changes_transaction(
-    changes: &[TableChange],
+    changes: Vec<TableChange>,
     expected_generation: Option<u32>,
 ) -> Transaction {
     let mut ops = Vec::new();
     for change in changes {
-        let before = change.before.as_ref().map(canonical);
-        match (&change.after, before) {
-            (Some(after), before) => {
-                ops.extend(crate::nft::diff::plan(before.as_ref(), &canonical(after)))
-            }
+        // Taken, not copied: a sync of hundreds of services holds thousands of elements here.
+        let before = change.before.map(canonicalized);
+        match (change.after, before) {
+            (Some(after), before) => ops.extend(crate::nft::diff::plan(
+                before.as_ref(),
+                &canonicalized(after),
+            )),
             (None, Some(before)) => ops.push(Op::DeleteTable {
                 table: before.table_ref(),
             }),

@@ -243,8 +243,11 @@ pub fn canonical(t: &Table) -> Table {
 /// [`canonical`] of a table that is given away, rewritten in place.
 pub fn canonicalized(mut t: Table) -> Table {
     let family = t.family;
+    // Rewritten only where it changes: most comments already read as the kernel keeps them.
     let stored = |c: &mut Option<String>| {
-        if let Some(text) = c {
+        if let Some(text) = c
+            && !crate::nft::render::is_sanitized(text)
+        {
             *text = crate::nft::render::sanitize_comment(text);
         }
     };

@@ -62,6 +62,9 @@ pub fn is_nft_identifier(name: &str) -> bool {
 /// Makes `text` printable as an nft comment: `"` becomes `'`, control characters become a space,
 /// and the result is cut to at most 128 bytes without splitting a character.
 pub fn sanitize_comment(text: &str) -> String {
+    if is_sanitized(text) {
+        return text.to_string();
+    }
     let mut out = String::with_capacity(text.len().min(COMMENT_MAX_BYTES));
     for c in text.chars() {
         let c = match c {
@@ -75,6 +78,11 @@ pub fn sanitize_comment(text: &str) -> String {
         out.push(c);
     }
     out
+}
+
+/// Whether `sanitize_comment` leaves `text` as it is.
+pub fn is_sanitized(text: &str) -> bool {
+    text.len() <= COMMENT_MAX_BYTES && !text.chars().any(|c| c == '"' || c.is_control())
 }
 
 fn quoted_comment(text: &str) -> String {
