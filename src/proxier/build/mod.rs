@@ -20,6 +20,7 @@ use crate::cluster::{ClusterState, Endpoint, ServicePort, TrafficPolicy};
 use crate::nft::model::*;
 
 pub use blocks::{BlockAllocator, EndpointBlocks};
+pub(super) use fragment::sort_and_dedup_by_key;
 pub use fragment::{Fragment, assemble};
 
 /// Up to this many endpoints, a ClientIP-affinity service picks one by a cascade of rules
