@@ -126,15 +126,18 @@ fn main() {
         store.update_model(&mut live, synthetic::NODE);
     });
     let mut planner = Planner::new();
-    let tables = step("planned: the planner's parts + the tables", || {
-        planner.plan(&live.state, &proxy)
+    let tables = step("planned: the planner's parts + the tables' chains", || {
+        planner.plan_without_elements(&live.state, &proxy)
     });
     let mut syncer = Syncer::new(nft, &proxy.table_name);
-    step("synced: the tables moved in, transaction, batch", || {
-        syncer.sync(tables, true).unwrap();
-    });
-    step("tables handed back (the planner keeps its parts)", || {
-        syncer.release_tables();
-    });
+    // As the daemon's first sync: the kernel is read (it holds none of our tables), then each
+    // set's elements are unpacked from the planner while the batch is encoded.
+    syncer.read_back().unwrap();
+    step(
+        "synced: transaction, a set's elements at a time, batch",
+        || {
+            syncer.sync_filling(tables, &planner, false).unwrap();
+        },
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -484,11 +484,11 @@ impl SyncLoop {
             .map(EndpointBlocks::of_tables)
             .unwrap_or_default();
         self.planner.reset(blocks);
-        let tables = self.planner.plan(&self.live.state, proxy);
-        let result = tokio::task::block_in_place(|| self.syncer.sync(tables, full));
-        // The planner holds the same state, service by service.
-        self.syncer.release_tables();
-        result
+        // The planner holds the tables' elements packed, service by service: they are unpacked
+        // one set at a time as the sync needs them.
+        let tables = self.planner.plan_without_elements(&self.live.state, proxy);
+        let planner = &self.planner;
+        tokio::task::block_in_place(|| self.syncer.sync_filling(tables, planner, full))
     }
 
     fn succeeded(

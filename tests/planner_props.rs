@@ -15,9 +15,10 @@ use kubenft::cluster::{ClusterState, LiveState};
 use kubenft::nft::diff::TableChange;
 use kubenft::nft::fake::FakeKernel;
 use kubenft::nft::model::{Chain, Element, Table};
-use kubenft::nft::transaction::{Op, Transaction};
+use kubenft::nft::transaction::{Op, SetElements, Transaction};
 use kubenft::proxier::{Planner, ProxyConfig, ServiceRef, build, build_after};
 use kubenft::source::store::{Change, ClusterStore};
+use kubenft::sync::creation_transaction;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{Value, json};
@@ -326,6 +327,35 @@ proptest! {
     ) {
         let tables = plan(&typed(&services), &typed(&slices));
         prop_assert!(fake_accepts(&tables).is_ok(), "{:?}", fake_accepts(&tables));
+    }
+
+    #[test]
+    fn a_plan_handed_out_set_by_set_is_the_whole_plan_and_is_created_by_the_same_operations(
+        (services, slices) in cluster()
+    ) {
+        let node = node();
+        let (state, _rejected) =
+            ClusterState::from_objects(&typed(&services), &typed(&slices), Some(&node));
+        let mut planner = Planner::new();
+        let whole = planner.plan(&state, &config());
+        let heads = planner.plan_without_elements(&state, &config());
+        let mut filled = heads.clone();
+        for t in &mut filled {
+            for s in t.sets.values_mut() {
+                prop_assert!(s.elements.is_empty());
+                s.elements = planner.elements(t.family, &s.name);
+            }
+        }
+        prop_assert_eq!(&filled, &whole);
+        let mut created =
+            creation_transaction(&heads, |t| planner.sets_with_elements(t.family), None);
+        for op in &mut created.ops {
+            if let Op::AddElements { table, set, elements } = op {
+                prop_assert!(elements.is_empty());
+                *elements = planner.elements(table.family, set);
+            }
+        }
+        prop_assert_eq!(created, kubenft::sync::reconcile_transaction(&[], &whole, None));
     }
 
     #[test]

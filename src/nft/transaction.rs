@@ -4,6 +4,8 @@
 //! Operations are plain data (printable, countable, comparable) so the planner and tests can
 //! reason about a sync without a kernel; `netlink::apply` sends them.
 
+use std::collections::BTreeSet;
+
 use super::model::{Chain, Element, Family, Rule, Set};
 
 /// Which table an operation targets.
@@ -85,4 +87,13 @@ pub struct Transaction {
     /// When set, the kernel refuses the batch if the ruleset generation changed since this id
     /// was read (another program changed the ruleset in between).
     pub expected_generation: Option<u32>,
+}
+
+/// The elements of desired tables' sets, handed out one set at a time, for a sync that need
+/// not hold them all at once (`Syncer::sync_filling`).
+pub trait SetElements {
+    /// The sets of the `family` table that hold elements.
+    fn sets_with_elements(&self, family: Family) -> BTreeSet<String>;
+    /// The elements of `set` in the `family` table, sorted as a `Table` holds them.
+    fn elements(&self, family: Family, set: &str) -> Vec<Element>;
 }

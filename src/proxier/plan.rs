@@ -19,7 +19,7 @@ use ipnet::IpNet;
 
 use super::build::{
     BlockAllocator, EndpointBlocks, Fragment, FragmentBuilder, IpFamily, assemble,
-    dropped_service_cidrs, families, table_head,
+    dropped_service_cidrs, families, sort_and_dedup_by_key, table_head,
 };
 use super::config::ProxyConfig;
 use super::names::is_endpoint_map;
@@ -28,6 +28,7 @@ pub use crate::cluster::ServiceRef;
 use crate::cluster::{ClusterState, Endpoint, NodeInfo, ServicePort, ServicePortName};
 use crate::nft::diff::TableChange;
 use crate::nft::model::{Chain, Element, Family, Set, Table, Value};
+use crate::nft::transaction::SetElements;
 
 /// What every fragment depends on besides its own service: a change here replans everything.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,6 +88,21 @@ impl Planner {
     /// The tables as last planned.
     pub fn tables(&self) -> Vec<Table> {
         self.tables.iter().map(FamilyPlan::table).collect()
+    }
+
+    /// Plans `state` whole and returns its tables with every set declared but empty: a set's
+    /// elements come from `set_elements`, one set at a time, so a cold sync need not hold the
+    /// whole cluster's elements unpacked at once.
+    pub fn plan_without_elements(
+        &mut self,
+        state: &ClusterState,
+        config: &ProxyConfig,
+    ) -> Vec<Table> {
+        self.replan(state, config);
+        self.tables
+            .iter()
+            .map(FamilyPlan::table_without_elements)
+            .collect()
     }
 
     /// Plans `state` and returns how the tables change from the last plan. Only the services in
@@ -243,6 +259,33 @@ impl Planner {
     }
 }
 
+/// The tables as last planned, one set's elements at a time (`plan_without_elements`).
+impl SetElements for Planner {
+    /// The sets of the `family` table as last planned that hold elements.
+    fn sets_with_elements(&self, family: Family) -> BTreeSet<String> {
+        let Some(t) = self.tables.iter().find(|t| t.head.family == family) else {
+            return BTreeSet::new();
+        };
+        let skeleton = t.skeleton.elements.iter().filter(|(_, e)| !e.is_empty());
+        skeleton
+            .map(|(s, _)| s.as_str())
+            .chain(t.fragments.values().flat_map(Stored::element_sets))
+            .collect::<BTreeSet<&str>>()
+            .into_iter()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The elements of `set` in the `family` table as last planned, as `tables` holds them.
+    fn elements(&self, family: Family, set: &str) -> Vec<Element> {
+        self.tables
+            .iter()
+            .find(|t| t.head.family == family)
+            .map(|t| t.set_elements(set))
+            .unwrap_or_default()
+    }
+}
+
 fn input_digest(sp: &ServicePort, endpoints: Option<&Vec<Endpoint>>) -> u64 {
     let mut h = DefaultHasher::new();
     sp.hash(&mut h);
@@ -382,6 +425,34 @@ impl FamilyPlan {
             std::iter::once(self.skeleton.clone())
                 .chain(self.fragments.values().map(Stored::unpack)),
         )
+    }
+
+    /// `table` without elements (see `Planner::plan_without_elements`).
+    fn table_without_elements(&self) -> Table {
+        let bare = |chains: &[Chain], sets: Vec<Set>| Fragment {
+            chains: chains.to_vec(),
+            sets,
+            elements: Vec::new(),
+        };
+        assemble(
+            &self.head,
+            std::iter::once(bare(&self.skeleton.chains, self.skeleton.sets.clone())).chain(
+                self.fragments
+                    .values()
+                    .map(|f| bare(&f.chains, f.sets.iter().map(|s| Set::clone(s)).collect())),
+            ),
+        )
+    }
+
+    /// The elements `table` puts in `set`: every fragment's, in fragment order, the first of
+    /// equal keys kept, sorted as `assemble` sorts them.
+    fn set_elements(&self, set: &str) -> Vec<Element> {
+        let mut elements = self.skeleton.elements_of(set).to_vec();
+        for f in self.fragments.values() {
+            elements.extend(f.elements_of(set));
+        }
+        sort_and_dedup_by_key(&mut elements);
+        elements
     }
 
     /// Replans the services `changed` and takes `skeleton` (if given) as the new skeleton, whose

@@ -69,7 +69,10 @@ impl Stored {
 
     /// The sets this fragment puts elements in.
     pub(super) fn element_sets(&self) -> impl Iterator<Item = &str> {
-        self.elements.iter().map(|(s, _)| &**s)
+        self.elements
+            .iter()
+            .filter(|(_, packed)| !packed.is_empty())
+            .map(|(s, _)| &**s)
     }
 
     /// The elements this fragment puts in `set`.

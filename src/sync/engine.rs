@@ -9,11 +9,14 @@
 
 use crate::nft::diff::TableChange;
 use crate::nft::model::{Family, Table};
-use crate::nft::netlink::{ApplyError, DumpError, Nftables, canonicalized};
-use crate::nft::transaction::{TableRef, Transaction};
+use crate::nft::netlink::apply::Fill;
+use crate::nft::netlink::{
+    ApplyError, ApplyStats, DumpError, Nftables, canonicalize_elements, canonicalized,
+};
+use crate::nft::transaction::{Op, SetElements, TableRef, Transaction};
 use std::time::{Duration, Instant};
 
-use super::{Observed, reconcile_transaction_lending, return_elements};
+use super::{Observed, creation_transaction, reconcile_transaction_lending, return_elements};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -25,6 +28,24 @@ pub trait Kernel {
     fn read_table(&mut self, family: Family, name: &str) -> Result<Observed, KernelError>;
     /// Applies `tx` atomically; returns the bytes sent.
     fn apply(&mut self, tx: &Transaction) -> Result<usize, KernelError>;
+    /// [`apply`](Self::apply), with the elements of each `AddElements` that carries none
+    /// taken from `fill`. This default fills them all first; `Nftables` fills each while it
+    /// encodes, holding one set's elements at a time.
+    fn apply_filling(&mut self, tx: &Transaction, fill: Fill<'_>) -> Result<usize, KernelError> {
+        let mut tx = tx.clone();
+        for op in &mut tx.ops {
+            if let Op::AddElements {
+                table,
+                set,
+                elements,
+            } = op
+                && elements.is_empty()
+            {
+                *elements = fill(table, set);
+            }
+        }
+        self.apply(&tx)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -56,13 +77,21 @@ impl Kernel for Nftables {
     }
 
     fn apply(&mut self, tx: &Transaction) -> Result<usize, KernelError> {
-        match Nftables::apply(self, tx) {
-            Ok(stats) => Ok(stats.bytes),
-            Err(ApplyError::GenerationChanged { expected }) => {
-                Err(KernelError::GenerationChanged { expected })
-            }
-            Err(e) => Err(KernelError::Other(e.into())),
+        applied(Nftables::apply(self, tx))
+    }
+
+    fn apply_filling(&mut self, tx: &Transaction, fill: Fill<'_>) -> Result<usize, KernelError> {
+        applied(Nftables::apply_filling(self, tx, fill))
+    }
+}
+
+fn applied(result: Result<ApplyStats, ApplyError>) -> Result<usize, KernelError> {
+    match result {
+        Ok(stats) => Ok(stats.bytes),
+        Err(ApplyError::GenerationChanged { expected }) => {
+            Err(KernelError::GenerationChanged { expected })
         }
+        Err(e) => Err(KernelError::Other(e.into())),
     }
 }
 
@@ -226,6 +255,68 @@ impl<K: Kernel> Syncer<K> {
         self.full_sync(desired)
     }
 
+    /// [`sync`](Self::sync) of `desired` tables whose sets are declared empty, the elements of
+    /// each given by `elements`. Where the kernel is known to hold none of our tables (the
+    /// usual first sync) they are created with each set's elements produced while the batch is
+    /// encoded, so the whole cluster's elements are never held unpacked at once; otherwise they
+    /// are filled and synced as `sync` does. Keeps no tables: the caller's plan has them.
+    pub fn sync_filling(
+        &mut self,
+        mut desired: Vec<Table>,
+        elements: &dyn SetElements,
+        force_full: bool,
+    ) -> Result<SyncReport, SyncError> {
+        let kernel_has_none =
+            self.generation.is_some() && self.tables.as_ref().is_some_and(Vec::is_empty);
+        if force_full || !kernel_has_none {
+            for t in &mut desired {
+                for s in t.sets.values_mut() {
+                    s.elements = elements.elements(t.family, &s.name);
+                }
+            }
+            let report = self.sync(desired, force_full);
+            self.tables = None;
+            return report;
+        }
+        let kind = if std::mem::take(&mut self.read_back) {
+            SyncKind::Full
+        } else {
+            SyncKind::Partial
+        };
+        self.tables = None;
+        let generation = self.generation.take().expect("checked above");
+        let desired: Vec<Table> = desired.into_iter().map(canonicalized).collect();
+        if self.still_at(generation)? {
+            let tx = creation_transaction(
+                &desired,
+                |t| elements.sets_with_elements(t.family),
+                Some(generation),
+            );
+            let mut fill = |t: &TableRef, set: &str| {
+                let mut e = elements.elements(t.family, set);
+                canonicalize_elements(&mut e);
+                e
+            };
+            match self.commit_filling(&tx, Some(&mut fill)) {
+                Ok(c) => {
+                    self.generation = c.generation;
+                    return Ok(SyncReport {
+                        kind,
+                        ops: c.ops,
+                        bytes: c.bytes,
+                        kernel_time: c.kernel_time,
+                    });
+                }
+                Err(SyncError::Apply {
+                    source: KernelError::GenerationChanged { .. },
+                    ..
+                }) => tracing::info!("the ruleset changed under a first sync; syncing fully"),
+                Err(e) => return Err(e),
+            }
+        }
+        self.sync_filling(desired, elements, true)
+    }
+
     /// Applies planned changes (partial tables before and after, see `TableChange`) in one
     /// transaction guarded by the generation of our last commit. `Ok(None)`: the kernel cannot
     /// be trusted to hold the `before` parts (nothing committed yet, a failure since, or another
@@ -314,11 +405,25 @@ impl<K: Kernel> Syncer<K> {
 
     /// Applies `tx`; returns what was sent and the generation our commit left behind.
     fn commit(&mut self, tx: &Transaction) -> Result<Committed, SyncError> {
+        self.commit_filling(tx, None)
+    }
+
+    /// [`commit`](Self::commit), with the elements `tx` leaves out from `fill` (see
+    /// `Kernel::apply_filling`).
+    fn commit_filling(
+        &mut self,
+        tx: &Transaction,
+        fill: Option<Fill<'_>>,
+    ) -> Result<Committed, SyncError> {
         let started = Instant::now();
         let bytes = if tx.ops.is_empty() {
             0
         } else {
-            self.kernel.apply(tx).map_err(|source| SyncError::Apply {
+            match fill {
+                Some(fill) => self.kernel.apply_filling(tx, fill),
+                None => self.kernel.apply(tx),
+            }
+            .map_err(|source| SyncError::Apply {
                 ops: tx.ops.len(),
                 source,
             })?
@@ -395,7 +500,7 @@ impl<K: Kernel> Syncer<K> {
 mod tests {
     use super::*;
     use crate::nft::fake::FakeKernel;
-    use crate::nft::model::Chain;
+    use crate::nft::model::{Chain, Element};
 
     /// The fake kernel with a generation counter, as `Kernel` needs.
     #[derive(Default)]
@@ -468,6 +573,100 @@ mod tests {
             before: Some(table(before)),
             after: Some(table(after)),
         }
+    }
+
+    /// Whole tables, handed out one set at a time.
+    struct Whole(Vec<Table>);
+
+    impl SetElements for Whole {
+        fn sets_with_elements(&self, family: Family) -> std::collections::BTreeSet<String> {
+            let t = self.0.iter().find(|t| t.family == family);
+            t.into_iter()
+                .flat_map(|t| t.sets.values())
+                .filter(|s| !s.elements.is_empty())
+                .map(|s| s.name.clone())
+                .collect()
+        }
+
+        fn elements(&self, family: Family, set: &str) -> Vec<Element> {
+            let t = self.0.iter().find(|t| t.family == family);
+            t.and_then(|t| t.sets.get(set))
+                .map_or(Vec::new(), |s| s.elements.clone())
+        }
+    }
+
+    /// `table(chains)` with a set of `ports`, each element commented with a quote the kernel
+    /// stores as an apostrophe.
+    fn table_with_set(chains: &[&str], ports: &[u16]) -> Table {
+        use crate::nft::model::{DataType, Set, Value};
+        let elements = ports
+            .iter()
+            .map(|&p| Element {
+                key: vec![Value::Port(p)],
+                data: None,
+                comment: Some(format!("port \"{p}\"")),
+            })
+            .collect();
+        let set = Set::new("ports", vec![DataType::InetService]).with_elements(elements);
+        let mut t = table(chains);
+        t.sets.insert(set.name.clone(), set);
+        t
+    }
+
+    fn without_elements(mut t: Table) -> Table {
+        for s in t.sets.values_mut() {
+            s.elements.clear();
+        }
+        t
+    }
+
+    #[test]
+    fn a_first_sync_filled_set_by_set_sends_what_a_whole_one_sends() {
+        let desired = table_with_set(&["a", "b"], &[443, 80]);
+        let mut whole = Syncer::new(Fake::default(), "kubenft");
+        whole.read_back().unwrap();
+        let sent = whole.sync(vec![desired.clone()], false).unwrap();
+
+        let mut filling = Syncer::new(Fake::default(), "kubenft");
+        filling.read_back().unwrap();
+        let heads = vec![without_elements(desired.clone())];
+        let report = filling
+            .sync_filling(heads, &Whole(vec![desired.clone()]), false)
+            .unwrap();
+        let sent_as = |r: SyncReport| (r.kind, r.ops, r.bytes);
+        assert_eq!(sent_as(report), sent_as(sent));
+        let kernel = |s: &Syncer<Fake>| {
+            s.kernel
+                .kernel
+                .table(&desired.table_ref())
+                .map(crate::nft::netlink::canonical)
+        };
+        assert_eq!(kernel(&filling), kernel(&whole));
+        assert_eq!(
+            kernel(&filling).unwrap().sets["ports"].elements[0].comment,
+            Some("port '80'".into())
+        );
+        // The plan is the caller's; the generation stays for planned changes.
+        assert!(filling.applied_tables().is_none());
+        assert!(filling.has_generation());
+    }
+
+    #[test]
+    fn a_sync_filled_set_by_set_over_a_table_the_kernel_holds_sends_only_the_difference() {
+        let mut s = Syncer::new(Fake::default(), "kubenft");
+        s.sync(vec![table_with_set(&["a"], &[80])], true).unwrap();
+        s.read_back().unwrap();
+        let desired = table_with_set(&["a"], &[80, 443]);
+        let heads = vec![without_elements(desired.clone())];
+        let report = s
+            .sync_filling(heads, &Whole(vec![desired.clone()]), false)
+            .unwrap();
+        assert_eq!((report.kind, report.ops), (SyncKind::Full, 1));
+        let held = s.kernel.kernel.table(&desired.table_ref()).unwrap();
+        assert_eq!(
+            crate::nft::netlink::canonical(held),
+            crate::nft::netlink::canonical(&desired)
+        );
     }
 
     #[test]

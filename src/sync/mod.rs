@@ -11,6 +11,8 @@ pub(crate) mod schedule;
 pub use engine::{Kernel, KernelError, SyncError, SyncKind, SyncReport, Syncer};
 pub(crate) use schedule::{Periods, Schedule};
 
+use std::collections::BTreeSet;
+
 use crate::nft::diff::TableChange;
 use crate::nft::model::{Family, Table};
 use crate::nft::netlink::canonicalized;
@@ -149,6 +151,38 @@ pub(crate) fn reconcile_transaction_lending(
         }
     }
     ops.extend(deleted_tables(observed, desired));
+    Transaction {
+        ops,
+        expected_generation,
+    }
+}
+
+/// The transaction [`reconcile_transaction`] makes where the kernel holds none of our tables,
+/// for `tables` whose sets are declared empty: each set `filled(table)` names gets its
+/// `AddElements`, in the same place, carrying no elements (`Kernel::apply_filling` supplies
+/// them while it sends).
+pub fn creation_transaction(
+    tables: &[Table],
+    filled: impl Fn(&Table) -> BTreeSet<String>,
+    expected_generation: Option<u32>,
+) -> Transaction {
+    let mut ops = Vec::new();
+    for table in tables {
+        // A new table's sets are filled last, in set order (`diff::plan`).
+        ops.extend(crate::nft::diff::plan(None, table));
+        let filled = filled(table);
+        ops.extend(
+            table
+                .sets
+                .keys()
+                .filter(|s| filled.contains(*s))
+                .map(|set| Op::AddElements {
+                    table: table.table_ref(),
+                    set: set.clone(),
+                    elements: Vec::new(),
+                }),
+        );
+    }
     Transaction {
         ops,
         expected_generation,

@@ -10,7 +10,7 @@ use super::requests;
 use super::sys::*;
 use crate::netlink::attr::AttrWriter;
 use crate::netlink::socket::{NLM_F_ACK, NetlinkSocket, NfHeader, SocketError};
-use crate::nft::model::{Family, Table};
+use crate::nft::model::{Element, Family, Table};
 use crate::nft::render::render_op;
 use crate::nft::transaction::{Op, TableRef, Transaction};
 
@@ -135,6 +135,25 @@ impl Nftables {
 
     /// Sends the whole transaction as one batch and waits for the kernel's verdict.
     pub fn apply(&mut self, tx: &Transaction) -> Result<ApplyStats, ApplyError> {
+        self.apply_with(tx, None)
+    }
+
+    /// [`apply`](Self::apply), with the elements of each `AddElements` that carries none
+    /// taken from `fill(table, set)` while the batch is encoded and dropped once encoded: a
+    /// cold sync then holds one set's elements at a time besides the batch, not the cluster's.
+    pub fn apply_filling(
+        &mut self,
+        tx: &Transaction,
+        fill: Fill<'_>,
+    ) -> Result<ApplyStats, ApplyError> {
+        self.apply_with(tx, Some(fill))
+    }
+
+    fn apply_with(
+        &mut self,
+        tx: &Transaction,
+        mut fill: Option<Fill<'_>>,
+    ) -> Result<ApplyStats, ApplyError> {
         if tx.ops.is_empty() {
             return Ok(ApplyStats::default());
         }
@@ -143,7 +162,8 @@ impl Nftables {
         // Sequence numbers are reserved generously (an op can become several messages) and
         // wrap harmlessly: replies are matched by exact value.
         let first_seq = self.sock.next_seq(64 + 4 * tx.ops.len() as u32);
-        let (bytes, owners, messages) = encode_batch(tx, first_seq, self.interval_sets.clone())?;
+        let (bytes, owners, messages) =
+            encode_batch(tx, first_seq, self.interval_sets.clone(), &mut fill)?;
         self.sock
             .set_buffers(bytes.len().saturating_mul(2).max(4 << 20))?;
         self.sock.send(&bytes).map_err(|e| match e {
@@ -177,13 +197,17 @@ impl Nftables {
                     return Err(ApplyError::Batch(errno));
                 }
                 return match owners.get(&err.seq) {
-                    Some(&op_index) => Err(ApplyError::Rejected {
-                        op_index,
-                        op: Box::new(tx.ops[op_index].clone()),
-                        rendered: render_op(&tx.ops[op_index]),
-                        errno,
-                        kernel_message: err.message.clone(),
-                    }),
+                    Some(&op_index) => {
+                        let op = filled(&tx.ops[op_index], &mut fill)
+                            .unwrap_or_else(|| tx.ops[op_index].clone());
+                        Err(ApplyError::Rejected {
+                            op_index,
+                            rendered: render_op(&op),
+                            op: Box::new(op),
+                            errno,
+                            kernel_message: err.message.clone(),
+                        })
+                    }
                     None => Err(ApplyError::Batch(errno)),
                 };
             }
@@ -191,25 +215,48 @@ impl Nftables {
     }
 }
 
-/// The batch bytes, its first sequence number, seq → op index, and the message count.
 /// The batch bytes, seq → op index, and the message count.
 type Batch = (Vec<u8>, BTreeMap<u32, usize>, usize);
+
+/// Gives the elements of `set` of `table` for an `AddElements` that carries none.
+pub type Fill<'a> = &'a mut dyn FnMut(&TableRef, &str) -> Vec<Element>;
+
+/// `op` with its elements from `fill`, if it is an `AddElements` that carries none.
+fn filled(op: &Op, fill: &mut Option<Fill<'_>>) -> Option<Op> {
+    match (op, fill) {
+        (
+            Op::AddElements {
+                table,
+                set,
+                elements,
+            },
+            Some(fill),
+        ) if elements.is_empty() => Some(Op::AddElements {
+            table: table.clone(),
+            set: set.clone(),
+            elements: fill(table, set),
+        }),
+        _ => None,
+    }
+}
 
 /// Encodes `tx` as the batch `apply` would send, without sending it: its size, and the
 /// user-space share of an apply's cost (benchmarks and metrics).
 pub fn encode_only(tx: &Transaction) -> Result<ApplyStats, ApplyError> {
-    let (bytes, _, messages) = encode_batch(tx, 1, BTreeMap::new())?;
+    let (bytes, _, messages) = encode_batch(tx, 1, BTreeMap::new(), &mut None)?;
     Ok(ApplyStats {
         messages,
         bytes: bytes.len(),
     })
 }
 
-/// Encodes every operation; `first` is the sequence number of the batch-begin message.
+/// Encodes every operation, filling elements as `apply_filling` says; `first` is the sequence
+/// number of the batch-begin message.
 fn encode_batch(
     tx: &Transaction,
     first: u32,
     interval_sets: BTreeMap<(TableRef, String), usize>,
+    fill: &mut Option<Fill<'_>>,
 ) -> Result<Batch, ApplyError> {
     let mut encoder = Encoder::new(interval_sets);
     let mut out = Vec::new();
@@ -230,6 +277,8 @@ fn encode_batch(
         requests::header(m.msg, m.flags | ack, m.family, seq).encode(&m.attrs, out);
     };
     for (op_index, op) in tx.ops.iter().enumerate() {
+        let filled = filled(op, fill);
+        let op = filled.as_ref().unwrap_or(op);
         let encoded = encoder.op(op).map_err(|source| ApplyError::Encode {
             op_index,
             rendered: render_op(op),
@@ -247,4 +296,59 @@ fn encode_batch(
     let total = seq.wrapping_sub(first) + 2;
     NfHeader::batch_end(NFNL_SUBSYS_NFTABLES, first.wrapping_add(total - 1)).encode(&[], &mut out);
     Ok((out, owners, total as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::model::{DataType, Set, Value};
+
+    fn tx(elements: Vec<Element>) -> Transaction {
+        let table = TableRef {
+            family: Family::Ip,
+            name: "kubenft".into(),
+        };
+        let set = Set::new("ports", vec![DataType::InetService]);
+        Transaction {
+            ops: vec![
+                Op::AddTable {
+                    table: table.clone(),
+                    comment: None,
+                },
+                Op::AddSet {
+                    table: table.clone(),
+                    set,
+                },
+                Op::AddElements {
+                    table,
+                    set: "ports".into(),
+                    elements,
+                },
+            ],
+            expected_generation: Some(7),
+        }
+    }
+
+    #[test]
+    fn elements_filled_while_encoding_make_the_batch_the_filled_transaction_makes() {
+        // Enough elements for several messages.
+        let elements: Vec<Element> = (1..=20_000u16)
+            .map(|p| Element {
+                key: vec![Value::Port(p)],
+                data: None,
+                comment: Some(format!("port {p}")),
+            })
+            .collect();
+        let whole = encode_batch(&tx(elements.clone()), 1, BTreeMap::new(), &mut None).unwrap();
+        let mut asked = Vec::new();
+        let mut fill = |t: &TableRef, set: &str| {
+            asked.push((t.name.clone(), set.to_string()));
+            elements.clone()
+        };
+        let filled =
+            encode_batch(&tx(Vec::new()), 1, BTreeMap::new(), &mut Some(&mut fill)).unwrap();
+        assert!(whole.2 > 5, "{} messages", whole.2);
+        assert_eq!(filled, whole);
+        assert_eq!(asked, vec![("kubenft".to_string(), "ports".to_string())]);
+    }
 }

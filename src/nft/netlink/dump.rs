@@ -240,6 +240,16 @@ pub fn canonical(t: &Table) -> Table {
     canonicalized(t.clone())
 }
 
+/// Elements as the kernel stores them (their comments sanitized), as [`canonicalized`] makes
+/// a table's.
+pub fn canonicalize_elements(elements: &mut [Element]) {
+    for e in elements {
+        if let Some(text) = &mut e.comment {
+            *text = crate::nft::render::sanitize_comment(text);
+        }
+    }
+}
+
 /// [`canonical`] of a table that is given away, rewritten in place.
 pub fn canonicalized(mut t: Table) -> Table {
     let family = t.family;
@@ -254,9 +264,7 @@ pub fn canonicalized(mut t: Table) -> Table {
     stored(&mut t.comment);
     for set in t.sets.values_mut() {
         stored(&mut set.comment);
-        for e in &mut set.elements {
-            stored(&mut e.comment);
-        }
+        canonicalize_elements(&mut set.elements);
     }
     for chain in t.chains.values_mut() {
         stored(&mut chain.comment);

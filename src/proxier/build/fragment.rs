@@ -82,13 +82,17 @@ pub(crate) fn assemble(head: &Table, fragments: impl IntoIterator<Item = Fragmen
             set.elements.extend(elements);
         }
     }
-    // The first of equal keys wins: a stable sort keeps them in fragment order. Sorting by key
-    // leaves the elements in the order `normalize` wants, without a copy of every key to
-    // remember which were seen.
     for set in t.sets.values_mut() {
-        set.elements.sort_by(|a, b| a.key.cmp(&b.key));
-        set.elements.dedup_by(|later, first| later.key == first.key);
+        sort_and_dedup_by_key(&mut set.elements);
     }
     t.normalize();
     t
+}
+
+/// Sorts a set's elements gathered in fragment order, keeping the first of equal keys: a
+/// stable sort keeps them in fragment order. Sorting by key leaves the elements in the order
+/// `normalize` wants, without a copy of every key to remember which were seen.
+pub(crate) fn sort_and_dedup_by_key(elements: &mut Vec<Element>) {
+    elements.sort_by(|a, b| a.key.cmp(&b.key));
+    elements.dedup_by(|later, first| later.key == first.key);
 }
