@@ -335,6 +335,40 @@ impl Lowerer<'_> {
         }
     }
 
+    /// `numgen random mod modulus offset offset` into `dreg`.
+    fn random(&mut self, dreg: u32, modulus: u32, offset: u32) {
+        self.out.exprs.push(Expr::Numgen {
+            dreg,
+            modulus,
+            kind: NFT_NG_RANDOM,
+            offset,
+        });
+    }
+
+    /// The verdict `set` maps the key in `sreg` to.
+    fn verdict_lookup(&mut self, set: String, sreg: u32) {
+        self.out.exprs.push(Expr::Lookup {
+            set,
+            sreg,
+            dreg: Some(NFT_REG_VERDICT),
+            inverted: false,
+        });
+    }
+
+    /// `dnat to … map @map` of the number a draw left in register 1: the map's interval keys
+    /// are big-endian, as nft converts the number.
+    fn dnat_via_drawn_number(&mut self, map: &str, proto: u8) {
+        let r1 = put_register(1);
+        self.out.exprs.push(Expr::Byteorder {
+            sreg: r1,
+            dreg: r1,
+            op: NFT_BYTEORDER_HTON,
+            len: 4,
+            size: 4,
+        });
+        self.out.exprs.extend(dnat_via_map(map, proto, true));
+    }
+
     fn stmt(&mut self, stmt: &Stmt) -> Result<(), LowerError> {
         let r1 = put_register(1);
         match stmt {
@@ -360,35 +394,15 @@ impl Lowerer<'_> {
                 };
                 let sreg = self.load_key(key, named);
                 let set = self.map(map, key.iter().map(|s| selector_type(*s)).collect());
-                self.out.exprs.push(Expr::Lookup {
-                    set,
-                    sreg,
-                    dreg: Some(NFT_REG_VERDICT),
-                    inverted: false,
-                });
+                self.verdict_lookup(set, sreg);
             }
             Stmt::NumgenVMap { modulus, map } => {
-                self.out.exprs.push(Expr::Numgen {
-                    dreg: r1,
-                    modulus: *modulus,
-                    kind: NFT_NG_RANDOM,
-                    offset: 0,
-                });
+                self.random(r1, *modulus, 0);
                 let set = self.map(map, vec![DataType::Integer]);
-                self.out.exprs.push(Expr::Lookup {
-                    set,
-                    sreg: r1,
-                    dreg: Some(NFT_REG_VERDICT),
-                    inverted: false,
-                });
+                self.verdict_lookup(set, r1);
             }
             Stmt::NumgenIs { modulus, value } => {
-                self.out.exprs.push(Expr::Numgen {
-                    dreg: r1,
-                    modulus: *modulus,
-                    kind: NFT_NG_RANDOM,
-                    offset: 0,
-                });
+                self.random(r1, *modulus, 0);
                 // numgen writes a host-endian integer, and nft compares it as one.
                 self.out.exprs.push(Expr::Cmp {
                     sreg: r1,
@@ -402,21 +416,8 @@ impl Lowerer<'_> {
                 map,
             } => {
                 let proto = self.dnat_family(stmt)?;
-                self.out.exprs.push(Expr::Numgen {
-                    dreg: r1,
-                    modulus: *modulus,
-                    kind: NFT_NG_RANDOM,
-                    offset: *offset,
-                });
-                // The map's interval keys are big-endian, as nft converts the number.
-                self.out.exprs.push(Expr::Byteorder {
-                    sreg: r1,
-                    dreg: r1,
-                    op: NFT_BYTEORDER_HTON,
-                    len: 4,
-                    size: 4,
-                });
-                self.out.exprs.extend(dnat_via_map(map, proto, true));
+                self.random(r1, *modulus, *offset);
+                self.dnat_via_drawn_number(map, proto);
             }
             Stmt::DnatHashMap {
                 fields,
@@ -445,24 +446,12 @@ impl Lowerer<'_> {
                     offset: *offset,
                     kind: NFT_HASH_JENKINS,
                 });
-                self.out.exprs.push(Expr::Byteorder {
-                    sreg: r1,
-                    dreg: r1,
-                    op: NFT_BYTEORDER_HTON,
-                    len: 4,
-                    size: 4,
-                });
-                self.out.exprs.extend(dnat_via_map(map, proto, true));
+                self.dnat_via_drawn_number(map, proto);
             }
             Stmt::DnatSlotMap { key, modulus, map } => {
                 let proto = self.dnat_family(stmt)?;
                 let unit = self.load_key_end(key, Some(map));
-                self.out.exprs.push(Expr::Numgen {
-                    dreg: put_register(unit),
-                    modulus: *modulus,
-                    kind: NFT_NG_RANDOM,
-                    offset: 0,
-                });
+                self.random(put_register(unit), *modulus, 0);
                 self.out.exprs.extend(dnat_via_map(map, proto, false));
             }
             Stmt::DnatMap { key, map } => {
