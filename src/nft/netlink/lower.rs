@@ -17,26 +17,26 @@ use crate::nft::model::{
 
 /// An anonymous constant map a rule owns; created in the same batch, right before the rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AnonMap {
+pub(crate) struct AnonMap {
     /// The placeholder the rule's lookup names (`__anonN`, N counting within the rule).
-    pub placeholder: String,
-    pub key: Vec<DataType>,
-    pub elements: Vec<(Vec<Value>, Verdict)>,
+    pub(crate) placeholder: String,
+    pub(crate) key: Vec<DataType>,
+    pub(crate) elements: Vec<(Vec<Value>, Verdict)>,
 }
 
 /// A rule's expressions plus the anonymous maps they look up.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Lowered {
-    pub exprs: Vec<Expr>,
-    pub anon: Vec<AnonMap>,
+pub(crate) struct Lowered {
+    pub(crate) exprs: Vec<Expr>,
+    pub(crate) anon: Vec<AnonMap>,
 }
 
 /// A statement the kernel cannot be given (e.g. an IPv6 DNAT target in an `ip` table).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("statement `{stmt}` cannot be encoded: {reason}")]
 pub struct LowerError {
-    pub stmt: String,
-    pub reason: String,
+    pub(crate) stmt: String,
+    pub(crate) reason: String,
 }
 
 /// The lookup of the key in reg 1 in `map`, and the `nat` expression translating to the
@@ -67,7 +67,7 @@ fn dnat_via_map(map: &str, proto: u8, with_max: bool) -> [Expr; 2] {
 }
 
 /// nft's register name for 32-bit unit `unit` (1-based).
-pub fn put_register(unit: u32) -> u32 {
+pub(crate) fn put_register(unit: u32) -> u32 {
     let r = unit - 1;
     if r.is_multiple_of(4) {
         NFT_REG_1 + r / 4
@@ -85,12 +85,12 @@ fn units(len: u32) -> u32 {
 }
 
 /// Bytes a selector loads.
-pub fn selector_len(sel: Selector) -> u32 {
+pub(crate) fn selector_len(sel: Selector) -> u32 {
     super::lift::full_len(sel)
 }
 
 /// The set key type of a selector, for anonymous maps keyed by it.
-pub fn selector_type(sel: Selector) -> DataType {
+pub(crate) fn selector_type(sel: Selector) -> DataType {
     match sel {
         Selector::IpSaddr | Selector::IpDaddr => DataType::Ipv4Addr,
         Selector::Ip6Saddr | Selector::Ip6Daddr => DataType::Ipv6Addr,
@@ -164,7 +164,7 @@ fn load(sel: Selector, len: u32, unit: u32) -> Expr {
 
 /// The register bytes of a value (network order for addresses and ports, host order for
 /// marks, numgen results, conntrack state and address types).
-pub fn value_bytes(v: &Value) -> Vec<u8> {
+pub(crate) fn value_bytes(v: &Value) -> Vec<u8> {
     match v {
         Value::Ipv4(a) => a.octets().to_vec(),
         Value::Ipv6(a) => a.octets().to_vec(),
@@ -198,7 +198,7 @@ pub fn value_bytes(v: &Value) -> Vec<u8> {
 }
 
 /// A set key: each field's bytes padded to 4 (a lone field is not padded).
-pub fn key_bytes(values: &[Value]) -> Vec<u8> {
+pub(crate) fn key_bytes(values: &[Value]) -> Vec<u8> {
     if values.len() == 1 {
         return value_bytes(&values[0]);
     }
@@ -680,7 +680,7 @@ const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 0x2;
 const NF_NAT_RANGE_PROTO_RANDOM_FULLY: u32 = 0x10;
 
 /// Lowers one rule's statements.
-pub fn lower_rule(
+pub(crate) fn lower_rule(
     family: Family,
     stmts: &[Stmt],
     concat_intervals: &BTreeSet<&str>,

@@ -88,7 +88,7 @@ fn render_reject(family: Option<Family>, kind: RejectKind) -> String {
 /// One statement in the syntax of a table of `family`. Only `dnat` and `reject with icmp…`
 /// depend on the family; `Display` uses the family-free spelling (valid in ip/ip6 for dnat and
 /// in inet for `icmpx`).
-pub fn render_stmt(stmt: &Stmt, family: Option<Family>) -> String {
+pub(crate) fn render_stmt(stmt: &Stmt, family: Option<Family>) -> String {
     match stmt {
         Stmt::Match {
             left,
