@@ -4,7 +4,7 @@
 //! nf_tables puts integers in network byte order (big-endian) unless a field says otherwise.
 
 /// linux/netlink.h: the attribute holds attributes.
-pub const NLA_F_NESTED: u16 = 1 << 15;
+pub(crate) const NLA_F_NESTED: u16 = 1 << 15;
 
 /// Appends attributes to a growing message buffer.
 #[derive(Debug, Default, Clone)]
@@ -48,12 +48,12 @@ impl AttrWriter {
     }
 
     /// Big-endian u64 (handles, timeouts).
-    pub fn be64(&mut self, kind: u16, value: u64) -> &mut Self {
+    pub(crate) fn be64(&mut self, kind: u16, value: u64) -> &mut Self {
         self.bytes(kind, &value.to_be_bytes())
     }
 
     /// A nested attribute whose payload is written by `f`.
-    pub fn nested(&mut self, kind: u16, f: impl FnOnce(&mut AttrWriter)) -> &mut Self {
+    pub(crate) fn nested(&mut self, kind: u16, f: impl FnOnce(&mut AttrWriter)) -> &mut Self {
         let start = self.buf.len();
         self.buf.extend_from_slice(&[0, 0, 0, 0]);
         let mut inner = AttrWriter {
@@ -87,18 +87,14 @@ pub enum AttrError {
 
 /// One attribute borrowed from a buffer.
 #[derive(Debug, Clone, Copy)]
-pub struct Attr<'a> {
+pub(crate) struct Attr<'a> {
     /// Type with the NESTED / NET_BYTEORDER flags stripped.
-    pub kind: u16,
-    pub value: &'a [u8],
+    pub(crate) kind: u16,
+    pub(crate) value: &'a [u8],
 }
 
 impl<'a> Attr<'a> {
-    pub fn nested(&self) -> AttrIter<'a> {
-        AttrIter::new(self.value)
-    }
-
-    pub fn be32(&self) -> Result<u32, AttrError> {
+    pub(crate) fn be32(&self) -> Result<u32, AttrError> {
         let b: [u8; 4] = self.value.try_into().map_err(|_| AttrError::BadLength {
             kind: self.kind,
             len: self.value.len(),
@@ -107,7 +103,7 @@ impl<'a> Attr<'a> {
         Ok(u32::from_be_bytes(b))
     }
 
-    pub fn be64(&self) -> Result<u64, AttrError> {
+    pub(crate) fn be64(&self) -> Result<u64, AttrError> {
         let b: [u8; 8] = self.value.try_into().map_err(|_| AttrError::BadLength {
             kind: self.kind,
             len: self.value.len(),
@@ -116,30 +112,22 @@ impl<'a> Attr<'a> {
         Ok(u64::from_be_bytes(b))
     }
 
-    pub fn u8(&self) -> Result<u8, AttrError> {
-        self.value.first().copied().ok_or(AttrError::BadLength {
-            kind: self.kind,
-            len: 0,
-            expected: 1,
-        })
-    }
-
     /// A string, with the trailing NUL (if any) removed.
-    pub fn string(&self) -> Result<&'a str, AttrError> {
+    pub(crate) fn string(&self) -> Result<&'a str, AttrError> {
         let v = self.value.strip_suffix(&[0]).unwrap_or(self.value);
         std::str::from_utf8(v).map_err(|_| AttrError::NotUtf8(self.kind))
     }
 }
 
 /// Iterates the attributes in a buffer; yields an error once and stops on malformed input.
-pub struct AttrIter<'a> {
+pub(crate) struct AttrIter<'a> {
     buf: &'a [u8],
     offset: usize,
     failed: bool,
 }
 
 impl<'a> AttrIter<'a> {
-    pub fn new(buf: &'a [u8]) -> Self {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
         Self {
             buf,
             offset: 0,
@@ -189,8 +177,10 @@ mod tests {
         assert_eq!(attrs.len(), 3);
         assert_eq!(attrs[0].string().unwrap(), "kubenft");
         assert_eq!(attrs[1].be32().unwrap(), 0x4000);
-        let inner: Vec<_> = attrs[2].nested().collect::<Result<_, _>>().unwrap();
-        assert_eq!(inner[0].u8().unwrap(), 6);
+        let inner: Vec<_> = AttrIter::new(attrs[2].value)
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(inner[0].value, [6]);
         assert_eq!(w.buf.len() % 4, 0);
     }
 

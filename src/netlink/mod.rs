@@ -5,4 +5,4 @@
 pub mod attr;
 pub mod socket;
 
-pub use socket::{Message, NetlinkSocket, NfHeader, NlError, SocketError};
+pub use socket::{Message, NetlinkSocket, NfHeader, SocketError};

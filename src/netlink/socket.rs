@@ -15,39 +15,33 @@ pub use netlink_sys::protocols::NETLINK_SOCK_DIAG;
 use super::attr::AttrIter;
 
 // linux/netlink.h message types and flags, named as in the header.
-pub const NLMSG_NOOP: u16 = 1;
-pub const NLMSG_ERROR: u16 = 2;
-pub const NLMSG_DONE: u16 = 3;
-pub const NLMSG_OVERRUN: u16 = 4;
-pub const NLM_F_REQUEST: u16 = 0x1;
-pub const NLM_F_MULTI: u16 = 0x2;
+pub(crate) const NLMSG_ERROR: u16 = 2;
+pub(crate) const NLMSG_DONE: u16 = 3;
+pub(crate) const NLM_F_REQUEST: u16 = 0x1;
 pub const NLM_F_ACK: u16 = 0x4;
-pub const NLM_F_ECHO: u16 = 0x8;
-pub const NLM_F_DUMP_INTR: u16 = 0x10;
-pub const NLM_F_ROOT: u16 = 0x100;
-pub const NLM_F_MATCH: u16 = 0x200;
-pub const NLM_F_DUMP: u16 = NLM_F_ROOT | NLM_F_MATCH;
-pub const NLM_F_REPLACE: u16 = 0x100;
-pub const NLM_F_EXCL: u16 = 0x200;
+pub(crate) const NLM_F_DUMP_INTR: u16 = 0x10;
+pub(crate) const NLM_F_ROOT: u16 = 0x100;
+pub(crate) const NLM_F_MATCH: u16 = 0x200;
+pub(crate) const NLM_F_DUMP: u16 = NLM_F_ROOT | NLM_F_MATCH;
 pub const NLM_F_CREATE: u16 = 0x400;
-pub const NLM_F_APPEND: u16 = 0x800;
+pub(crate) const NLM_F_APPEND: u16 = 0x800;
 /// On an NLMSG_ERROR: the original message's payload was trimmed (NETLINK_CAP_ACK).
-pub const NLM_F_CAPPED: u16 = 0x100;
+pub(crate) const NLM_F_CAPPED: u16 = 0x100;
 /// On an NLMSG_ERROR: extended-ack TLVs follow.
-pub const NLM_F_ACK_TLVS: u16 = 0x200;
+pub(crate) const NLM_F_ACK_TLVS: u16 = 0x200;
 const NLMSGERR_ATTR_MSG: u16 = 1;
 
 // linux/netfilter/nfnetlink.h, named as in the header.
-pub const NFNETLINK_V0: u8 = 0;
-pub const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
-pub const NFNL_MSG_BATCH_END: u16 = 0x11;
+pub(crate) const NFNETLINK_V0: u8 = 0;
+pub(crate) const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
+pub(crate) const NFNL_MSG_BATCH_END: u16 = 0x11;
 /// `AF_UNSPEC` (`NFPROTO_UNSPEC`): no address family.
 const AF_UNSPEC: u8 = 0;
 
 /// Size of `struct nlmsghdr`.
-pub const NLMSG_HDRLEN: usize = 16;
+pub(crate) const NLMSG_HDRLEN: usize = 16;
 /// Size of `struct nfgenmsg`.
-pub const NFGENMSG_LEN: usize = 4;
+pub(crate) const NFGENMSG_LEN: usize = 4;
 
 /// Receive buffer offered on every read (the kernel's cap for one dump message is 32 KiB).
 const DUMP_BUFFER: usize = 64 << 10;
@@ -115,9 +109,9 @@ pub struct NlError {
     /// Positive errno (the kernel sends it negated); 0 for an acknowledgement.
     pub errno: i32,
     /// Sequence number of the request this answers (from the echoed header).
-    pub seq: u32,
+    pub(crate) seq: u32,
     /// Message type of the request this answers.
-    pub msg_type: u16,
+    pub(crate) msg_type: u16,
     /// Extended-ack text, when the kernel gave one.
     pub message: Option<String>,
 }
@@ -127,7 +121,7 @@ impl NlError {
         self.errno == 0
     }
 
-    pub fn to_io(&self) -> io::Error {
+    pub(crate) fn to_io(&self) -> io::Error {
         io::Error::from_raw_os_error(self.errno)
     }
 }
@@ -135,21 +129,17 @@ impl NlError {
 /// One netlink message received from the kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
-    pub msg_type: u16,
+    pub(crate) msg_type: u16,
     pub flags: u16,
-    pub seq: u32,
+    pub(crate) seq: u32,
     pub pid: u32,
     /// Everything after the `nlmsghdr`.
-    pub payload: Vec<u8>,
+    pub(crate) payload: Vec<u8>,
 }
 
 impl Message {
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.msg_type == NLMSG_DONE
-    }
-
-    pub fn is_multi(&self) -> bool {
-        self.flags & NLM_F_MULTI != 0
     }
 
     /// The NLMSG_ERROR body (ACK or error), or `None` for other message types.
@@ -252,13 +242,13 @@ pub fn split_messages(datagram: &[u8]) -> Result<Vec<Message>, SocketError> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NfHeader {
     /// Full netlink type: `(subsystem << 8) | message`, or `NFNL_MSG_BATCH_*`.
-    pub msg_type: u16,
+    pub(crate) msg_type: u16,
     pub flags: u16,
-    pub seq: u32,
+    pub(crate) seq: u32,
     /// `NFPROTO_*`.
     pub family: u8,
     /// Big-endian on the wire; batch begin/end carry `NFNL_SUBSYS_NFTABLES` here.
-    pub res_id: u16,
+    pub(crate) res_id: u16,
 }
 
 impl NfHeader {
@@ -365,13 +355,8 @@ impl NetlinkSocket {
         Ok(s)
     }
 
-    /// The socket's netlink port id (`nlmsg_pid` of replies).
-    pub fn port_id(&self) -> u32 {
-        self.port
-    }
-
     /// Reserves `count` consecutive sequence numbers and returns the first.
-    pub fn next_seq(&mut self, count: u32) -> u32 {
+    pub(crate) fn next_seq(&mut self, count: u32) -> u32 {
         let first = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(count.max(1));
         first
@@ -381,7 +366,7 @@ impl NetlinkSocket {
     /// fails with EMSGSIZE, and replies larger than the receive buffer are dropped (ENOBUFS).
     /// Uses the *FORCE options (root can exceed rmem_max/wmem_max) and falls back to the
     /// plain ones, which the kernel caps.
-    pub fn set_buffers(&mut self, bytes: usize) -> Result<(), SocketError> {
+    pub(crate) fn set_buffers(&mut self, bytes: usize) -> Result<(), SocketError> {
         let value = bytes.min(i32::MAX as usize) as libc::c_int;
         for (force, plain) in [
             (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
@@ -425,7 +410,7 @@ impl NetlinkSocket {
     }
 
     /// Like `recv`, but returns `None` at once when nothing is queued.
-    pub fn try_recv(&mut self) -> Result<Option<Vec<Message>>, SocketError> {
+    pub(crate) fn try_recv(&mut self) -> Result<Option<Vec<Message>>, SocketError> {
         self.recv_flags(libc::MSG_DONTWAIT)
     }
 
@@ -460,7 +445,7 @@ impl NetlinkSocket {
     /// arrival order. Meant for right after sending a batch: the kernel processes a batch
     /// synchronously inside `send`, so all its errors and ACKs are queued when `send` returns.
     /// Callers match `NlError::seq` against the sequence numbers they sent.
-    pub fn batch_replies(&mut self) -> Result<Vec<NlError>, SocketError> {
+    pub(crate) fn batch_replies(&mut self) -> Result<Vec<NlError>, SocketError> {
         let mut out = Vec::new();
         while let Some(msgs) = self.try_recv()? {
             for m in msgs {
@@ -474,7 +459,10 @@ impl NetlinkSocket {
 
     /// Bounds every blocking receive (`None`: wait forever), so a missing reply is an error
     /// instead of a hung daemon.
-    pub fn set_timeout(&self, timeout: Option<std::time::Duration>) -> Result<(), SocketError> {
+    pub(crate) fn set_timeout(
+        &self,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<(), SocketError> {
         use std::os::fd::AsRawFd;
         let tv = timeout.map_or(
             libc::timeval {
@@ -503,31 +491,43 @@ impl NetlinkSocket {
         Ok(())
     }
 
+    /// Sends one request, `header` with `flags` added, and returns the sequence number its
+    /// replies carry.
+    fn send_request(
+        &mut self,
+        header: NfHeader,
+        flags: u16,
+        attrs: &[u8],
+    ) -> Result<u32, SocketError> {
+        let header = NfHeader {
+            flags: header.flags | flags,
+            ..header
+        };
+        let mut out = Vec::new();
+        header.encode(attrs, &mut out);
+        self.send(&out)?;
+        Ok(header.seq)
+    }
+
     /// Sends the dump request `header` (with `NLM_F_DUMP` added) and hands each reply message
     /// to it to `each`, up to NLMSG_DONE; ACKs are skipped and a kernel error fails the dump.
     /// Returns whether the kernel flagged the dump as interrupted (`NLM_F_DUMP_INTR`: what it
     /// walked changed meanwhile), for callers that need a consistent snapshot.
-    pub fn dump_each(
+    pub(crate) fn dump_each(
         &mut self,
         request: &'static str,
         header: NfHeader,
         attrs: &[u8],
         each: impl FnMut(Message),
     ) -> Result<bool, SocketError> {
-        let header = NfHeader {
-            flags: header.flags | NLM_F_DUMP,
-            ..header
-        };
-        let mut out = Vec::new();
-        header.encode(attrs, &mut out);
-        self.send(&out)?;
-        self.read_dump(request, header.seq, each)
+        let seq = self.send_request(header, NLM_F_DUMP, attrs)?;
+        self.read_dump(request, seq, each)
     }
 
     /// Sends a dump request of a protocol other than nfnetlink: `msg_type` with `body` (the
     /// protocol's own header and its attributes, 4-byte padded) after the `nlmsghdr`; then
     /// reads the dump as `dump_each` does.
-    pub fn dump_plain(
+    pub(crate) fn dump_plain(
         &mut self,
         request: &'static str,
         msg_type: u16,
@@ -580,17 +580,11 @@ impl NetlinkSocket {
         header: NfHeader,
         attrs: &[u8],
     ) -> Result<Message, SocketError> {
-        let header = NfHeader {
-            flags: header.flags | NLM_F_ACK,
-            ..header
-        };
-        let mut out = Vec::new();
-        header.encode(attrs, &mut out);
-        self.send(&out)?;
+        let seq = self.send_request(header, NLM_F_ACK, attrs)?;
         let mut reply = None;
         loop {
             for m in self.recv()? {
-                if m.seq != header.seq {
+                if m.seq != seq {
                     continue;
                 }
                 if let Some(err) = m.error()? {
@@ -642,6 +636,9 @@ fn setsockopt_int(sock: &Socket, opt: libc::c_int, value: libc::c_int) -> io::Re
 mod tests {
     use super::*;
 
+    /// `NLM_F_MULTI`: a message of a multi-part answer, as the kernel marks dump replies.
+    const NLM_F_MULTI: u16 = 0x2;
+
     fn nlmsg(msg_type: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
         let mut v = Vec::new();
         v.extend_from_slice(&((NLMSG_HDRLEN + payload.len()) as u32).to_ne_bytes());
@@ -665,7 +662,7 @@ mod tests {
         assert_eq!(msgs.len(), 3);
         assert_eq!(msgs[0].subsys_msg(10), Some(0));
         assert_eq!(msgs[0].subsys_msg(1), None);
-        assert!(msgs[0].is_multi());
+        assert!(msgs[0].flags & NLM_F_MULTI != 0);
         let (family, res_id, attrs) = msgs[0].nfgen().unwrap();
         assert_eq!((family, res_id, attrs), (2, 5, &[1u8][..]));
         let err = msgs[1].error().unwrap().unwrap();

@@ -187,7 +187,7 @@ pub fn plan(current: Option<&Table>, desired: &Table) -> Vec<Op> {
 /// of `desired` into the operations rather than copied: a new table's sets hold nearly all of
 /// its memory, and a cold sync would otherwise hold the cluster's elements twice.
 /// [`return_elements`] puts them back once the operations were sent.
-pub fn plan_lending(current: Option<&Table>, desired: &mut Table) -> Vec<Op> {
+pub(crate) fn plan_lending(current: Option<&Table>, desired: &mut Table) -> Vec<Op> {
     let mut lent: BTreeMap<String, Vec<Element>> = desired
         .sets
         .values_mut()
@@ -206,7 +206,7 @@ pub fn plan_lending(current: Option<&Table>, desired: &mut Table) -> Vec<Op> {
 /// Moves the elements [`plan_lending`] lent to `ops` back into their sets in `tables`. Only
 /// whole-set fills were lent, and their sets were left empty: an `AddElements` of a set that
 /// still holds elements carries copies (added elements of a kept set) and is left alone.
-pub fn return_elements(ops: Vec<Op>, tables: &mut [Table]) {
+pub(crate) fn return_elements(ops: Vec<Op>, tables: &mut [Table]) {
     for op in ops {
         if let Op::AddElements {
             table,

@@ -4,12 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use super::model::{Element, Table};
+use super::model::{Element, MapRef, Rule, Stmt, Table};
 use super::transaction::{Op, TableRef, Transaction};
 
 /// Why the fake refused an operation; mirrors the errno the kernel would return.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// ENOENT: the object or something it refers to does not exist.
     NotFound,
     /// EEXIST: an object of that name exists with a different definition.
@@ -22,7 +22,7 @@ pub enum Refusal {
 #[error("op {op_index} refused ({refusal:?}): {reason}")]
 pub struct FakeError {
     pub op_index: usize,
-    pub refusal: Refusal,
+    pub(crate) refusal: Refusal,
     pub reason: String,
 }
 
@@ -31,6 +31,27 @@ pub struct FakeError {
 pub struct FakeKernel {
     pub tables: BTreeMap<TableRef, Table>,
     next_handle: u64,
+}
+
+/// Chains `rule` can jump or go to (directly or through an anonymous map): the kernel refuses
+/// to delete a chain still referenced and to add a jump to a missing one.
+fn referenced_chains(rule: &Rule) -> Vec<&str> {
+    let mut out = Vec::new();
+    for stmt in &rule.stmts {
+        match stmt {
+            Stmt::Verdict(v) => out.extend(v.target_chain()),
+            Stmt::VMap {
+                map: MapRef::Anonymous(entries),
+                ..
+            }
+            | Stmt::NumgenVMap {
+                map: MapRef::Anonymous(entries),
+                ..
+            } => out.extend(entries.iter().filter_map(|(_, v)| v.target_chain())),
+            _ => {}
+        }
+    }
+    out
 }
 
 fn refuse<T>(refusal: Refusal, reason: String) -> Result<T, (Refusal, String)> {
@@ -238,7 +259,7 @@ impl FakeKernel {
             Op::AddRule { table, chain, rule } => {
                 let handle = self.next_handle;
                 let t = self.table_mut(table)?;
-                for target in rule.referenced_chains() {
+                for target in referenced_chains(rule) {
                     if !t.chains.contains_key(target) {
                         return refuse(
                             Refusal::NotFound,
@@ -290,7 +311,7 @@ fn chain_user(t: &Table, chain: &str) -> Option<String> {
         if c.name != chain
             && c.rules
                 .iter()
-                .any(|r| r.referenced_chains().contains(&chain))
+                .any(|r| referenced_chains(r).contains(&chain))
         {
             return Some(format!("a rule in chain {}", c.name));
         }

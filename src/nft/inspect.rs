@@ -82,7 +82,7 @@ pub fn apply_script(ns: &Netns, script: &str) -> Result<(), InspectError> {
 }
 
 /// Normalises the parsed output of `nft -j list table` (see the module comment).
-pub fn normalize_listing(raw: Value) -> Result<Value, String> {
+pub(crate) fn normalize_listing(raw: Value) -> Result<Value, String> {
     let Value::Object(mut top) = raw else {
         return Err("top level is not an object".into());
     };

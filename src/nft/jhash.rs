@@ -7,7 +7,7 @@
 //! one byte). `jhash` reads that buffer in 32-bit words of the CPU's byte order; this follows a
 //! little-endian kernel, as on x86-64 and arm64.
 
-use super::model::{Selector, Value};
+use super::model::Value;
 
 /// Bob Jenkins' lookup3 `hashlittle`, as the kernel's `jhash(key, length, initval)`.
 pub fn jhash(key: &[u8], initval: u32) -> u32 {
@@ -89,7 +89,7 @@ pub fn scale(hash: u32, modulus: u32) -> u32 {
 
 /// The register image of `values` (one per hashed field): each value in network order,
 /// padded with zeros to 4 bytes. `None` if a value cannot be a hashed field.
-pub fn fields_bytes(values: &[Value]) -> Option<Vec<u8>> {
+pub(crate) fn fields_bytes(values: &[Value]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     for v in values {
         match v {
@@ -109,12 +109,6 @@ pub fn fields_bytes(values: &[Value]) -> Option<Vec<u8>> {
 pub fn draw(values: &[Value], seed: u32, modulus: u32, offset: u32) -> Option<u32> {
     let bytes = fields_bytes(values)?;
     Some(scale(jhash(&bytes, seed), modulus).wrapping_add(offset))
-}
-
-/// Bytes of the register image a hashed field takes (`len` of the kernel's hash expression is
-/// the sum over the fields).
-pub fn field_len(sel: Selector) -> u32 {
-    crate::nft::netlink::lower::selector_len(sel).div_ceil(4) * 4
 }
 
 #[cfg(test)]
@@ -148,7 +142,5 @@ mod tests {
         .unwrap();
         assert_eq!(bytes, vec![10, 0, 0, 1, 0, 80, 0, 0, 6, 0, 0, 0]);
         assert_eq!(fields_bytes(&[Value::Mark(1)]), None);
-        assert_eq!(field_len(Selector::ThSport), 4);
-        assert_eq!(field_len(Selector::Ip6Saddr), 16);
     }
 }

@@ -10,6 +10,6 @@ pub mod jhash;
 pub mod model;
 mod model_ext;
 pub mod netlink;
-pub mod refs;
+mod refs;
 pub mod render;
 pub mod transaction;

@@ -486,7 +486,7 @@ impl Stmt {
     }
 
     /// `left & mask == right`: equality under a mask (`meta mark & 0x4000 == 0`).
-    pub fn match_masked(left: Selector, mask: u32, right: Value) -> Stmt {
+    pub(crate) fn match_masked(left: Selector, mask: u32, right: Value) -> Stmt {
         Stmt::Match {
             left,
             mask: Some(mask),
@@ -496,20 +496,11 @@ impl Stmt {
     }
 
     /// `key @set`: the key is an element of `set`.
-    pub fn in_set(key: Vec<Selector>, set: impl Into<String>) -> Stmt {
+    pub(crate) fn in_set(key: Vec<Selector>, set: impl Into<String>) -> Stmt {
         Stmt::Lookup {
             key,
             set: set.into(),
             negate: false,
-        }
-    }
-
-    /// `key != @set`: the key is not an element of `set`.
-    pub fn not_in_set(key: Vec<Selector>, set: impl Into<String>) -> Stmt {
-        Stmt::Lookup {
-            key,
-            set: set.into(),
-            negate: true,
         }
     }
 
@@ -522,7 +513,7 @@ impl Stmt {
     }
 
     /// `ct state …`: any of the `states` bits is set.
-    pub fn ct_state(states: CtState) -> Stmt {
+    pub(crate) fn ct_state(states: CtState) -> Stmt {
         Stmt::match_eq(Selector::CtState, Value::CtState(states))
     }
 
@@ -578,7 +569,7 @@ impl Set {
     }
 
     /// `flags interval`: elements may be ranges and CIDRs.
-    pub fn with_interval(self) -> Set {
+    pub(crate) fn with_interval(self) -> Set {
         Set {
             interval: true,
             ..self
@@ -586,7 +577,7 @@ impl Set {
     }
 
     /// `flags dynamic`: rules may add elements (`update @set`).
-    pub fn with_dynamic(self) -> Set {
+    pub(crate) fn with_dynamic(self) -> Set {
         Set {
             dynamic: true,
             ..self
@@ -594,7 +585,7 @@ impl Set {
     }
 
     /// `timeout`: elements expire `seconds` after they were added or last updated.
-    pub fn with_timeout(self, seconds: u32) -> Set {
+    pub(crate) fn with_timeout(self, seconds: u32) -> Set {
         Set {
             timeout: Some(seconds),
             ..self

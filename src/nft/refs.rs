@@ -1,12 +1,13 @@
-//! What refers to what inside a table: the chains a rule or element jumps to and the sets a rule
-//! reads. The kernel refuses to delete anything still referenced (EBUSY) and to add a reference to
-//! something missing (ENOENT), so ordering operations and checking a plan both need this.
+//! What refers to what inside a table: the chain a verdict or map element jumps to and the sets
+//! a rule reads. The kernel refuses to delete anything still referenced (EBUSY) and to add a
+//! reference to something missing (ENOENT), so ordering operations and checking a plan both
+//! need this.
 
 use super::model::{Element, MapData, MapRef, Rule, Stmt, Verdict};
 
 impl Verdict {
     /// The chain this verdict transfers control to, if any.
-    pub fn target_chain(&self) -> Option<&str> {
+    pub(crate) fn target_chain(&self) -> Option<&str> {
         match self {
             Verdict::Jump(c) | Verdict::Goto(c) => Some(c),
             _ => None,
@@ -15,14 +16,6 @@ impl Verdict {
 }
 
 impl MapRef {
-    fn chains(&self) -> impl Iterator<Item = &str> {
-        let anon = match self {
-            MapRef::Anonymous(entries) => entries.as_slice(),
-            MapRef::Named(_) => &[],
-        };
-        anon.iter().filter_map(|(_, v)| v.target_chain())
-    }
-
     fn named(&self) -> Option<&str> {
         match self {
             MapRef::Named(n) => Some(n),
@@ -32,21 +25,8 @@ impl MapRef {
 }
 
 impl Rule {
-    /// Chains this rule can jump or go to (directly or through an anonymous map).
-    pub fn referenced_chains(&self) -> Vec<&str> {
-        let mut out = Vec::new();
-        for stmt in &self.stmts {
-            match stmt {
-                Stmt::Verdict(v) => out.extend(v.target_chain()),
-                Stmt::VMap { map, .. } | Stmt::NumgenVMap { map, .. } => out.extend(map.chains()),
-                _ => {}
-            }
-        }
-        out
-    }
-
     /// Named sets and maps this rule reads or updates.
-    pub fn referenced_sets(&self) -> Vec<&str> {
+    pub(crate) fn referenced_sets(&self) -> Vec<&str> {
         let mut out = Vec::new();
         for stmt in &self.stmts {
             match stmt {

@@ -107,7 +107,7 @@ impl Nftables {
     }
 
     /// The runtime elements of dynamic set `set` of table `name` (see `dump::dynamic_elements`).
-    pub fn dynamic_elements(
+    pub(crate) fn dynamic_elements(
         &mut self,
         family: Family,
         name: &str,

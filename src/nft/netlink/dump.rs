@@ -62,7 +62,7 @@ fn dec(stage: &'static str) -> impl Fn(DecodeError) -> DumpError {
     move |source| DumpError::Decode { stage, source }
 }
 
-pub fn nfproto(family: Family) -> u8 {
+pub(crate) fn nfproto(family: Family) -> u8 {
     match family {
         Family::Ip => NFPROTO_IPV4,
         Family::Ip6 => NFPROTO_IPV6,
@@ -251,7 +251,7 @@ pub fn canonicalize_elements(elements: &mut [Element]) {
 }
 
 /// [`canonical`] of a table that is given away, rewritten in place.
-pub fn canonicalized(mut t: Table) -> Table {
+pub(crate) fn canonicalized(mut t: Table) -> Table {
     let family = t.family;
     // Rewritten only where it changes: most comments already read as the kernel keeps them.
     let stored = |c: &mut Option<String>| {
@@ -315,7 +315,7 @@ fn addr_version(stmt: &Stmt) -> Option<u8> {
 /// The elements a dynamic set holds right now (rules add them; `dump_table` leaves them out as
 /// runtime state), each with the time left before the kernel removes it. `set` is the set as
 /// `dump_table` returned it (its key types); interval sets are not supported here.
-pub fn dynamic_elements(
+pub(crate) fn dynamic_elements(
     sock: &mut NetlinkSocket,
     family: Family,
     table: &str,
@@ -368,7 +368,7 @@ fn set_elements(
 }
 
 /// Turns a kernel set and its raw elements into a model `Set`.
-pub fn build_set(raw: &RawSet, elems: Vec<RawElem>) -> Result<Set, DumpError> {
+pub(crate) fn build_set(raw: &RawSet, elems: Vec<RawElem>) -> Result<Set, DumpError> {
     let fail = |reason: String| DumpError::Set {
         set: raw.name.clone(),
         reason,

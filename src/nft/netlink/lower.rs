@@ -17,26 +17,26 @@ use crate::nft::model::{
 
 /// An anonymous constant map a rule owns; created in the same batch, right before the rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AnonMap {
+pub(crate) struct AnonMap {
     /// The placeholder the rule's lookup names (`__anonN`, N counting within the rule).
-    pub placeholder: String,
-    pub key: Vec<DataType>,
-    pub elements: Vec<(Vec<Value>, Verdict)>,
+    pub(crate) placeholder: String,
+    pub(crate) key: Vec<DataType>,
+    pub(crate) elements: Vec<(Vec<Value>, Verdict)>,
 }
 
 /// A rule's expressions plus the anonymous maps they look up.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Lowered {
-    pub exprs: Vec<Expr>,
-    pub anon: Vec<AnonMap>,
+pub(crate) struct Lowered {
+    pub(crate) exprs: Vec<Expr>,
+    pub(crate) anon: Vec<AnonMap>,
 }
 
 /// A statement the kernel cannot be given (e.g. an IPv6 DNAT target in an `ip` table).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("statement `{stmt}` cannot be encoded: {reason}")]
 pub struct LowerError {
-    pub stmt: String,
-    pub reason: String,
+    pub(crate) stmt: String,
+    pub(crate) reason: String,
 }
 
 /// The lookup of the key in reg 1 in `map`, and the `nat` expression translating to the
@@ -67,7 +67,7 @@ fn dnat_via_map(map: &str, proto: u8, with_max: bool) -> [Expr; 2] {
 }
 
 /// nft's register name for 32-bit unit `unit` (1-based).
-pub fn put_register(unit: u32) -> u32 {
+pub(crate) fn put_register(unit: u32) -> u32 {
     let r = unit - 1;
     if r.is_multiple_of(4) {
         NFT_REG_1 + r / 4
@@ -85,12 +85,12 @@ fn units(len: u32) -> u32 {
 }
 
 /// Bytes a selector loads.
-pub fn selector_len(sel: Selector) -> u32 {
+pub(crate) fn selector_len(sel: Selector) -> u32 {
     super::lift::full_len(sel)
 }
 
 /// The set key type of a selector, for anonymous maps keyed by it.
-pub fn selector_type(sel: Selector) -> DataType {
+pub(crate) fn selector_type(sel: Selector) -> DataType {
     match sel {
         Selector::IpSaddr | Selector::IpDaddr => DataType::Ipv4Addr,
         Selector::Ip6Saddr | Selector::Ip6Daddr => DataType::Ipv6Addr,
@@ -164,7 +164,7 @@ fn load(sel: Selector, len: u32, unit: u32) -> Expr {
 
 /// The register bytes of a value (network order for addresses and ports, host order for
 /// marks, numgen results, conntrack state and address types).
-pub fn value_bytes(v: &Value) -> Vec<u8> {
+pub(crate) fn value_bytes(v: &Value) -> Vec<u8> {
     match v {
         Value::Ipv4(a) => a.octets().to_vec(),
         Value::Ipv6(a) => a.octets().to_vec(),
@@ -198,7 +198,7 @@ pub fn value_bytes(v: &Value) -> Vec<u8> {
 }
 
 /// A set key: each field's bytes padded to 4 (a lone field is not padded).
-pub fn key_bytes(values: &[Value]) -> Vec<u8> {
+pub(crate) fn key_bytes(values: &[Value]) -> Vec<u8> {
     if values.len() == 1 {
         return value_bytes(&values[0]);
     }
@@ -335,6 +335,40 @@ impl Lowerer<'_> {
         }
     }
 
+    /// `numgen random mod modulus offset offset` into `dreg`.
+    fn random(&mut self, dreg: u32, modulus: u32, offset: u32) {
+        self.out.exprs.push(Expr::Numgen {
+            dreg,
+            modulus,
+            kind: NFT_NG_RANDOM,
+            offset,
+        });
+    }
+
+    /// The verdict `set` maps the key in `sreg` to.
+    fn verdict_lookup(&mut self, set: String, sreg: u32) {
+        self.out.exprs.push(Expr::Lookup {
+            set,
+            sreg,
+            dreg: Some(NFT_REG_VERDICT),
+            inverted: false,
+        });
+    }
+
+    /// `dnat to … map @map` of the number a draw left in register 1: the map's interval keys
+    /// are big-endian, as nft converts the number.
+    fn dnat_via_drawn_number(&mut self, map: &str, proto: u8) {
+        let r1 = put_register(1);
+        self.out.exprs.push(Expr::Byteorder {
+            sreg: r1,
+            dreg: r1,
+            op: NFT_BYTEORDER_HTON,
+            len: 4,
+            size: 4,
+        });
+        self.out.exprs.extend(dnat_via_map(map, proto, true));
+    }
+
     fn stmt(&mut self, stmt: &Stmt) -> Result<(), LowerError> {
         let r1 = put_register(1);
         match stmt {
@@ -360,35 +394,15 @@ impl Lowerer<'_> {
                 };
                 let sreg = self.load_key(key, named);
                 let set = self.map(map, key.iter().map(|s| selector_type(*s)).collect());
-                self.out.exprs.push(Expr::Lookup {
-                    set,
-                    sreg,
-                    dreg: Some(NFT_REG_VERDICT),
-                    inverted: false,
-                });
+                self.verdict_lookup(set, sreg);
             }
             Stmt::NumgenVMap { modulus, map } => {
-                self.out.exprs.push(Expr::Numgen {
-                    dreg: r1,
-                    modulus: *modulus,
-                    kind: NFT_NG_RANDOM,
-                    offset: 0,
-                });
+                self.random(r1, *modulus, 0);
                 let set = self.map(map, vec![DataType::Integer]);
-                self.out.exprs.push(Expr::Lookup {
-                    set,
-                    sreg: r1,
-                    dreg: Some(NFT_REG_VERDICT),
-                    inverted: false,
-                });
+                self.verdict_lookup(set, r1);
             }
             Stmt::NumgenIs { modulus, value } => {
-                self.out.exprs.push(Expr::Numgen {
-                    dreg: r1,
-                    modulus: *modulus,
-                    kind: NFT_NG_RANDOM,
-                    offset: 0,
-                });
+                self.random(r1, *modulus, 0);
                 // numgen writes a host-endian integer, and nft compares it as one.
                 self.out.exprs.push(Expr::Cmp {
                     sreg: r1,
@@ -402,21 +416,8 @@ impl Lowerer<'_> {
                 map,
             } => {
                 let proto = self.dnat_family(stmt)?;
-                self.out.exprs.push(Expr::Numgen {
-                    dreg: r1,
-                    modulus: *modulus,
-                    kind: NFT_NG_RANDOM,
-                    offset: *offset,
-                });
-                // The map's interval keys are big-endian, as nft converts the number.
-                self.out.exprs.push(Expr::Byteorder {
-                    sreg: r1,
-                    dreg: r1,
-                    op: NFT_BYTEORDER_HTON,
-                    len: 4,
-                    size: 4,
-                });
-                self.out.exprs.extend(dnat_via_map(map, proto, true));
+                self.random(r1, *modulus, *offset);
+                self.dnat_via_drawn_number(map, proto);
             }
             Stmt::DnatHashMap {
                 fields,
@@ -445,24 +446,12 @@ impl Lowerer<'_> {
                     offset: *offset,
                     kind: NFT_HASH_JENKINS,
                 });
-                self.out.exprs.push(Expr::Byteorder {
-                    sreg: r1,
-                    dreg: r1,
-                    op: NFT_BYTEORDER_HTON,
-                    len: 4,
-                    size: 4,
-                });
-                self.out.exprs.extend(dnat_via_map(map, proto, true));
+                self.dnat_via_drawn_number(map, proto);
             }
             Stmt::DnatSlotMap { key, modulus, map } => {
                 let proto = self.dnat_family(stmt)?;
                 let unit = self.load_key_end(key, Some(map));
-                self.out.exprs.push(Expr::Numgen {
-                    dreg: put_register(unit),
-                    modulus: *modulus,
-                    kind: NFT_NG_RANDOM,
-                    offset: 0,
-                });
+                self.random(put_register(unit), *modulus, 0);
                 self.out.exprs.extend(dnat_via_map(map, proto, false));
             }
             Stmt::DnatMap { key, map } => {
@@ -691,7 +680,7 @@ const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 0x2;
 const NF_NAT_RANGE_PROTO_RANDOM_FULLY: u32 = 0x10;
 
 /// Lowers one rule's statements.
-pub fn lower_rule(
+pub(crate) fn lower_rule(
     family: Family,
     stmts: &[Stmt],
     concat_intervals: &BTreeSet<&str>,

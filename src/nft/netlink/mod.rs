@@ -3,16 +3,19 @@
 
 pub mod apply;
 pub mod decode;
-pub mod dump;
-pub mod encode;
+pub(crate) mod dump;
+mod encode;
 pub mod lift;
-pub mod lower;
+pub(crate) mod lower;
 pub mod requests;
 pub mod sys;
 
 pub use crate::netlink::{NetlinkSocket, SocketError};
 pub use apply::{ApplyError, ApplyStats, Nftables};
-pub use dump::{DumpError, canonical, canonicalize_elements, canonicalized, dump_table};
+pub(crate) use dump::{canonicalize_elements, canonicalized};
+pub use dump::{DumpError, canonical, dump_table};
+pub use encode::EncodeError;
+pub use lower::LowerError;
 pub use requests::generation;
 
 #[cfg(test)]

@@ -32,12 +32,13 @@ mod table;
 #[cfg(test)]
 mod tests;
 
-pub use op::{render_op, render_op_with_maps, render_transaction, render_transaction_with_maps};
-pub use stmt::{render_rule, render_stmt};
-pub use table::{render_element, render_table};
+pub use op::{render_op, render_transaction, render_transaction_with_maps};
+pub use stmt::render_rule;
+pub(crate) use table::render_element;
+pub use table::render_table;
 
 /// nft's limit on comment length in bytes (`NFTNL_UDATA_COMMENT_MAXLEN`).
-pub const COMMENT_MAX_BYTES: usize = 128;
+pub(crate) const COMMENT_MAX_BYTES: usize = 128;
 
 /// The family keyword as nft spells it.
 pub fn family_keyword(family: Family) -> &'static str {

@@ -37,7 +37,7 @@ pub fn render_op(op: &Op) -> String {
 
 /// Like `render_op`, with `is_map(table, name)` telling whether a set name is a map (only
 /// `FlushSet` needs it: nft rejects `flush set` on a map and `flush map` on a set).
-pub fn render_op_with_maps(op: &Op, is_map: &dyn Fn(&TableRef, &str) -> bool) -> String {
+pub(crate) fn render_op_with_maps(op: &Op, is_map: &dyn Fn(&TableRef, &str) -> bool) -> String {
     match op {
         Op::AddTable { table, comment } => match comment {
             Some(c) => format!(

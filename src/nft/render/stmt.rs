@@ -37,6 +37,15 @@ fn render_map_ref(map: &MapRef, integer_keys: bool) -> String {
     }
 }
 
+/// The ` offset N` of a number draw; nft lists `offset 0` as nothing.
+fn offset_suffix(offset: u32) -> String {
+    if offset == 0 {
+        String::new()
+    } else {
+        format!(" offset {offset}")
+    }
+}
+
 /// The family keyword of a `dnat … to … map`: the map's data says nothing of it, the table's
 /// family does.
 fn dnat_map_family(family: Option<Family>) -> &'static str {
@@ -79,7 +88,7 @@ fn render_reject(family: Option<Family>, kind: RejectKind) -> String {
 /// One statement in the syntax of a table of `family`. Only `dnat` and `reject with icmp…`
 /// depend on the family; `Display` uses the family-free spelling (valid in ip/ip6 for dnat and
 /// in inet for `icmpx`).
-pub fn render_stmt(stmt: &Stmt, family: Option<Family>) -> String {
+pub(crate) fn render_stmt(stmt: &Stmt, family: Option<Family>) -> String {
     match stmt {
         Stmt::Match {
             left,
@@ -125,14 +134,9 @@ pub fn render_stmt(stmt: &Stmt, family: Option<Family>) -> String {
             offset,
             map,
         } => {
-            // The map's data (`address . port`) tells nft to translate both; nft lists
-            // `offset 0` as nothing.
+            // The map's data (`address . port`) tells nft to translate both.
             let ip = dnat_map_family(family);
-            let offset = if *offset == 0 {
-                String::new()
-            } else {
-                format!(" offset {offset}")
-            };
+            let offset = offset_suffix(*offset);
             format!("dnat {ip} to numgen random mod {modulus}{offset} map @{map}")
         }
         Stmt::DnatHashMap {
@@ -142,11 +146,7 @@ pub fn render_stmt(stmt: &Stmt, family: Option<Family>) -> String {
             offset,
             map,
         } => {
-            let offset = if *offset == 0 {
-                String::new()
-            } else {
-                format!(" offset {offset}")
-            };
+            let offset = offset_suffix(*offset);
             format!(
                 "dnat {} to jhash {} mod {modulus} seed 0x{seed:x}{offset} map @{map}",
                 dnat_map_family(family),

@@ -116,7 +116,7 @@ pub(super) fn set_decl_lines(set: &Set) -> Vec<String> {
 }
 
 /// One element: `key . key [comment "…"] [: verdict]`.
-pub fn render_element(e: &Element) -> String {
+pub(crate) fn render_element(e: &Element) -> String {
     render_element_in(e, false)
 }
 

@@ -1,5 +1,6 @@
 //! The renderer's output, golden text for each statement, declaration and operation.
 
+use super::stmt::render_stmt;
 use super::*;
 use crate::nft::model::Chain;
 use std::collections::BTreeMap;

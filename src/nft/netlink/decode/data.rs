@@ -6,7 +6,7 @@ use super::*;
 
 /// nft's datatype ids (src/datatype.h `enum datatypes`), concatenations being
 /// `(a << 6) | b` folded left (TYPE_BITS = 6).
-pub fn data_types(what: &str, id: u32) -> Result<Vec<DataType>, DecodeError> {
+pub(crate) fn data_types(what: &str, id: u32) -> Result<Vec<DataType>, DecodeError> {
     let mut out = Vec::new();
     let mut rest = id;
     while rest != 0 {
@@ -40,7 +40,7 @@ pub fn data_types(what: &str, id: u32) -> Result<Vec<DataType>, DecodeError> {
 }
 
 /// Key bytes one field of this type occupies in a register or set key (before 4-byte padding).
-pub fn type_len(t: DataType) -> usize {
+pub(crate) fn type_len(t: DataType) -> usize {
     match t {
         DataType::Ipv4Addr | DataType::Mark | DataType::Integer => 4,
         DataType::Ipv6Addr | DataType::IfName => 16,

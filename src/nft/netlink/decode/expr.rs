@@ -6,7 +6,7 @@ use super::*;
 
 /// One kernel expression, as listed by `nft --debug=netlink`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Expr {
+pub(crate) enum Expr {
     Payload {
         base: u32,
         offset: u32,
@@ -207,7 +207,7 @@ pub struct RawRule {
     pub table: String,
     pub chain: String,
     pub handle: u64,
-    pub exprs: Vec<Expr>,
+    pub(crate) exprs: Vec<Expr>,
     pub comment: Option<String>,
 }
 

@@ -13,8 +13,10 @@ use crate::nft::model::{BaseChain, ChainType, DataType, Hook, Policy, Value, Ver
 mod data;
 mod expr;
 
-pub use data::{RawData, data, data_types, ifname, type_len, value};
-pub use expr::{Expr, RawRule, rule};
+pub use data::{RawData, data, ifname, value};
+pub(crate) use data::{data_types, type_len};
+pub(crate) use expr::Expr;
+pub use expr::{RawRule, rule};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -46,7 +48,7 @@ fn at<T>(what: &'static str, r: Result<T, AttrError>) -> Result<T, DecodeError> 
 
 /// A comment from libnftnl userdata: TLVs of (u8 type, u8 len, value), the comment being a
 /// NUL-terminated string under `kind` (0 for tables, chains, rules and elements; 7 for sets).
-pub fn udata_comment(udata: &[u8], kind: u8) -> Option<String> {
+pub(crate) fn udata_comment(udata: &[u8], kind: u8) -> Option<String> {
     let mut i = 0;
     while i + 2 <= udata.len() {
         let (t, len) = (udata[i], udata[i + 1] as usize);
@@ -61,7 +63,7 @@ pub fn udata_comment(udata: &[u8], kind: u8) -> Option<String> {
 }
 
 /// Whether libnftnl userdata holds a TLV of `kind` at its top level.
-pub fn udata_has(udata: &[u8], kind: u8) -> bool {
+pub(crate) fn udata_has(udata: &[u8], kind: u8) -> bool {
     let mut i = 0;
     while i + 2 <= udata.len() {
         let (t, len) = (udata[i], udata[i + 1] as usize);
@@ -73,12 +75,12 @@ pub fn udata_has(udata: &[u8], kind: u8) -> bool {
     false
 }
 
-pub const UDATA_TABLE_COMMENT: u8 = 0;
-pub const UDATA_CHAIN_COMMENT: u8 = 0;
-pub const UDATA_RULE_COMMENT: u8 = 0;
-pub const UDATA_SET_COMMENT: u8 = 7;
-pub const UDATA_SET_KEY_TYPEOF: u8 = 3;
-pub const UDATA_SET_ELEM_COMMENT: u8 = 0;
+pub(crate) const UDATA_TABLE_COMMENT: u8 = 0;
+pub(crate) const UDATA_CHAIN_COMMENT: u8 = 0;
+pub(crate) const UDATA_RULE_COMMENT: u8 = 0;
+pub(crate) const UDATA_SET_COMMENT: u8 = 7;
+pub(crate) const UDATA_SET_KEY_TYPEOF: u8 = 3;
+pub(crate) const UDATA_SET_ELEM_COMMENT: u8 = 0;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawTable {
@@ -199,20 +201,20 @@ pub struct RawSet {
     pub table: String,
     pub name: String,
     pub flags: u32,
-    pub key_type: u32,
-    pub key_len: u32,
-    pub data_type: Option<u32>,
-    pub timeout_ms: Option<u64>,
+    pub(crate) key_type: u32,
+    pub(crate) key_len: u32,
+    pub(crate) data_type: Option<u32>,
+    pub(crate) timeout_ms: Option<u64>,
     /// Per-field key lengths from NFTA_SET_DESC_CONCAT (empty for a single-field key).
-    pub field_lens: Vec<u32>,
+    pub(crate) field_lens: Vec<u32>,
     pub comment: Option<String>,
     /// Whether the userdata describes the key with `typeof` expressions, which nft needs to
     /// list a plain integer key as something it can read back.
-    pub key_typeof: bool,
+    pub(crate) key_typeof: bool,
 }
 
 impl RawSet {
-    pub fn is_anonymous(&self) -> bool {
+    pub(crate) fn is_anonymous(&self) -> bool {
         self.flags & NFT_SET_ANONYMOUS != 0
     }
 }

@@ -301,7 +301,11 @@ fn ip_expected() -> Table {
                     Stmt::Reject(RejectKind::Default),
                 ]),
                 Rule::new(vec![
-                    Stmt::not_in_set(vec![IpDaddr], "cluster-ips"),
+                    Stmt::Lookup {
+                        key: vec![IpDaddr],
+                        set: "cluster-ips".into(),
+                        negate: true,
+                    },
                     Stmt::Verdict(Verdict::Drop),
                 ]),
                 Rule::new(vec![
@@ -364,7 +368,11 @@ fn ip_expected() -> Table {
             None,
             vec![Rule::new(vec![
                 Stmt::match_eq(IpDaddr, Value::Ipv4(v4("192.0.2.1"))),
-                Stmt::not_in_set(vec![IpSaddr], "cidrs"),
+                Stmt::Lookup {
+                    key: vec![IpSaddr],
+                    set: "cidrs".into(),
+                    negate: true,
+                },
                 Stmt::Verdict(Verdict::Drop),
             ])],
         ),

@@ -22,11 +22,11 @@ use set::{anon_map_messages, element_messages, set_attrs};
 
 /// One netlink message to send: nf_tables message type, netlink flags, family, attributes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Msg {
-    pub msg: u16,
-    pub flags: u16,
-    pub family: u8,
-    pub attrs: Vec<u8>,
+pub(crate) struct Msg {
+    pub(crate) msg: u16,
+    pub(crate) flags: u16,
+    pub(crate) family: u8,
+    pub(crate) attrs: Vec<u8>,
 }
 
 const NLM_F_CREATE: u16 = crate::netlink::socket::NLM_F_CREATE;
@@ -67,7 +67,7 @@ fn data_value(w: &mut AttrWriter, kind: u16, bytes: &[u8]) {
 /// Encodes the operations of one batch: hands out set ids (anonymous maps are referred to by
 /// id) and knows which sets are interval sets, whose elements are ranges on the wire.
 #[derive(Debug, Default)]
-pub struct Encoder {
+pub(crate) struct Encoder {
     next_set_id: u32,
     /// Interval sets and the number of fields of their keys.
     interval_sets: BTreeMap<(TableRef, String), usize>,
@@ -85,7 +85,7 @@ pub enum EncodeError {
 impl Encoder {
     /// `interval_sets`: interval sets that exist before this batch (created ones are learned
     /// from the batch's own `AddSet` operations).
-    pub fn new(interval_sets: BTreeMap<(TableRef, String), usize>) -> Self {
+    pub(crate) fn new(interval_sets: BTreeMap<(TableRef, String), usize>) -> Self {
         Encoder {
             next_set_id: 1,
             interval_sets,
@@ -99,7 +99,7 @@ impl Encoder {
     }
 
     /// The messages of one operation, in order.
-    pub fn op(&mut self, op: &Op) -> Result<Vec<Msg>, EncodeError> {
+    pub(crate) fn op(&mut self, op: &Op) -> Result<Vec<Msg>, EncodeError> {
         let fam = |t: &TableRef| nfproto(t.family);
         let msg = |msg, flags, t: &TableRef, w: AttrWriter| Msg {
             msg,

@@ -19,7 +19,7 @@ mod actions;
 mod matches;
 mod values;
 
-pub use values::full_len;
+pub(crate) use values::full_len;
 use values::{is_addr, map_ref, ne32, prefix_len, prefix_value, selector_value};
 
 /// An expression sequence with no model equivalent.

@@ -22,7 +22,7 @@ pub(super) fn is_addr(sel: Selector) -> bool {
 }
 
 /// Bytes a selector occupies in a register.
-pub fn full_len(sel: Selector) -> u32 {
+pub(crate) fn full_len(sel: Selector) -> u32 {
     match sel {
         Selector::IpSaddr | Selector::IpDaddr => 4,
         Selector::Ip6Saddr | Selector::Ip6Daddr => 16,
