@@ -112,7 +112,7 @@ pub struct SyncReport {
     pub ops: usize,
     pub bytes: usize,
     /// Time spent sending the transaction and waiting for the kernel's answer.
-    pub(crate) kernel_time: Duration,
+    pub kernel_time: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -321,7 +321,7 @@ impl<K: Kernel> Syncer<K> {
     /// transaction guarded by the generation of our last commit. `Ok(None)`: the kernel cannot
     /// be trusted to hold the `before` parts (nothing committed yet, a failure since, or another
     /// program committed in between); the caller then plans whole and calls `sync`.
-    pub(crate) fn sync_changes(
+    pub fn sync_changes(
         &mut self,
         changes: Vec<TableChange>,
     ) -> Result<Option<SyncReport>, SyncError> {

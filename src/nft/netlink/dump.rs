@@ -242,7 +242,7 @@ pub fn canonical(t: &Table) -> Table {
 
 /// Elements as the kernel stores them (their comments sanitized), as [`canonicalized`] makes
 /// a table's.
-pub fn canonicalize_elements(elements: &mut [Element]) {
+pub(crate) fn canonicalize_elements(elements: &mut [Element]) {
     for e in elements {
         if let Some(text) = &mut e.comment {
             *text = crate::nft::render::sanitize_comment(text);

@@ -12,8 +12,8 @@ pub mod sys;
 
 pub use crate::netlink::{NetlinkSocket, SocketError};
 pub use apply::{ApplyError, ApplyStats, Nftables};
-pub(crate) use dump::{canonicalize_elements, canonicalized};
 pub use dump::{DumpError, canonical, dump_table};
+pub(crate) use dump::{canonicalize_elements, canonicalized};
 pub use encode::EncodeError;
 pub use lower::LowerError;
 pub use requests::generation;

@@ -21,7 +21,6 @@ impl Fragment {
     }
 
     /// The elements this fragment puts in `set`.
-    #[cfg(test)]
     pub(crate) fn elements_of(&self, set: &str) -> &[Element] {
         self.elements
             .iter()
