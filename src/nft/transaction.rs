@@ -80,6 +80,28 @@ pub enum Op {
     },
 }
 
+impl Op {
+    /// This op with its elements from `fill(table, set)`, if it is an `AddElements` that
+    /// carries none (a set filled as the batch is encoded).
+    pub(crate) fn with_filled_elements(
+        &self,
+        fill: &mut dyn FnMut(&TableRef, &str) -> Vec<Element>,
+    ) -> Option<Op> {
+        match self {
+            Op::AddElements {
+                table,
+                set,
+                elements,
+            } if elements.is_empty() => Some(Op::AddElements {
+                table: table.clone(),
+                set: set.clone(),
+                elements: fill(table, set),
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// An ordered batch of operations. Applying it is all-or-nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Transaction {

@@ -13,7 +13,7 @@ use crate::nft::netlink::apply::Fill;
 use crate::nft::netlink::{
     ApplyError, ApplyStats, DumpError, Nftables, canonicalize_elements, canonicalized,
 };
-use crate::nft::transaction::{Op, SetElements, TableRef, Transaction};
+use crate::nft::transaction::{SetElements, TableRef, Transaction};
 use std::time::{Duration, Instant};
 
 use super::{Observed, creation_transaction, reconcile_transaction_lending, return_elements};
@@ -34,14 +34,8 @@ pub trait Kernel {
     fn apply_filling(&mut self, tx: &Transaction, fill: Fill<'_>) -> Result<usize, KernelError> {
         let mut tx = tx.clone();
         for op in &mut tx.ops {
-            if let Op::AddElements {
-                table,
-                set,
-                elements,
-            } = op
-                && elements.is_empty()
-            {
-                *elements = fill(table, set);
+            if let Some(filled) = op.with_filled_elements(fill) {
+                *op = filled;
             }
         }
         self.apply(&tx)

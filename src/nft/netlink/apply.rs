@@ -223,21 +223,7 @@ pub type Fill<'a> = &'a mut dyn FnMut(&TableRef, &str) -> Vec<Element>;
 
 /// `op` with its elements from `fill`, if it is an `AddElements` that carries none.
 fn filled(op: &Op, fill: &mut Option<Fill<'_>>) -> Option<Op> {
-    match (op, fill) {
-        (
-            Op::AddElements {
-                table,
-                set,
-                elements,
-            },
-            Some(fill),
-        ) if elements.is_empty() => Some(Op::AddElements {
-            table: table.clone(),
-            set: set.clone(),
-            elements: fill(table, set),
-        }),
-        _ => None,
-    }
+    op.with_filled_elements(fill.as_mut()?)
 }
 
 /// Encodes `tx` as the batch `apply` would send, without sending it: its size, and the
