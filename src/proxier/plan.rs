@@ -91,8 +91,8 @@ impl Planner {
     }
 
     /// Plans `state` whole and returns its tables with every set declared but empty: a set's
-    /// elements come from `set_elements`, one set at a time, so a cold sync need not hold the
-    /// whole cluster's elements unpacked at once.
+    /// elements come from `SetElements::elements`, unpacked one at a time, so a cold sync need
+    /// not hold the whole cluster's elements unpacked at once.
     pub fn plan_without_elements(
         &mut self,
         state: &ClusterState,
@@ -259,7 +259,7 @@ impl Planner {
     }
 }
 
-/// The tables as last planned, one set's elements at a time (`plan_without_elements`).
+/// The tables as last planned, their elements one at a time (`plan_without_elements`).
 impl SetElements for Planner {
     /// The sets of the `family` table as last planned that hold elements.
     fn sets_with_elements(&self, family: Family) -> BTreeSet<String> {

@@ -29,8 +29,8 @@ pub trait Kernel {
     /// Applies `tx` atomically; returns the bytes sent.
     fn apply(&mut self, tx: &Transaction) -> Result<usize, KernelError>;
     /// [`apply`](Self::apply), with the elements of each `AddElements` that carries none
-    /// taken from `fill`. This default fills them all first; `Nftables` fills each while it
-    /// encodes, holding one set's elements at a time.
+    /// taken from `fill`. This default fills them all first; `Nftables` encodes each element
+    /// as `fill` produces it, holding one at a time.
     fn apply_filling(&mut self, tx: &Transaction, fill: Fill<'_>) -> Result<usize, KernelError> {
         let mut tx = tx.clone();
         for op in &mut tx.ops {
