@@ -485,7 +485,7 @@ impl SyncLoop {
             .unwrap_or_default();
         self.planner.reset(blocks);
         // The planner holds the tables' elements packed, service by service: they are unpacked
-        // one set at a time as the sync needs them.
+        // one at a time as the sync encodes them.
         let tables = self.planner.plan_without_elements(&self.live.state, proxy);
         let planner = &self.planner;
         tokio::task::block_in_place(|| self.syncer.sync_filling(tables, planner, full))

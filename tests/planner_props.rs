@@ -15,7 +15,8 @@ use kubenft::cluster::{ClusterState, LiveState};
 use kubenft::nft::diff::TableChange;
 use kubenft::nft::fake::FakeKernel;
 use kubenft::nft::model::{Chain, Element, Table};
-use kubenft::nft::transaction::{Op, SetElements, Transaction};
+use kubenft::nft::netlink::apply::batch_bytes;
+use kubenft::nft::transaction::{ElementStream, Op, SetElements, TableRef, Transaction};
 use kubenft::proxier::{Planner, ProxyConfig, ServiceRef, build, build_after};
 use kubenft::source::store::{Change, ClusterStore};
 use kubenft::sync::creation_transaction;
@@ -330,7 +331,7 @@ proptest! {
     }
 
     #[test]
-    fn a_plan_handed_out_set_by_set_is_the_whole_plan_and_is_created_by_the_same_operations(
+    fn a_plan_handed_out_set_by_set_is_the_whole_plan_and_is_created_by_the_same_batch(
         (services, slices) in cluster()
     ) {
         let node = node();
@@ -343,19 +344,26 @@ proptest! {
         for t in &mut filled {
             for s in t.sets.values_mut() {
                 prop_assert!(s.elements.is_empty());
-                s.elements = planner.elements(t.family, &s.name);
+                s.elements = planner.elements(t.family, &s.name).collect();
             }
         }
         prop_assert_eq!(&filled, &whole);
-        let mut created =
+        let unfilled =
             creation_transaction(&heads, |t| planner.sets_with_elements(t.family), None);
+        let mut fill =
+            |t: &TableRef, set: &str| -> ElementStream<'_> { planner.elements(t.family, set) };
+        let streamed = batch_bytes(&unfilled, Some(&mut fill)).map_err(|e| e.to_string());
+        let mut created = unfilled;
         for op in &mut created.ops {
             if let Op::AddElements { table, set, elements } = op {
                 prop_assert!(elements.is_empty());
-                *elements = planner.elements(table.family, set);
+                *elements = planner.elements(table.family, set).collect();
             }
         }
-        prop_assert_eq!(created, kubenft::sync::reconcile_transaction(&[], &whole, None));
+        let whole_tx = kubenft::sync::reconcile_transaction(&[], &whole, None);
+        let whole_batch = batch_bytes(&whole_tx, None).map_err(|e| e.to_string());
+        prop_assert!(streamed == whole_batch, "the streamed batch differs");
+        prop_assert_eq!(created, whole_tx);
     }
 
     #[test]

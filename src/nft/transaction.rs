@@ -81,24 +81,31 @@ pub enum Op {
 }
 
 impl Op {
-    /// This op with its elements from `fill(table, set)`, if it is an `AddElements` that
-    /// carries none (a set filled as the batch is encoded).
-    pub(crate) fn with_filled_elements(
-        &self,
-        fill: &mut dyn FnMut(&TableRef, &str) -> Vec<Element>,
-    ) -> Option<Op> {
+    /// The table and set of an `AddElements` that carries no elements: a set filled as the
+    /// batch is encoded.
+    pub(crate) fn unfilled_elements(&self) -> Option<(&TableRef, &str)> {
         match self {
             Op::AddElements {
                 table,
                 set,
                 elements,
-            } if elements.is_empty() => Some(Op::AddElements {
-                table: table.clone(),
-                set: set.clone(),
-                elements: fill(table, set),
-            }),
+            } if elements.is_empty() => Some((table, set)),
             _ => None,
         }
+    }
+
+    /// This op with its elements from `fill(table, set)`, if it is an `AddElements` that
+    /// carries none.
+    pub(crate) fn with_filled_elements<'a>(
+        &self,
+        fill: &mut dyn FnMut(&TableRef, &str) -> ElementStream<'a>,
+    ) -> Option<Op> {
+        let (table, set) = self.unfilled_elements()?;
+        Some(Op::AddElements {
+            table: table.clone(),
+            set: set.to_owned(),
+            elements: fill(table, set).collect(),
+        })
     }
 }
 
@@ -111,11 +118,14 @@ pub struct Transaction {
     pub expected_generation: Option<u32>,
 }
 
-/// The elements of desired tables' sets, handed out one set at a time, for a sync that need
-/// not hold them all at once (`Syncer::sync_filling`).
+/// A set's elements, produced one at a time, sorted as a `Table` holds them.
+pub type ElementStream<'a> = Box<dyn Iterator<Item = Element> + 'a>;
+
+/// The elements of desired tables' sets, handed out one at a time, for a sync that need not
+/// hold them all at once (`Syncer::sync_filling`).
 pub trait SetElements {
     /// The sets of the `family` table that hold elements.
     fn sets_with_elements(&self, family: Family) -> BTreeSet<String>;
     /// The elements of `set` in the `family` table, sorted as a `Table` holds them.
-    fn elements(&self, family: Family, set: &str) -> Vec<Element>;
+    fn elements(&self, family: Family, set: &str) -> ElementStream<'_>;
 }

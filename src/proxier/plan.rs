@@ -19,16 +19,16 @@ use ipnet::IpNet;
 
 use super::build::{
     BlockAllocator, EndpointBlocks, Fragment, FragmentBuilder, IpFamily, assemble,
-    dropped_service_cidrs, families, sort_and_dedup_by_key, table_head,
+    dropped_service_cidrs, families, table_head,
 };
 use super::config::ProxyConfig;
 use super::names::is_endpoint_map;
-use super::stored::Stored;
+use super::stored::{SortedElements, Stored};
 pub use crate::cluster::ServiceRef;
 use crate::cluster::{ClusterState, Endpoint, NodeInfo, ServicePort, ServicePortName};
 use crate::nft::diff::TableChange;
 use crate::nft::model::{Chain, Element, Family, Set, Table, Value};
-use crate::nft::transaction::SetElements;
+use crate::nft::transaction::{ElementStream, SetElements};
 
 /// What every fragment depends on besides its own service: a change here replans everything.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,8 +91,8 @@ impl Planner {
     }
 
     /// Plans `state` whole and returns its tables with every set declared but empty: a set's
-    /// elements come from `set_elements`, one set at a time, so a cold sync need not hold the
-    /// whole cluster's elements unpacked at once.
+    /// elements come from `SetElements::elements`, unpacked one at a time, so a cold sync need
+    /// not hold the whole cluster's elements unpacked at once.
     pub fn plan_without_elements(
         &mut self,
         state: &ClusterState,
@@ -259,7 +259,7 @@ impl Planner {
     }
 }
 
-/// The tables as last planned, one set's elements at a time (`plan_without_elements`).
+/// The tables as last planned, their elements one at a time (`plan_without_elements`).
 impl SetElements for Planner {
     /// The sets of the `family` table as last planned that hold elements.
     fn sets_with_elements(&self, family: Family) -> BTreeSet<String> {
@@ -277,12 +277,11 @@ impl SetElements for Planner {
     }
 
     /// The elements of `set` in the `family` table as last planned, as `tables` holds them.
-    fn elements(&self, family: Family, set: &str) -> Vec<Element> {
-        self.tables
-            .iter()
-            .find(|t| t.head.family == family)
-            .map(|t| t.set_elements(set))
-            .unwrap_or_default()
+    fn elements(&self, family: Family, set: &str) -> ElementStream<'_> {
+        match self.tables.iter().find(|t| t.head.family == family) {
+            Some(t) => Box::new(t.set_elements(set)),
+            None => Box::new(std::iter::empty()),
+        }
     }
 }
 
@@ -445,14 +444,9 @@ impl FamilyPlan {
     }
 
     /// The elements `table` puts in `set`: every fragment's, in fragment order, the first of
-    /// equal keys kept, sorted as `assemble` sorts them.
-    fn set_elements(&self, set: &str) -> Vec<Element> {
-        let mut elements = self.skeleton.elements_of(set).to_vec();
-        for f in self.fragments.values() {
-            elements.extend(f.elements_of(set));
-        }
-        sort_and_dedup_by_key(&mut elements);
-        elements
+    /// equal keys kept, sorted as `assemble` sorts them; unpacked one at a time.
+    fn set_elements(&self, set: &str) -> SortedElements<'_> {
+        SortedElements::new(self.skeleton.elements_of(set), self.fragments.values(), set)
     }
 
     /// Replans the services `changed` and takes `skeleton` (if given) as the new skeleton, whose

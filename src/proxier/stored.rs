@@ -3,6 +3,7 @@
 //! key `Vec`, a data `Vec`, a comment `String`) and the planner holds one per endpoint; packed
 //! it is ~30. Unpacking gives back the very fragment that was packed.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use ipnet::{Ipv4Net, Ipv6Net};
@@ -97,27 +98,16 @@ impl Stored {
 
     /// Each element of `set` as its packed key and rest.
     fn packed_of<'a>(&'a self, set: &str) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + use<'a> {
-        let mut bytes: &[u8] = self
-            .elements
+        let mut bytes = self.packed_set(set);
+        std::iter::from_fn(move || (!bytes.is_empty()).then(|| next_packed(&mut bytes)))
+    }
+
+    /// The packed elements of `set`, one after another.
+    fn packed_set(&self, set: &str) -> &[u8] {
+        self.elements
             .iter()
             .find(|(s, _)| &**s == set)
-            .map_or(&[], |(_, b)| b);
-        std::iter::from_fn(move || {
-            if bytes.is_empty() {
-                return None;
-            }
-            let all = bytes;
-            skip_key(&mut bytes);
-            let key = &all[..all.len() - bytes.len()];
-            let after_key = bytes;
-            match take(&mut bytes, 1)[0] {
-                0 => {}
-                1 => skip_verdict(&mut bytes),
-                _ => skip_key(&mut bytes),
-            }
-            read_varint(&mut bytes);
-            Some((key, &after_key[..after_key.len() - bytes.len()]))
-        })
+            .map_or(&[], |(_, b)| b)
     }
 
     fn element(&self, mut key: &[u8], mut rest: &[u8]) -> Element {
@@ -132,6 +122,133 @@ impl Stored {
             i => Some(self.comments[i - 1].to_string()),
         };
         Element { key, data, comment }
+    }
+}
+
+/// The next packed element of `bytes` as its key and rest, `bytes` moved past it.
+fn next_packed<'a>(bytes: &mut &'a [u8]) -> (&'a [u8], &'a [u8]) {
+    let all = *bytes;
+    skip_key(bytes);
+    let key = &all[..all.len() - bytes.len()];
+    let after_key = *bytes;
+    match take(bytes, 1)[0] {
+        0 => {}
+        1 => skip_verdict(bytes),
+        _ => skip_key(bytes),
+    }
+    read_varint(bytes);
+    (key, &after_key[..after_key.len() - bytes.len()])
+}
+
+/// Where a set's elements come from: a fragment as built, or one as stored.
+enum Part<'a> {
+    Unpacked(&'a [Element]),
+    /// A stored fragment and its packed elements of the set.
+    Packed(&'a Stored, &'a [u8]),
+}
+
+/// The keys of one element, value by value: a packed one is decoded as it is compared.
+enum KeyValues<'a> {
+    Unpacked(std::slice::Iter<'a, Value>),
+    Packed { bytes: &'a [u8], left: usize },
+}
+
+impl<'a> Iterator for KeyValues<'a> {
+    type Item = Cow<'a, Value>;
+
+    fn next(&mut self) -> Option<Cow<'a, Value>> {
+        match self {
+            KeyValues::Unpacked(values) => values.next().map(Cow::Borrowed),
+            KeyValues::Packed { bytes, left } => {
+                let more = *left > 0;
+                more.then(|| {
+                    *left -= 1;
+                    Cow::Owned(read_value(bytes))
+                })
+            }
+        }
+    }
+}
+
+/// The elements of one set of a table, sorted by key, unpacked one at a time as they are
+/// taken: while they are sorted, each is held as where it lies (8 bytes), not unpacked
+/// (~300 bytes for an endpoint-map element with its key, data and comment).
+pub(super) struct SortedElements<'a> {
+    parts: Vec<Part<'a>>,
+    /// Each element as its part and its index (unpacked) or byte offset (packed) there.
+    order: std::vec::IntoIter<(u32, u32)>,
+}
+
+impl<'a> SortedElements<'a> {
+    /// The elements `unpacked` and then each of `stored` put in `set`, as
+    /// `sort_and_dedup_by_key` orders their concatenation: sorted by key, the first of equal
+    /// keys kept.
+    pub(super) fn new(
+        unpacked: &'a [Element],
+        stored: impl IntoIterator<Item = &'a Stored>,
+        set: &str,
+    ) -> Self {
+        let parts: Vec<Part<'a>> = std::iter::once(Part::Unpacked(unpacked))
+            .chain(
+                stored
+                    .into_iter()
+                    .map(|f| Part::Packed(f, f.packed_set(set))),
+            )
+            .filter(|part| match part {
+                Part::Unpacked(elements) => !elements.is_empty(),
+                Part::Packed(_, bytes) => !bytes.is_empty(),
+            })
+            .collect();
+        let mut order: Vec<(u32, u32)> = Vec::new();
+        for (i, part) in parts.iter().enumerate() {
+            let i = u32::try_from(i).expect("fewer than 2^32 parts");
+            match part {
+                Part::Unpacked(elements) => {
+                    order.extend((0..elements.len()).map(|at| (i, at as u32)));
+                }
+                Part::Packed(_, all) => {
+                    let mut bytes = *all;
+                    while !bytes.is_empty() {
+                        order.push((i, (all.len() - bytes.len()) as u32));
+                        next_packed(&mut bytes);
+                    }
+                }
+            }
+        }
+        let key = |&(part, at): &(u32, u32)| match &parts[part as usize] {
+            Part::Unpacked(elements) => KeyValues::Unpacked(elements[at as usize].key.iter()),
+            Part::Packed(_, bytes) => {
+                let mut bytes = &bytes[at as usize..];
+                let left = read_varint(&mut bytes);
+                KeyValues::Packed { bytes, left }
+            }
+        };
+        // Stable, so equal keys stay in part order and `dedup_by` keeps the first.
+        order.sort_by(|a, b| key(a).cmp(key(b)));
+        order.dedup_by(|later, first| key(later).eq(key(first)));
+        SortedElements {
+            parts,
+            order: order.into_iter(),
+        }
+    }
+}
+
+impl Iterator for SortedElements<'_> {
+    type Item = Element;
+
+    fn next(&mut self) -> Option<Element> {
+        let (part, at) = self.order.next()?;
+        Some(match &self.parts[part as usize] {
+            Part::Unpacked(elements) => elements[at as usize].clone(),
+            Part::Packed(stored, bytes) => {
+                let (key, rest) = next_packed(&mut &bytes[at as usize..]);
+                stored.element(key, rest)
+            }
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.order.size_hint()
     }
 }
 
@@ -376,9 +493,9 @@ mod tests {
     use super::*;
     use crate::nft::model::{DataType, Rule, Stmt};
 
-    #[test]
-    fn unpacks_what_was_packed() {
-        let every_value = vec![
+    /// A value of every kind (addresses, nets, ports, names, ranges …).
+    fn every_value() -> Vec<Value> {
+        vec![
             Value::Ipv4("10.0.0.1".parse().unwrap()),
             Value::Ipv6("fd00::1".parse().unwrap()),
             // Host bits are kept: a net is packed as written.
@@ -400,7 +517,12 @@ mod tests {
                 first: 7,
                 last: u32::MAX,
             },
-        ];
+        ]
+    }
+
+    #[test]
+    fn unpacks_what_was_packed() {
+        let every_value = every_value();
         let verdicts = [
             Verdict::Accept,
             Verdict::Drop,
@@ -465,5 +587,44 @@ mod tests {
             stored.keys_of("s").collect::<Vec<_>>(),
             elements.iter().map(|e| e.key.clone()).collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn sorted_elements_are_the_parts_elements_sorted_by_key_the_first_of_equal_keys_kept() {
+        let values = every_value();
+        // Keys of one to three values of every kind; part `p` holds the keys of indices
+        // i·(p+3) mod 60, so parts repeat keys and share them, each with its own data.
+        let element = |i: usize, part: usize| Element {
+            key: (0..=i % 3)
+                .map(|j| values[(i * 7 + j * 5) % values.len()].clone())
+                .collect(),
+            data: Some(MapData::Values(vec![Value::Port(part as u16)])),
+            comment: Some(format!("part {part}")),
+        };
+        let parts: Vec<Vec<Element>> = (0..5)
+            .map(|p| (0..40).map(|i| element((i * (p + 3)) % 60, p)).collect())
+            .collect();
+        let stored: Vec<Stored> = parts[1..]
+            .iter()
+            .map(|elements| {
+                let fragment = Fragment {
+                    chains: Vec::new(),
+                    sets: Vec::new(),
+                    elements: vec![
+                        ("other".into(), vec![element(1, 9)]),
+                        ("s".into(), elements.clone()),
+                    ],
+                };
+                Stored::pack(&fragment, |s| Arc::new(s.clone()))
+            })
+            .collect();
+        let mut expected = parts.concat();
+        expected.sort_by(|a, b| a.key.cmp(&b.key));
+        expected.dedup_by(|later, first| later.key == first.key);
+        assert!(expected.len() < parts.concat().len());
+        let sorted: Vec<Element> = SortedElements::new(&parts[0], &stored, "s").collect();
+        assert_eq!(sorted, expected);
+        let none: Vec<Element> = SortedElements::new(&[], &stored, "none").collect();
+        assert_eq!(none, Vec::new());
     }
 }

@@ -13,7 +13,7 @@ use crate::nft::netlink::apply::Fill;
 use crate::nft::netlink::{
     ApplyError, ApplyStats, DumpError, Nftables, canonicalize_elements, canonicalized,
 };
-use crate::nft::transaction::{SetElements, TableRef, Transaction};
+use crate::nft::transaction::{ElementStream, SetElements, TableRef, Transaction};
 use std::time::{Duration, Instant};
 
 use super::{Observed, creation_transaction, reconcile_transaction_lending, return_elements};
@@ -29,8 +29,8 @@ pub trait Kernel {
     /// Applies `tx` atomically; returns the bytes sent.
     fn apply(&mut self, tx: &Transaction) -> Result<usize, KernelError>;
     /// [`apply`](Self::apply), with the elements of each `AddElements` that carries none
-    /// taken from `fill`. This default fills them all first; `Nftables` fills each while it
-    /// encodes, holding one set's elements at a time.
+    /// taken from `fill`. This default fills them all first; `Nftables` encodes each element
+    /// as `fill` produces it, holding one at a time.
     fn apply_filling(&mut self, tx: &Transaction, fill: Fill<'_>) -> Result<usize, KernelError> {
         let mut tx = tx.clone();
         for op in &mut tx.ops {
@@ -265,7 +265,7 @@ impl<K: Kernel> Syncer<K> {
         if force_full || !kernel_has_none {
             for t in &mut desired {
                 for s in t.sets.values_mut() {
-                    s.elements = elements.elements(t.family, &s.name);
+                    s.elements = elements.elements(t.family, &s.name).collect();
                 }
             }
             let report = self.sync(desired, force_full);
@@ -287,9 +287,11 @@ impl<K: Kernel> Syncer<K> {
                 Some(generation),
             );
             let mut fill = |t: &TableRef, set: &str| {
-                let mut e = elements.elements(t.family, set);
-                canonicalize_elements(&mut e);
-                e
+                let canonical = elements.elements(t.family, set).map(|mut e| {
+                    canonicalize_elements(std::slice::from_mut(&mut e));
+                    e
+                });
+                Box::new(canonical) as ElementStream<'_>
             };
             match self.commit_filling(&tx, Some(&mut fill)) {
                 Ok(c) => {
@@ -582,10 +584,10 @@ mod tests {
                 .collect()
         }
 
-        fn elements(&self, family: Family, set: &str) -> Vec<Element> {
+        fn elements(&self, family: Family, set: &str) -> ElementStream<'_> {
             let t = self.0.iter().find(|t| t.family == family);
-            t.and_then(|t| t.sets.get(set))
-                .map_or(Vec::new(), |s| s.elements.clone())
+            let set = t.and_then(|t| t.sets.get(set));
+            Box::new(set.into_iter().flat_map(|s| s.elements.iter().cloned()))
         }
     }
 

@@ -10,9 +10,9 @@ use super::requests;
 use super::sys::*;
 use crate::netlink::attr::AttrWriter;
 use crate::netlink::socket::{NLM_F_ACK, NetlinkSocket, NfHeader, SocketError};
-use crate::nft::model::{Element, Family, Table};
+use crate::nft::model::{Family, Table};
 use crate::nft::render::render_op;
-use crate::nft::transaction::{Op, TableRef, Transaction};
+use crate::nft::transaction::{ElementStream, Op, TableRef, Transaction};
 
 /// `enum nfnl_batch_attributes` in linux/netfilter/nfnetlink.h.
 const NFNL_BATCH_GENID: u16 = 1;
@@ -139,8 +139,8 @@ impl Nftables {
     }
 
     /// [`apply`](Self::apply), with the elements of each `AddElements` that carries none
-    /// taken from `fill(table, set)` while the batch is encoded and dropped once encoded: a
-    /// cold sync then holds one set's elements at a time besides the batch, not the cluster's.
+    /// taken from `fill(table, set)` one at a time while the batch is encoded: a cold sync then
+    /// holds the batch and one message being filled, not the cluster's elements.
     pub fn apply_filling(
         &mut self,
         tx: &Transaction,
@@ -219,11 +219,17 @@ impl Nftables {
 type Batch = (Vec<u8>, BTreeMap<u32, usize>, usize);
 
 /// Gives the elements of `set` of `table` for an `AddElements` that carries none.
-pub type Fill<'a> = &'a mut dyn FnMut(&TableRef, &str) -> Vec<Element>;
+pub type Fill<'a> = &'a mut dyn FnMut(&TableRef, &str) -> ElementStream<'a>;
 
 /// `op` with its elements from `fill`, if it is an `AddElements` that carries none.
 fn filled(op: &Op, fill: &mut Option<Fill<'_>>) -> Option<Op> {
     op.with_filled_elements(fill.as_mut()?)
+}
+
+/// The batch `apply` would send for `tx` (`apply_filling`, given `fill`), its first sequence
+/// number 1: whether two ways of programming the same tables send the same bytes.
+pub fn batch_bytes(tx: &Transaction, mut fill: Option<Fill<'_>>) -> Result<Vec<u8>, ApplyError> {
+    Ok(encode_batch(tx, 1, BTreeMap::new(), &mut fill)?.0)
 }
 
 /// Encodes `tx` as the batch `apply` would send, without sending it: its size, and the
@@ -263,18 +269,22 @@ fn encode_batch(
         requests::header(m.msg, m.flags | ack, m.family, seq).encode(&m.attrs, out);
     };
     for (op_index, op) in tx.ops.iter().enumerate() {
-        let filled = filled(op, fill);
-        let op = filled.as_ref().unwrap_or(op);
-        let encoded = encoder.op(op).map_err(|source| ApplyError::Encode {
-            op_index,
-            rendered: render_op(op),
-            source,
-        })?;
-        for m in encoded {
+        let mut hold = |m: Msg| {
             if let Some(previous) = held.replace((op_index, m)) {
                 emit(&mut out, previous, 0);
             }
-        }
+        };
+        let encoded = match (op.unfilled_elements(), fill.as_mut()) {
+            (Some((table, set)), Some(fill)) => {
+                encoder.elements(true, table, set, fill(table, set), &mut hold)
+            }
+            _ => encoder.op(op).map(|msgs| msgs.into_iter().for_each(hold)),
+        };
+        encoded.map_err(|source| ApplyError::Encode {
+            op_index,
+            rendered: render_op(filled(op, fill).as_ref().unwrap_or(op)),
+            source,
+        })?;
     }
     if let Some(last) = held {
         emit(&mut out, last, NLM_F_ACK);
@@ -287,7 +297,7 @@ fn encode_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nft::model::{DataType, Set, Value};
+    use crate::nft::model::{DataType, Element, Set, Value};
 
     fn tx(elements: Vec<Element>) -> Transaction {
         let table = TableRef {
@@ -329,7 +339,7 @@ mod tests {
         let mut asked = Vec::new();
         let mut fill = |t: &TableRef, set: &str| {
             asked.push((t.name.clone(), set.to_string()));
-            elements.clone()
+            Box::new(elements.iter().cloned()) as ElementStream<'_>
         };
         let filled =
             encode_batch(&tx(Vec::new()), 1, BTreeMap::new(), &mut Some(&mut fill)).unwrap();

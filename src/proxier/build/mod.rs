@@ -21,7 +21,6 @@ use crate::nft::model::*;
 
 pub(crate) use blocks::BlockAllocator;
 pub use blocks::EndpointBlocks;
-pub(super) use fragment::sort_and_dedup_by_key;
 pub(crate) use fragment::{Fragment, assemble};
 
 /// Up to this many endpoints, a ClientIP-affinity service picks one by a cascade of rules

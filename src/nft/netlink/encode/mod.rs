@@ -2,13 +2,14 @@
 //! framing lives in `apply`). Mirrors `decode`: what is written here reads back identically.
 //! Sets, maps and their elements are in `set`, rule expressions in `expr`.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::dump::nfproto;
 use super::lower::{LowerError, lower_rule};
 use super::sys::*;
 use crate::netlink::attr::AttrWriter;
-use crate::nft::model::{BaseChain, ChainType, Hook, Policy, Verdict};
+use crate::nft::model::{BaseChain, ChainType, Element, Hook, Policy, Verdict};
 use crate::nft::render::sanitize_comment;
 use crate::nft::transaction::{Op, TableRef};
 
@@ -187,23 +188,9 @@ impl Encoder {
                 elements,
             } => {
                 let add = matches!(op, Op::AddElements { .. });
-                let (kind, flags) = if add {
-                    (NFT_MSG_NEWSETELEM, NLM_F_CREATE)
-                } else {
-                    (NFT_MSG_DELSETELEM, 0)
-                };
-                let interval = self
-                    .interval_sets
-                    .contains_key(&(table.clone(), set.clone()));
-                element_messages(&table.name, set, None, interval, elements)?
-                    .into_iter()
-                    .map(|attrs| Msg {
-                        msg: kind,
-                        flags,
-                        family: fam(table),
-                        attrs,
-                    })
-                    .collect()
+                let mut out = Vec::new();
+                self.elements(add, table, set, elements, &mut |m| out.push(m))?;
+                out
             }
             Op::AddRule { table, chain, rule } => {
                 let concat_intervals: BTreeSet<&str> = self
@@ -245,6 +232,38 @@ impl Encoder {
                     .be64(NFTA_RULE_HANDLE, *handle);
                 vec![msg(NFT_MSG_DELRULE, 0, table, w)]
             }
+        })
+    }
+}
+
+impl Encoder {
+    /// The messages of adding (`add`) or deleting `elements` of `set`, each handed to `emit` as
+    /// soon as it is full: elements streamed in one at a time are never all held, unpacked or
+    /// encoded, and make the same messages as the `Op` carrying them.
+    pub(crate) fn elements<E: Borrow<Element>>(
+        &self,
+        add: bool,
+        table: &TableRef,
+        set: &str,
+        elements: impl IntoIterator<Item = E>,
+        emit: &mut dyn FnMut(Msg),
+    ) -> Result<(), EncodeError> {
+        let (msg, flags) = if add {
+            (NFT_MSG_NEWSETELEM, NLM_F_CREATE)
+        } else {
+            (NFT_MSG_DELSETELEM, 0)
+        };
+        let family = nfproto(table.family);
+        let interval = self
+            .interval_sets
+            .contains_key(&(table.clone(), set.to_owned()));
+        element_messages(&table.name, set, None, interval, elements, &mut |attrs| {
+            emit(Msg {
+                msg,
+                flags,
+                family,
+                attrs,
+            })
         })
     }
 }

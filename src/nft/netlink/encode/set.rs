@@ -1,6 +1,8 @@
 //! Sets and maps on the wire: their attributes and the userdata nft reads back, anonymous
 //! verdict maps, and element lists (ranges of interval sets, split to fit one attribute).
 
+use std::borrow::Borrow;
+
 use super::super::decode;
 use super::super::dump::nfproto;
 use super::super::lower::{AnonMap, key_bytes, value_bytes};
@@ -252,23 +254,26 @@ pub(super) fn anon_map_messages(
         family,
         attrs: w.buf,
     }];
-    let elements: Vec<Element> = anon
-        .elements
-        .iter()
-        .map(|(k, v)| Element {
-            key: k.clone(),
-            data: Some(MapData::Verdict(v.clone())),
-            comment: None,
-        })
-        .collect();
-    for attrs in element_messages(&table.name, "__map%d", Some(id), false, &elements)? {
-        out.push(Msg {
-            msg: NFT_MSG_NEWSETELEM,
-            flags: NLM_F_CREATE,
-            family,
-            attrs,
-        });
-    }
+    let elements = anon.elements.iter().map(|(k, v)| Element {
+        key: k.clone(),
+        data: Some(MapData::Verdict(v.clone())),
+        comment: None,
+    });
+    element_messages(
+        &table.name,
+        "__map%d",
+        Some(id),
+        false,
+        elements,
+        &mut |attrs| {
+            out.push(Msg {
+                msg: NFT_MSG_NEWSETELEM,
+                flags: NLM_F_CREATE,
+                family,
+                attrs,
+            })
+        },
+    )?;
     Ok(out)
 }
 
@@ -344,18 +349,20 @@ fn increment(bytes: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-/// NEWSETELEM/DELSETELEM attribute sets for `elements`, split to respect the attribute size
-/// limit. A plain address in an interval set is the range of that one address.
-pub(super) fn element_messages(
+/// NEWSETELEM/DELSETELEM attribute sets for `elements`, each handed to `emit` as soon as it is
+/// full, split to respect the attribute size limit. A plain address in an interval set is the
+/// range of that one address. Where a message ends depends only on the elements before it, so
+/// elements streamed in (unpacked one at a time) make the same messages as a list of them.
+pub(super) fn element_messages<E: Borrow<Element>>(
     table: &str,
     set: &str,
     set_id: Option<u32>,
     interval: bool,
-    elements: &[Element],
-) -> Result<Vec<Vec<u8>>, EncodeError> {
-    let mut out = Vec::new();
+    elements: impl IntoIterator<Item = E>,
+    emit: &mut dyn FnMut(Vec<u8>),
+) -> Result<(), EncodeError> {
     let mut chunk = AttrWriter::new();
-    let flush = |chunk: &mut AttrWriter, out: &mut Vec<Vec<u8>>| {
+    let mut flush = |chunk: &mut AttrWriter| {
         if chunk.buf.is_empty() {
             return;
         }
@@ -371,9 +378,10 @@ pub(super) fn element_messages(
             w.buf.extend_from_slice(&list)
         });
         debug_assert!(w.buf.len() - start < 65536);
-        out.push(w.buf);
+        emit(w.buf);
     };
     for e in elements {
+        let e = e.borrow();
         if e.key.is_empty() {
             return Err(EncodeError::Element {
                 set: set.to_owned(),
@@ -406,9 +414,9 @@ pub(super) fn element_messages(
             });
         }
         if chunk.buf.len() > MAX_ELEMENT_BYTES {
-            flush(&mut chunk, &mut out);
+            flush(&mut chunk);
         }
     }
-    flush(&mut chunk, &mut out);
-    Ok(out)
+    flush(&mut chunk);
+    Ok(())
 }
