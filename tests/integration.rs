@@ -46,6 +46,7 @@ mod planner_props;
 mod render;
 mod service_cidrs;
 mod service_traffic;
+mod streamed_batch;
 mod sync_once;
 mod traffic_policy;
 
