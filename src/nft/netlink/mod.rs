@@ -12,7 +12,7 @@ pub mod sys;
 
 pub use crate::netlink::{NetlinkSocket, SocketError};
 pub use apply::{ApplyError, ApplyStats, Nftables};
-pub use dump::{DumpError, canonical, canonicalized, dump_table};
+pub use dump::{DumpError, canonical, canonicalized, dump_table, dump_table_without_elements_of};
 pub use requests::generation;
 
 #[cfg(test)]
