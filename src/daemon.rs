@@ -31,7 +31,7 @@ use crate::proxier::{EndpointBlocks, IpFamily, Planner, ProxyConfig, families};
 use crate::serve::{self, HealthCheckServers, HealthState, Metrics, SyncResult};
 use crate::source::kube as kube_source;
 use crate::source::store::ClusterStore;
-use crate::sync::{Schedule, SyncKind, SyncReport, Syncer};
+use crate::sync::{ElementReads, Schedule, SyncKind, SyncReport, Syncer};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -403,6 +403,7 @@ impl SyncLoop {
             self.nodeport_fallbacks_logged = fallbacks;
         }
 
+        let verify = self.schedule.had_full_sync();
         let force_full = self.schedule.start(Instant::now());
         // A partial sync needs our last commit to have succeeded (the kernel then holds what
         // the planner remembers); otherwise, or when the schedule asks, the sync is full.
@@ -425,7 +426,12 @@ impl SyncLoop {
             // Refused: the kernel may not hold what the planner remembers.
             None => {
                 attempted = SyncKind::Full;
-                self.full_sync(&proxy)
+                let reads = if force_full && verify {
+                    ElementReads::All
+                } else {
+                    ElementReads::TrustRecords
+                };
+                self.full_sync(&proxy, reads)
             }
         };
         let seconds = started.elapsed().as_secs_f64();
@@ -472,10 +478,15 @@ impl SyncLoop {
     /// Plans everything and brings the kernel to it. The kernel is read first, before planning,
     /// so that services keep the endpoint-map blocks it already has (after a restart too):
     /// unchanged services then plan to unchanged rules and nothing is sent for them. If the
-    /// read fails, the sync reads again.
-    fn full_sync(&mut self, proxy: &ProxyConfig) -> Result<SyncReport, crate::sync::SyncError> {
+    /// read fails, the sync reads again. `reads`: whether large sets whose digests match the
+    /// plan are read too (the periodic verification).
+    fn full_sync(
+        &mut self,
+        proxy: &ProxyConfig,
+        reads: ElementReads,
+    ) -> Result<SyncReport, crate::sync::SyncError> {
         let mut full = true;
-        match tokio::task::block_in_place(|| self.syncer.read_back()) {
+        match tokio::task::block_in_place(|| self.syncer.read_back(reads)) {
             Ok(()) => full = !self.syncer.has_applied_state(),
             Err(e) => tracing::warn!(error = %e, "cannot read our tables back before planning"),
         }

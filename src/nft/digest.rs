@@ -203,7 +203,11 @@ mod tests {
     fn key_data_and_comment_each_change_the_digest() {
         let base = SetDigest::of(&[slot(1, 0, "a")]);
         for other in [slot(1, 1, "a"), slot(2, 0, "a"), slot(1, 0, "b")] {
-            assert_ne!(SetDigest::of(&[other.clone()]), base, "{other:?}");
+            assert_ne!(
+                SetDigest::of(std::slice::from_ref(&other)),
+                base,
+                "{other:?}"
+            );
         }
         let verdicts = |v: Verdict| {
             SetDigest::of(&[Element {

@@ -5,10 +5,11 @@
 //! of it; neither needs to know what the kernel currently holds, and neither fails because a
 //! table does or does not exist yet.
 
+pub mod digests;
 pub mod engine;
 pub mod schedule;
 
-pub use engine::{Kernel, KernelError, SyncError, SyncKind, SyncReport, Syncer};
+pub use engine::{ElementReads, Kernel, KernelError, SyncError, SyncKind, SyncReport, Syncer};
 pub use schedule::{Periods, Schedule};
 
 use crate::nft::diff::TableChange;

@@ -83,6 +83,12 @@ impl Schedule {
         wanted.max(earliest)
     }
 
+    /// Whether a full sync has succeeded before: the periodic full syncs after the first also
+    /// re-read every element, to see edits made by hand to our sets.
+    pub fn had_full_sync(&self) -> bool {
+        self.last_full.is_some()
+    }
+
     /// A sync starts at `now`; returns whether it must be a full one.
     pub fn start(&mut self, now: Instant) -> bool {
         self.pending = false;
