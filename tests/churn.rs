@@ -3,10 +3,7 @@
 //! Service always keeps a ready endpoint, so not one connection may fail: each sync is atomic
 //! and never leaves a Service without its rules, even for an instant.
 
-mod common;
-#[path = "common/daemon.rs"]
-#[allow(dead_code)]
-mod harness;
+use crate::harness;
 
 use std::time::{Duration, Instant};
 

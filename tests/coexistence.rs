@@ -2,10 +2,7 @@
 //! Docker-style nat table keep their exact contents while the daemon syncs, and `cleanup`
 //! removes our tables and nothing else.
 
-mod common;
-#[path = "common/daemon.rs"]
-#[allow(dead_code)]
-mod harness;
+use crate::harness;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! read back from each kernel name for the client's hash; an endpoint added or removed moves
 //! only the clients it should, computed from the slots read back after the change.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};

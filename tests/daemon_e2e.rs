@@ -5,10 +5,8 @@
 //! and coming back with an expired resourceVersion converges; stale UDP flows are cleared;
 //! health and metrics are served.
 
-mod common;
-#[path = "common/daemon.rs"]
-#[allow(dead_code)]
-mod harness;
+use crate::common;
+use crate::harness;
 
 use std::time::Duration;
 

@@ -3,10 +3,7 @@
 //! atomic (nothing half-applied in either family), logged and counted, retried, and the first
 //! sync that can succeed restores service; tampering is repaired by the next periodic sync.
 
-mod common;
-#[path = "common/daemon.rs"]
-#[allow(dead_code)]
-mod harness;
+use crate::harness;
 
 use std::sync::mpsc;
 use std::time::Duration;

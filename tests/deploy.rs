@@ -9,8 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kubenft::access::API_ACCESS;
 
-#[path = "common/manifests.rs"]
-mod manifests;
+use crate::manifests;
 use manifests::{documents, one};
 
 #[test]

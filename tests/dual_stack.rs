@@ -4,10 +4,8 @@
 //! with IPv6 off gets the `ip` table only; healthCheckNodePort servers answer IPv6 load
 //! balancers and listen only inside `--nodeport-addresses` when it lists CIDRs.
 
-mod common;
-#[path = "common/daemon.rs"]
-#[allow(dead_code)]
-mod harness;
+use crate::common;
+use crate::harness;
 
 use std::process::Command;
 use std::time::Duration;

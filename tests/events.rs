@@ -3,12 +3,9 @@
 //! Warning for a skipped object, one rate-limited Warning for syncs that keep failing, and
 //! syncs that go on when events cannot be written at all.
 
-mod common;
-#[path = "common/daemon.rs"]
-#[allow(dead_code)]
-mod harness;
-#[path = "common/privilege.rs"]
-mod privilege;
+use crate::common;
+use crate::harness;
+use crate::privilege;
 
 use privilege::unprivileged;
 use std::os::unix::fs::PermissionsExt;

@@ -4,12 +4,9 @@
 //! masqueraded per endpoint, refused when it predicts a reject, timed out when it predicts a
 //! drop. Also when the table was damaged by hand, and as a user holding only CAP_NET_ADMIN.
 
-mod common;
-#[path = "common/explain.rs"]
-#[allow(dead_code)]
-mod explain_harness;
-#[path = "common/privilege.rs"]
-mod privilege;
+use crate::common;
+use crate::explain_harness;
+use crate::privilege;
 
 use std::path::Path;
 

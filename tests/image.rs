@@ -10,13 +10,8 @@
 //! Ignored by a plain `cargo test`: it needs root, podman and the image `deploy/image.sh`
 //! builds. `.ci/run` builds the image, then runs `cargo test --release --test image -- --ignored`.
 
-mod common;
-#[path = "common/daemon.rs"]
-#[allow(dead_code)]
-mod harness;
-#[path = "common/manifests.rs"]
-#[allow(dead_code)]
-mod manifests;
+use crate::harness;
+use crate::manifests;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

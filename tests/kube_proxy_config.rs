@@ -3,10 +3,7 @@
 //! tables; `--proxy-mode` other than nftables is refused; `--write-config-to` writes a file
 //! that `--config` reads back to the same configuration.
 
-mod common;
-#[path = "common/daemon.rs"]
-#[allow(dead_code)]
-mod harness;
+use crate::harness;
 
 use std::process::Command;
 use std::time::Duration;

@@ -2,12 +2,8 @@
 //! DaemonSet grants) it programs the node and serves traffic; without that capability the
 //! kernel refuses its syncs, which it reports instead of crashing.
 
-mod common;
-#[path = "common/daemon.rs"]
-#[allow(dead_code)]
-mod harness;
-#[path = "common/privilege.rs"]
-mod privilege;
+use crate::harness;
+use crate::privilege;
 
 use privilege::unprivileged;
 use std::os::unix::fs::PermissionsExt;

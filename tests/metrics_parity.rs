@@ -3,10 +3,7 @@
 //! pkg/proxy/metrics/metrics.go and the Kubernetes metrics reference, 1.33 onwards); the
 //! metrics of other modes are listed with the reason they do not apply.
 
-mod common;
-#[path = "common/daemon.rs"]
-#[allow(dead_code)]
-mod harness;
+use crate::harness;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

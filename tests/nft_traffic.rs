@@ -5,10 +5,8 @@
 
 use std::net::IpAddr;
 
-mod common;
-#[path = "common/explain.rs"]
-#[allow(dead_code)]
-mod explain_harness;
+use crate::common;
+use crate::explain_harness;
 
 use common::{Topology, request};
 use explain_harness::{assert_explained, pod_backend};

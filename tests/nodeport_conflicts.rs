@@ -2,10 +2,8 @@
 //! Service and port, and the `kubenft_nodeport_conflicts` gauge, which falls back once the
 //! process closes its socket.
 
-mod common;
-#[path = "common/daemon.rs"]
-#[allow(dead_code)]
-mod harness;
+use crate::common;
+use crate::harness;
 
 use std::time::Duration;
 

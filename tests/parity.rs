@@ -9,8 +9,7 @@
 //! 203.0.113.0/25) and 203.0.113.130 (outside). Endpoints without a `nodeName` or on another
 //! node are remote.
 
-#[path = "common/flows.rs"]
-mod flows;
+use crate::flows;
 
 use flows::{Expect, Flow, FlowTable, NodeSettings, Written, check, reach, reach_masqueraded};
 

@@ -4,10 +4,9 @@
 //! counted; `--service-cidr` overrides them; and real traffic to an unallocated address in a
 //! service CIDR, which the node would otherwise route on, is dropped.
 
-mod common;
-#[path = "common/daemon.rs"]
-#[allow(dead_code)]
-mod harness;
+use crate::common;
+use crate::explain_harness;
+use crate::harness;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -2,10 +2,8 @@
 //! planner and the netlink engine, two pods (pod-2 declared on another node, so it counts as
 //! remote), an external client, pod-originated and host-originated connections.
 
-mod common;
-#[path = "common/explain.rs"]
-#[allow(dead_code)]
-mod explain_harness;
+use crate::common;
+use crate::explain_harness;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

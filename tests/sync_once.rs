@@ -3,7 +3,7 @@
 //! endpoints and masqueraded, refused without endpoints, NodePorts answered; a second run on
 //! the unchanged cluster changes nothing; `cleanup` removes only our tables.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -4,10 +4,8 @@
 //! is node-a; pod-1 runs there, pod-2 is declared on node-b (or, for a service, pod-1 on
 //! node-c, so that this node has no local endpoint of it).
 
-mod common;
-#[path = "common/explain.rs"]
-#[allow(dead_code)]
-mod explain_harness;
+use crate::common;
+use crate::explain_harness;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

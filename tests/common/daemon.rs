@@ -13,9 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::common::{Outcome, Topology, try_request};
 
-#[path = "explain.rs"]
-#[allow(dead_code)]
-pub mod explain_harness;
+use crate::explain_harness;
 use kubenft::netns::{Netns, can_create};
 use kubenft_testkit::TestApiServer;
 use serde_json::{Value, json};

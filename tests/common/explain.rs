@@ -2,7 +2,7 @@
 //! then make real connections and assert they end as it predicted (endpoint set, source address
 //! the backend saw, refused or timed out). Every real-traffic test goes through `agrees` (the
 //! standard lab's tests through `assert_explained`, the flow tables through their runner).
-//! Include with `#[path = "common/explain.rs"] mod explain_harness;`.
+//! Used as `crate::explain_harness` (declared once in tests/integration.rs).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

@@ -36,9 +36,7 @@ use kubenft::source::manifests::{Manifests, parse_file};
 use kubenft::sync::{Observed, reconcile_transaction};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-#[path = "explain.rs"]
-#[allow(dead_code)]
-mod explain_harness;
+use crate::explain_harness;
 use explain_harness::Fate;
 
 /// How long a connection may take before it counts as dropped (see `lab::CONNECT_TIMEOUT`).
