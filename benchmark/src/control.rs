@@ -18,7 +18,7 @@ use kubenft::nft::netlink::sys::{
 };
 use kubenft::nft::netlink::{Nftables, requests};
 use kubenft::nft::render::render_table;
-use kubenft::proxier::{EndpointBlocks, Planner, build, build_after};
+use kubenft::proxier::{EndpointBlocks, Planner, build};
 use kubenft::sync::{
     Observed, Syncer, changes_transaction, cleanup_transaction, reconcile_transaction,
 };
