@@ -1,7 +1,8 @@
 //! The size of a sync follows the size of the change, not of the cluster: planning the
 //! difference after one endpoint appears costs a handful of operations at 100 and at 1,000
 //! Services alike; the fake kernel (ENOENT/EEXIST/EBUSY rules) accepts the plan, and the
-//! daemon's sync engine sends the same handful to the real kernel.
+//! daemon's sync engine sends the same handful to the real kernel. A restart reads back only
+//! the large sets whose planned elements differ from the digests recorded with them.
 
 use std::collections::BTreeMap;
 
@@ -163,4 +164,144 @@ fn the_daemons_partial_sync_of_one_endpoint_is_the_same_handful_in_the_kernel_at
         "the batch is small too: {} bytes",
         large.bytes
     );
+}
+
+/// Our tables as the kernel holds them, without the engine's `element-digests` records.
+fn held_tables(nft: &mut kubenft::nft::netlink::Nftables, like: &[Table]) -> Vec<Table> {
+    like.iter()
+        .map(|t| {
+            let mut held = nft.dump_table(t.family, &t.name).unwrap().unwrap();
+            held.sets.remove(kubenft::sync::DIGEST_SET);
+            held.without_handles()
+        })
+        .collect()
+}
+
+/// 2,100 Services of two endpoints: `pick-2-slots` and `hairpin-endpoints` hold 4,200
+/// elements each, enough for records in `element-digests`.
+const RECORDED_SERVICES: usize = 2_100;
+
+#[test]
+fn a_restart_on_an_unchanged_kernel_reads_no_large_set_back_and_sends_nothing() {
+    use kubenft::nft::netlink::{Nftables, canonical};
+    use kubenft::sync::Syncer;
+    if !kubenft::netns::can_create() {
+        eprintln!("skipped: needs root to create network namespaces");
+        return;
+    }
+    let ns = kubenft::netns::Netns::create("rdigest").unwrap();
+    let desired = tables(RECORDED_SERVICES, false);
+    ns.run(move || {
+        let mut first = Syncer::new(Nftables::open().unwrap(), "kubenft");
+        first.sync(desired.clone(), false).unwrap();
+        let mut nft = Nftables::open().unwrap();
+        let records = nft
+            .dump_set(desired[0].family, "kubenft", kubenft::sync::DIGEST_SET)
+            .unwrap()
+            .expect("large sets are recorded");
+        let recorded: Vec<_> = records
+            .elements
+            .iter()
+            .filter_map(|e| e.comment.as_deref()?.split(' ').next())
+            .collect();
+        assert!(
+            recorded.contains(&"pick-2-slots") && recorded.contains(&"hairpin-endpoints"),
+            "{recorded:?}"
+        );
+
+        let mut restarted = Syncer::new(Nftables::open().unwrap(), "kubenft");
+        restarted.read_back().unwrap();
+        let read = &restarted.applied_tables().unwrap()[0];
+        assert!(
+            read.sets["pick-2-slots"].elements.is_empty()
+                && read.sets["hairpin-endpoints"].elements.is_empty(),
+            "the records vouch for the large sets: not read"
+        );
+        assert!(
+            !read.sets["pick-2-services"].elements.is_empty(),
+            "small sets are read"
+        );
+        let report = restarted.sync(desired.clone(), false).unwrap();
+        assert_eq!(report.ops, 0, "nothing to change");
+        let held = held_tables(&mut nft, &desired);
+        let want: Vec<Table> = desired.iter().map(canonical).collect();
+        assert!(held == want, "the kernel holds the plan");
+        assert_eq!(
+            restarted.applied_tables().unwrap(),
+            want.as_slice(),
+            "what it remembers is the whole plan"
+        );
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_large_set_changed_behind_our_back_is_repaired_by_a_read_of_it() {
+    use kubenft::nft::netlink::{Nftables, canonical};
+    use kubenft::nft::transaction::Op;
+    use kubenft::sync::Syncer;
+    if !kubenft::netns::can_create() {
+        eprintln!("skipped: needs root to create network namespaces");
+        return;
+    }
+    let ns = kubenft::netns::Netns::create("rdigest").unwrap();
+    let before = tables(RECORDED_SERVICES, false);
+    let after = tables(RECORDED_SERVICES, true);
+    ns.run(move || {
+        let mut nft = Nftables::open().unwrap();
+        // An operator deletes one element of a recorded set by hand.
+        let hand_edit = |nft: &mut Nftables, desired: &[Table]| {
+            let t = &desired[0];
+            let element = t.sets["pick-2-slots"].elements[7].clone();
+            let tx = Transaction {
+                ops: vec![Op::DeleteElements {
+                    table: t.table_ref(),
+                    set: "pick-2-slots".into(),
+                    elements: vec![element],
+                }],
+                expected_generation: None,
+            };
+            nft.apply(&tx).unwrap();
+        };
+        let want = |desired: &[Table]| desired.iter().map(canonical).collect::<Vec<_>>();
+
+        Syncer::new(Nftables::open().unwrap(), "kubenft")
+            .sync(before.clone(), false)
+            .unwrap();
+        hand_edit(&mut nft, &before);
+        // The cluster changed while the daemon was down: the plan's pick-2-slots differs
+        // from its record, so it is read back, and the hand edit is seen with it.
+        let mut restarted = Syncer::new(Nftables::open().unwrap(), "kubenft");
+        restarted.read_back().unwrap();
+        let report = restarted.sync(after.clone(), false).unwrap();
+        assert!(report.ops > 0);
+        assert!(held_tables(&mut nft, &after) == want(&after), "repaired");
+
+        hand_edit(&mut nft, &after);
+        let mut restarted = Syncer::new(Nftables::open().unwrap(), "kubenft");
+        restarted.read_back().unwrap();
+        let report = restarted.sync(after.clone(), false).unwrap();
+        assert_eq!(
+            report.ops, 0,
+            "trusting its record, the restart does not see the edit"
+        );
+        assert!(held_tables(&mut nft, &after) != want(&after));
+        // The daemon's periodic full sync: after its first sync the engine reads everything.
+        restarted.read_back().unwrap();
+        let report = restarted.sync(after.clone(), false).unwrap();
+        assert!(report.ops > 0, "reading every element sees it");
+        assert!(held_tables(&mut nft, &after) == want(&after), "repaired");
+
+        // An edit while the daemon runs moves the generation: the next sync reads everything.
+        hand_edit(&mut nft, &after);
+        let report = restarted.sync(after.clone(), false).unwrap();
+        assert!(report.ops > 0);
+        assert!(held_tables(&mut nft, &after) == want(&after), "repaired");
+
+        let mut restarted = Syncer::new(Nftables::open().unwrap(), "kubenft");
+        restarted.read_back().unwrap();
+        let report = restarted.sync(after.clone(), false).unwrap();
+        assert_eq!(report.ops, 0, "and the records match again");
+    })
+    .unwrap();
 }

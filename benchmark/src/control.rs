@@ -18,7 +18,7 @@ use kubenft::nft::netlink::sys::{
 };
 use kubenft::nft::netlink::{Nftables, requests};
 use kubenft::nft::render::render_table;
-use kubenft::proxier::{EndpointBlocks, Planner, build, build_after};
+use kubenft::proxier::{EndpointBlocks, Planner, build};
 use kubenft::sync::{
     Observed, Syncer, changes_transaction, cleanup_transaction, reconcile_transaction,
 };
@@ -61,8 +61,25 @@ pub struct ControlRow {
     /// A restarted daemon's first sync on an unchanged kernel: read back, diff, no operation.
     pub restart: Duration,
     pub restart_ops: usize,
+    /// That restart phase by phase, and the same restart reading every element back.
+    pub restart_phases: RestartPhases,
     /// The sets whose elements took longest to read back, slowest first.
     pub slowest_sets: Vec<SetRead>,
+}
+
+/// A restart's full sync on an unchanged kernel, phase by phase.
+#[derive(Default, Clone, Copy)]
+pub struct RestartPhases {
+    /// Reading our tables back, trusting the kernel's records of the large sets' digests.
+    pub read: Duration,
+    /// Planning the cluster with the endpoint-map blocks read back.
+    pub plan: Duration,
+    /// Checking the large sets' planned digests against the records, the diff and the commit.
+    pub sync: Duration,
+    /// The same restart reading every element back (what the daemon's later full syncs do,
+    /// and what every restart did before the records).
+    pub every_element: Duration,
+    pub every_element_ops: usize,
 }
 
 /// Reading one set's elements back (one element dump), and the same elements split round-robin
@@ -266,8 +283,9 @@ pub fn measure(services: usize, endpoints: usize, repeats: usize, iptables: bool
         })
     });
 
-    let (add_endpoint, add_service, (restart, restart_ops, slowest_sets)) =
+    let (add_endpoint, add_service, (restart_phases, restart_ops, slowest_sets)) =
         partial_syncs(&state, endpoints);
+    let restart = restart_phases.read + restart_phases.plan + restart_phases.sync;
     ControlRow {
         services,
         endpoints,
@@ -282,6 +300,7 @@ pub fn measure(services: usize, endpoints: usize, repeats: usize, iptables: bool
         add_service,
         restart,
         restart_ops,
+        restart_phases,
         slowest_sets,
     }
 }
@@ -364,7 +383,7 @@ const PARTIAL_REPEATS: usize = 11;
 /// In one namespace loaded with `state`: one endpoint added to a service, then one service
 /// added, each as a partial sync through the incremental planner; then a restart's full sync on
 /// the unchanged kernel.
-type Restart = (Duration, usize, Vec<SetRead>);
+type Restart = (RestartPhases, usize, Vec<SetRead>);
 
 fn partial_syncs(state: &ClusterState, endpoints: usize) -> (Partial, Partial, Restart) {
     let ns = Netns::create("bpart").unwrap();
@@ -372,14 +391,13 @@ fn partial_syncs(state: &ClusterState, endpoints: usize) -> (Partial, Partial, R
     ns.run(move || {
         let mut nl = Nftables::open().unwrap();
         let mut planner = Planner::new();
-        let tables = planner.plan(&state, &config());
-        nl.apply(&reconcile_transaction(
-            &[(tables[0].table_ref(), Observed::Absent)],
-            &tables,
-            None,
-        ))
-        .expect("loading the state");
-        drop(tables);
+        // Loaded and changed as the daemon does, so the kernel's records of the large sets'
+        // digests stay in step and the changes' commits carry their cost.
+        let mut syncer = Syncer::new(Nftables::open().unwrap(), "kubenft");
+        syncer
+            .sync(planner.plan(&state, &config()), false)
+            .expect("loading the state");
+        syncer.release_tables();
 
         let mut change = |state: &ClusterState, service: &ServicePortName| {
             // Compared against every service first, on a copy, so both ways start equal.
@@ -393,18 +411,22 @@ fn partial_syncs(state: &ClusterState, endpoints: usize) -> (Partial, Partial, R
             let changes = planner.changes(state, &config(), Some(&scope));
             let plan = start.elapsed();
             assert_eq!(all, changes, "both ways plan the same change");
+            // The engine's own transaction is timed as part of its commit: this is the
+            // difference alone, on a copy.
+            let copy = changes.clone();
             let start = Instant::now();
-            let tx = changes_transaction(changes, None);
+            drop(changes_transaction(copy, None));
             let diff = start.elapsed();
-            let start = Instant::now();
-            nl.apply(&tx).expect("partial sync");
-            let commit = start.elapsed();
+            let report = syncer
+                .sync_changes(changes)
+                .expect("partial sync")
+                .expect("nothing else commits here");
             Partial {
                 plan,
                 plan_compare_all,
                 diff,
-                commit,
-                ops: tx.ops.len(),
+                commit: report.kernel_time,
+                ops: report.ops,
             }
         };
         // Each change is made and undone PARTIAL_REPEATS times (its phases are medians), then
@@ -440,16 +462,43 @@ fn partial_syncs(state: &ClusterState, endpoints: usize) -> (Partial, Partial, R
         add_service(&mut more, 999_999, endpoints.max(1));
         let service = repeated(&base, &more, &synthetic::service_name(999_999));
 
-        // A restarted daemon: read the kernel, plan keeping its blocks, send the difference.
-        let mut restarted = Syncer::new(Nftables::open().unwrap(), "kubenft");
-        let start = Instant::now();
-        restarted.read_back().expect("restart read");
-        let blocks = EndpointBlocks::of_tables(restarted.applied_tables().expect("read back"));
-        let tables = build_after(&more, &config(), &blocks);
-        let report = restarted.sync(tables.clone(), false).expect("restart sync");
-        let restart = start.elapsed();
+        drop(syncer);
+        // A restarted daemon, as `kubenft run` does it: read the kernel, plan keeping its
+        // blocks, send the difference; trusting the records, then reading every element.
+        let restart = |every_element: bool| {
+            let mut restarted = Syncer::new(Nftables::open().unwrap(), "kubenft");
+            if every_element {
+                restarted = restarted.reading_every_element();
+            }
+            let start = Instant::now();
+            restarted.read_back().expect("restart read");
+            let read = start.elapsed();
+            let start = Instant::now();
+            let mut planner = Planner::new();
+            planner.reset(EndpointBlocks::of_tables(
+                restarted.applied_tables().expect("read back"),
+            ));
+            let tables = planner.plan_without_elements(&more, &config());
+            let plan = start.elapsed();
+            let start = Instant::now();
+            let report = restarted
+                .sync_filling(tables, &planner, false)
+                .expect("restart sync");
+            let sync = start.elapsed();
+            (read, plan, sync, report.ops, planner)
+        };
+        let (read, plan, sync, ops, planner) = restart(false);
+        let (r, p, s, every_element_ops, _) = restart(true);
+        let phases = RestartPhases {
+            read,
+            plan,
+            sync,
+            every_element: r + p + s,
+            every_element_ops,
+        };
+        let tables = planner.tables();
         let slowest = slowest_sets(&mut nl, &tables[0]);
-        (endpoint, service, (restart, report.ops, slowest))
+        (endpoint, service, (phases, ops, slowest))
     })
     .unwrap()
 }

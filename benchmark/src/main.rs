@@ -209,9 +209,10 @@ fn main() {
             eprintln!("control plane: {services} × {endpoints} …");
             let row = control::measure(services, endpoints, a.repeats, a.iptables);
             eprint!(
-                "{}{}{}",
+                "{}{}{}{}",
                 report::cold_table(std::slice::from_ref(&row)),
                 report::change_table(std::slice::from_ref(&row)),
+                report::restart_table(std::slice::from_ref(&row)),
                 report::set_read_table(std::slice::from_ref(&row))
             );
             control_rows.push(row);
@@ -276,9 +277,11 @@ fn main() {
             results,
             "## Control plane\n\n### Cold full sync (from an empty kernel)\n\n{}\n\
              ### Changes in the loaded state\n\n{}\n\
+             ### A restart on an unchanged kernel\n\n{}\n\
              ### The restart's slowest sets to read back\n\n{}\n",
             report::cold_table(&control_rows),
             report::change_table(&control_rows),
+            report::restart_table(&control_rows),
             report::set_read_table(&control_rows)
         );
     }
@@ -365,7 +368,10 @@ const METHOD: &str = "\
   operations, *commit* is encoding and the kernel's transaction; *plan, comparing all* is the
   same plan found by comparing every service's inputs with its last plan (the fallback when
   the changed services are not known; the daemon knows them). *restart* is a new engine's full sync on the unchanged kernel (what a restarted
-  daemon does): read our table back over netlink, diff, send nothing. Then, in the same
+  daemon does): read our table back over netlink (the large sets' elements only where their
+  planned digests differ from the kernel's records of them), plan, diff, send nothing; *A
+  restart on an unchanged kernel* splits it into phases, next to the same restart reading
+  every element back (what the daemon's periodic full sync does). Then, in the same
   namespace, each set's elements are read back alone (one element dump each) and the two
   slowest are shown, with the time to read the same elements split round-robin into 16 sets
   of a scratch table (what sharding a set would give the restart).

@@ -97,6 +97,32 @@ pub fn set_read_table(rows: &[ControlRow]) -> String {
     out
 }
 
+/// Each scale's restart on an unchanged kernel, phase by phase, and the same restart reading
+/// every element back.
+pub fn restart_table(rows: &[ControlRow]) -> String {
+    let mut out = String::from(
+        "| services × endpoints | read back (records trusted) | plan | digests, diff, commit | total | ops | reading every element: total | ops | speed-up |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let p = r.restart_phases;
+        let _ = writeln!(
+            out,
+            "| {} × {} | {} | {} | {} | **{}** | {} | {} | {} | {:.1}× |",
+            r.services,
+            r.endpoints,
+            secs(p.read),
+            secs(p.plan),
+            secs(p.sync),
+            secs(r.restart),
+            r.restart_ops,
+            secs(p.every_element),
+            p.every_element_ops,
+            p.every_element.as_secs_f64() / r.restart.as_secs_f64().max(1e-9),
+        );
+    }
+    out
+}
+
 pub fn change_table(rows: &[ControlRow]) -> String {
     let mut out = String::from(
         "| services × endpoints | +1 endpoint: plan | diff | commit | total | ops | plan, comparing all | +1 service: plan | diff | commit | total | ops | plan, comparing all | restart: read back + diff | ops |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",

@@ -39,7 +39,8 @@ fn same_rules(a: &Chain, b: &Chain) -> bool {
             .all(|(x, y)| x.stmts == y.stmts && x.comment == y.comment)
 }
 
-fn same_set_type(a: &Set, b: &Set) -> bool {
+/// Whether `b` can keep the elements of `a`: same key, data, flags and timeout.
+pub fn same_set_type(a: &Set, b: &Set) -> bool {
     a.key == b.key
         && a.data == b.data
         && a.interval == b.interval

@@ -3,6 +3,7 @@
 //! same model. Knows nothing of Kubernetes.
 
 pub mod diff;
+pub mod digest;
 #[cfg(any(test, feature = "fake-kernel"))]
 pub mod fake;
 pub mod inspect;

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeSet;
 
+use super::digest::SetDigest;
 use super::model::{Chain, Element, Family, Rule, Set};
 
 /// Which table an operation targets.
@@ -128,4 +129,12 @@ pub trait SetElements {
     fn sets_with_elements(&self, family: Family) -> BTreeSet<String>;
     /// The elements of `set` in the `family` table, sorted as a `Table` holds them.
     fn elements(&self, family: Family, set: &str) -> ElementStream<'_>;
+    /// The digest of `elements(family, set)` as the kernel would hold them (see `SetDigest`).
+    fn digest(&self, family: Family, set: &str) -> SetDigest {
+        let mut digest = SetDigest::default();
+        for e in self.elements(family, set) {
+            digest.add(&e);
+        }
+        digest
+    }
 }

@@ -67,7 +67,7 @@ impl Planner {
 
     /// Forgets every plan. The next plan is a whole one, and its chains keep the endpoint-map
     /// blocks of `blocks` (what the kernel holds), so unchanged services plan to unchanged rules.
-    pub(crate) fn reset(&mut self, blocks: EndpointBlocks) {
+    pub fn reset(&mut self, blocks: EndpointBlocks) {
         *self = Planner {
             start_blocks: blocks,
             ..Planner::default()

@@ -6,16 +6,23 @@
 //! what it applied, so the next sync is a full one that reads the kernel first; a partial sync
 //! is guarded by the ruleset generation the engine left behind, so if another program changed
 //! nftables in between (flushed or deleted our table, say) the engine re-reads before writing.
+//!
+//! Every commit also keeps the kernel's records of our large sets' digests (`digests`) in step
+//! with their elements, so a read can skip those sets: `sync` then adopts the planned elements
+//! of each skipped set whose digest equals its record, and reads only the others.
 
-use crate::nft::diff::TableChange;
-use crate::nft::model::{Family, Table};
+use crate::nft::diff::{TableChange, same_set_type};
+use crate::nft::digest::SetDigest;
+use crate::nft::model::{Element, Family, Set, Table};
 use crate::nft::netlink::apply::Fill;
 use crate::nft::netlink::{
     ApplyError, ApplyStats, DumpError, Nftables, canonicalize_elements, canonicalized,
 };
 use crate::nft::transaction::{ElementStream, SetElements, TableRef, Transaction};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use super::digests::{self, DIGEST_SET, Summary, TableDigests};
 use super::{Observed, creation_transaction, reconcile_transaction_lending, return_elements};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -24,8 +31,20 @@ type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 pub trait Kernel {
     /// The ruleset generation (bumped by every commit, ours or anyone's).
     fn generation(&mut self) -> Result<u32, KernelError>;
-    /// One of our tables as the kernel holds it.
-    fn read_table(&mut self, family: Family, name: &str) -> Result<Observed, KernelError>;
+    /// One of our tables as the kernel holds it, the sets named in `unread` without elements.
+    fn read_table(
+        &mut self,
+        family: Family,
+        name: &str,
+        unread: &BTreeSet<String>,
+    ) -> Result<Observed, KernelError>;
+    /// One set of one of our tables, with its elements (`None`: no such table or set).
+    fn read_set(
+        &mut self,
+        family: Family,
+        table: &str,
+        set: &str,
+    ) -> Result<Option<Set>, KernelError>;
     /// Applies `tx` atomically; returns the bytes sent.
     fn apply(&mut self, tx: &Transaction) -> Result<usize, KernelError>;
     /// [`apply`](Self::apply), with the elements of each `AddElements` that carries none
@@ -56,8 +75,13 @@ impl Kernel for Nftables {
         Nftables::generation(self).map_err(|e| KernelError::Other(e.into()))
     }
 
-    fn read_table(&mut self, family: Family, name: &str) -> Result<Observed, KernelError> {
-        match self.dump_table(family, name) {
+    fn read_table(
+        &mut self,
+        family: Family,
+        name: &str,
+        unread: &BTreeSet<String>,
+    ) -> Result<Observed, KernelError> {
+        match self.dump_table_without_elements_of(family, name, unread) {
             Ok(Some(t)) => Ok(Observed::Read(t)),
             Ok(None) => Ok(Observed::Absent),
             // Contents we cannot decode (someone else wrote into our table, or an older
@@ -68,6 +92,16 @@ impl Kernel for Nftables {
             }
             Err(e) => Err(KernelError::Other(e.into())),
         }
+    }
+
+    fn read_set(
+        &mut self,
+        family: Family,
+        table: &str,
+        set: &str,
+    ) -> Result<Option<Set>, KernelError> {
+        self.dump_set(family, table, set)
+            .map_err(|e| KernelError::Other(e.into()))
     }
 
     fn apply(&mut self, tx: &Transaction) -> Result<usize, KernelError> {
@@ -130,6 +164,17 @@ pub enum SyncError {
     Contended { attempts: usize },
 }
 
+/// Our tables as read from the kernel, with the digests of their sets.
+struct KernelRead {
+    observed: Vec<(TableRef, Observed)>,
+    digests: Summary,
+    /// Sets left without their elements because a record vouches for them.
+    unread: BTreeMap<Family, BTreeSet<String>>,
+}
+
+/// Elements moved out of the desired tables while a transaction is built, by family and set.
+type Lent = Vec<(Family, String, Vec<Element>)>;
+
 /// A successful commit: what it sent, and the generation to expect next (`None` if it could
 /// not be read, which makes the next sync a full one).
 struct Committed {
@@ -155,6 +200,18 @@ pub struct Syncer<K> {
     /// `tables` came from `read_back`, not from our own commit: the next sync, a difference
     /// against what was read, is reported as a full one.
     read_back: bool,
+    /// The digests of the sets the kernel holds and its records of them, known with
+    /// `generation`.
+    digests: Option<Summary>,
+    /// Sets `read_back` left without their elements (in `tables`), their records vouching for
+    /// them; the next `sync` settles them against its desired tables.
+    unread: BTreeMap<Family, BTreeSet<String>>,
+    /// Whether a read may leave out the elements of the sets the kernel's records vouch for
+    /// (`digests`). Only on a restart: from a new engine's first read until its first sync.
+    /// Later reads happen because something may have changed our table behind our back (a
+    /// failure, another program's commit, the periodic full sync), and a hand edit of a set's
+    /// elements does not change its record, so they read every element.
+    trust_records: bool,
 }
 
 impl<K: Kernel> Syncer<K> {
@@ -165,6 +222,9 @@ impl<K: Kernel> Syncer<K> {
             generation: None,
             tables: None,
             read_back: false,
+            digests: None,
+            unread: BTreeMap::new(),
+            trust_records: true,
         }
     }
 
@@ -175,7 +235,7 @@ impl<K: Kernel> Syncer<K> {
 
     /// Whether the next `sync` without `force_full` can be partial.
     pub(crate) fn has_applied_state(&self) -> bool {
-        self.generation.is_some() && self.tables.is_some()
+        self.generation.is_some() && self.tables.is_some() && self.digests.is_some()
     }
 
     /// Whether the next `sync_changes` can be applied: nothing failed since our last commit.
@@ -195,15 +255,18 @@ impl<K: Kernel> Syncer<K> {
     }
 
     /// Reads our tables from the kernel and remembers them as applied, so the planner can keep
-    /// what they hold (endpoint-map blocks) and the next `sync` sends only the difference from
-    /// them, as a full sync would after its own read. A table that cannot be decoded leaves
-    /// nothing remembered: the next sync is then a full one, which replaces it.
+    /// what they hold (endpoint-map blocks, in the rules) and the next `sync` sends only the
+    /// difference from them, as a full sync would after its own read. On a restart (see
+    /// `trust_records`), sets vouched for by a record come back without elements
+    /// (`applied_tables` shows them empty) until that `sync` settles them. A table that cannot
+    /// be decoded leaves nothing remembered: the next sync is then a full one, which replaces
+    /// it.
     pub fn read_back(&mut self) -> Result<(), SyncError> {
-        self.generation = None;
-        self.tables = None;
+        self.forget();
         let generation = self.kernel.generation().map_err(SyncError::Generation)?;
+        let read = self.read_tables()?;
         let mut tables = Vec::new();
-        for (_, observed) in self.read_tables()? {
+        for (_, observed) in read.observed {
             match observed {
                 Observed::Read(t) => tables.push(t),
                 Observed::Absent => {}
@@ -212,15 +275,46 @@ impl<K: Kernel> Syncer<K> {
         }
         self.generation = Some(generation);
         self.tables = Some(tables);
+        self.digests = Some(read.digests);
+        self.unread = read.unread;
         self.read_back = true;
         Ok(())
+    }
+
+    /// This engine reads every element of our tables from its first read on, as it does after
+    /// its first sync (see `trust_records`).
+    pub fn reading_every_element(mut self) -> Self {
+        self.trust_records = false;
+        self
+    }
+
+    /// Forgets what the kernel holds: the next sync reads it.
+    fn forget(&mut self) {
+        self.generation = None;
+        self.tables = None;
+        self.digests = None;
+        self.unread.clear();
     }
 
     /// Brings the kernel to `desired`. Partial unless `force_full`, or nothing was applied yet,
     /// or the ruleset generation moved since our last commit. The tables are taken, not
     /// copied: they are the whole cluster's ruleset.
     pub fn sync(&mut self, desired: Vec<Table>, force_full: bool) -> Result<SyncReport, SyncError> {
-        let mut desired: Vec<Table> = desired.into_iter().map(canonicalized).collect();
+        let desired: Vec<Table> = desired.into_iter().map(canonicalized).collect();
+        let result = self.sync_from_memory(desired, None, force_full);
+        self.trust_records = false;
+        result
+    }
+
+    /// `sync` from what we remember of the kernel, if anything and still current, else from a
+    /// fresh read. `planned`: where the elements of `desired`'s sets come from when they are
+    /// declared empty (`sync_filling`); `None` when `desired` holds them.
+    fn sync_from_memory(
+        &mut self,
+        mut desired: Vec<Table>,
+        planned: Option<&dyn SetElements>,
+        force_full: bool,
+    ) -> Result<SyncReport, SyncError> {
         let kind = if std::mem::take(&mut self.read_back) {
             SyncKind::Full
         } else {
@@ -228,64 +322,95 @@ impl<K: Kernel> Syncer<K> {
         };
         let applied = self.tables.take();
         let generation = self.generation.take();
-        if !force_full && let (Some(applied), Some(generation)) = (applied, generation) {
-            let observed = self.observed_from(applied);
+        let digests = self.digests.take();
+        let unread = std::mem::take(&mut self.unread);
+        if !force_full
+            && let (Some(applied), Some(digests), Some(generation)) = (applied, digests, generation)
+        {
+            let read = KernelRead {
+                observed: self.observed_from(applied),
+                digests,
+                unread,
+            };
             if self.still_at(generation)? {
-                let tx = reconcile_transaction_lending(&observed, &mut desired, Some(generation));
-                let committed = self.commit(&tx);
-                return_elements(tx, &mut desired);
-                match committed {
-                    Ok(committed) => return Ok(self.remember(desired, committed, kind)),
-                    Err(SyncError::Apply {
-                        source: KernelError::GenerationChanged { .. },
-                        ..
-                    }) => {
-                        tracing::info!("the ruleset changed under a partial sync; syncing fully")
-                    }
-                    Err(e) => return Err(e),
+                if let Some(report) =
+                    self.reconcile(read, &mut desired, planned, generation, kind)?
+                {
+                    return Ok(report);
                 }
+                tracing::info!("the ruleset changed under a partial sync; syncing fully");
             }
         }
-        self.full_sync(desired)
+        self.full_sync(desired, planned)
     }
 
     /// [`sync`](Self::sync) of `desired` tables whose sets are declared empty, the elements of
     /// each given by `elements`. Where the kernel is known to hold none of our tables (the
     /// usual first sync) they are created with each set's elements produced while the batch is
-    /// encoded, so the whole cluster's elements are never held unpacked at once; otherwise they
-    /// are filled and synced as `sync` does. Keeps no tables: the caller's plan has them.
+    /// encoded, so the whole cluster's elements are never held unpacked at once; otherwise each
+    /// set is filled as the difference needs it, and a large set whose planned digest equals
+    /// its record is not filled at all (`settle_unread`). Keeps no tables: the caller's plan
+    /// has them.
     pub fn sync_filling(
         &mut self,
-        mut desired: Vec<Table>,
+        desired: Vec<Table>,
         elements: &dyn SetElements,
         force_full: bool,
     ) -> Result<SyncReport, SyncError> {
+        let desired: Vec<Table> = desired.into_iter().map(canonicalized).collect();
         let kernel_has_none =
             self.generation.is_some() && self.tables.as_ref().is_some_and(Vec::is_empty);
-        if force_full || !kernel_has_none {
-            for t in &mut desired {
-                for s in t.sets.values_mut() {
-                    s.elements = elements.elements(t.family, &s.name).collect();
-                }
-            }
-            let report = self.sync(desired, force_full);
-            self.tables = None;
-            return report;
-        }
+        let result = if force_full || !kernel_has_none {
+            self.sync_from_memory(desired, Some(elements), force_full)
+        } else {
+            self.create_filling(desired, elements)
+        };
+        self.tables = None;
+        self.trust_records = false;
+        result
+    }
+
+    /// Creates `desired` (sets declared empty, filled from `elements` while the batch is
+    /// encoded) where the kernel held none of our tables at the last read, with the records of
+    /// the large sets' digests.
+    fn create_filling(
+        &mut self,
+        desired: Vec<Table>,
+        elements: &dyn SetElements,
+    ) -> Result<SyncReport, SyncError> {
         let kind = if std::mem::take(&mut self.read_back) {
             SyncKind::Full
         } else {
             SyncKind::Partial
         };
         self.tables = None;
-        let generation = self.generation.take().expect("checked above");
-        let desired: Vec<Table> = desired.into_iter().map(canonicalized).collect();
+        self.digests = None;
+        let generation = self.generation.take().expect("checked by the caller");
         if self.still_at(generation)? {
-            let tx = creation_transaction(
+            let mut tx = creation_transaction(
                 &desired,
                 |t| elements.sets_with_elements(t.family),
                 Some(generation),
             );
+            // The records go in the same batch, so each large set's digest is found first,
+            // one set at a time.
+            let mut summary = Summary::new();
+            for t in &desired {
+                let filled = elements.sets_with_elements(t.family);
+                let sets = filled
+                    .iter()
+                    .filter(|s| t.sets.get(*s).is_some_and(|s| !s.dynamic))
+                    .map(|s| (s.clone(), elements.digest(t.family, s)))
+                    .collect();
+                summary.insert(
+                    t.family,
+                    TableDigests {
+                        sets,
+                        recorded: None,
+                    },
+                );
+            }
+            add_records(&self.table_name, &mut tx, &mut summary);
             let mut fill = |t: &TableRef, set: &str| {
                 let canonical = elements.elements(t.family, set).map(|mut e| {
                     canonicalize_elements(std::slice::from_mut(&mut e));
@@ -296,6 +421,7 @@ impl<K: Kernel> Syncer<K> {
             match self.commit_filling(&tx, Some(&mut fill)) {
                 Ok(c) => {
                     self.generation = c.generation;
+                    self.digests = c.generation.map(|_| summary);
                     return Ok(SyncReport {
                         kind,
                         ops: c.ops,
@@ -306,11 +432,136 @@ impl<K: Kernel> Syncer<K> {
                 Err(SyncError::Apply {
                     source: KernelError::GenerationChanged { .. },
                     ..
-                }) => tracing::info!("the ruleset changed under a first sync; syncing fully"),
+                }) => {
+                    self.trust_records = false;
+                    tracing::info!("the ruleset changed under a first sync; syncing fully")
+                }
                 Err(e) => return Err(e),
             }
         }
-        self.sync_filling(desired, elements, true)
+        self.full_sync(desired, Some(elements))
+    }
+
+    /// Commits the difference between `read` and `desired`, with the records it calls for, if
+    /// the ruleset is still at `generation`; `Ok(None)` if another program committed since.
+    /// `planned`: as in `sync_from_memory`.
+    fn reconcile(
+        &mut self,
+        mut read: KernelRead,
+        desired: &mut Vec<Table>,
+        planned: Option<&dyn SetElements>,
+        generation: u32,
+        kind: SyncKind,
+    ) -> Result<Option<SyncReport>, SyncError> {
+        let settled = self.settle_unread(&mut read, desired, planned)?;
+        let mut lent = Lent::new();
+        for t in desired.iter_mut() {
+            for s in t.sets.values_mut() {
+                let is_settled = settled.contains(&(t.family, s.name.clone()));
+                match planned {
+                    // Its elements stay out of the difference, which sees the set empty on
+                    // both sides.
+                    None if is_settled => {
+                        lent.push((t.family, s.name.clone(), std::mem::take(&mut s.elements)))
+                    }
+                    // Filled once: a retry after a foreign commit finds it filled.
+                    Some(planned) if !is_settled && s.elements.is_empty() && !s.dynamic => {
+                        s.elements = planned.elements(t.family, &s.name).collect();
+                        canonicalize_elements(&mut s.elements);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // The elements are lent to the transaction and given back whatever the outcome: a
+        // retry and the memory of what was applied need them.
+        let mut tx = reconcile_transaction_lending(&read.observed, desired, Some(generation));
+        let mut digests = read.digests;
+        add_records(&self.table_name, &mut tx, &mut digests);
+        let committed = self.commit(&tx);
+        return_elements(tx, desired);
+        for (family, set, elements) in lent {
+            if let Some(s) = desired
+                .iter_mut()
+                .find(|t| t.family == family)
+                .and_then(|t| t.sets.get_mut(&set))
+            {
+                s.elements = elements;
+            }
+        }
+        match committed {
+            Ok(c) => Ok(Some(self.remember(
+                std::mem::take(desired),
+                c,
+                kind,
+                digests,
+            ))),
+            Err(SyncError::Apply {
+                source: KernelError::GenerationChanged { .. },
+                ..
+            }) => {
+                self.trust_records = false;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Settles each set of `read` left without elements against `desired`: if the desired set
+    /// has the same type and its planned elements (from `planned`, or held by `desired`) have
+    /// the digest the kernel's record holds, the kernel holds exactly them, and the set is
+    /// returned as settled; otherwise the set is read now. Sets the difference deletes or
+    /// recreates need neither.
+    fn settle_unread(
+        &mut self,
+        read: &mut KernelRead,
+        desired: &[Table],
+        planned: Option<&dyn SetElements>,
+    ) -> Result<BTreeSet<(Family, String)>, SyncError> {
+        let mut settled = BTreeSet::new();
+        for (family, names) in std::mem::take(&mut read.unread) {
+            let Some((_, Observed::Read(current))) =
+                read.observed.iter_mut().find(|(t, _)| t.family == family)
+            else {
+                continue;
+            };
+            let Some(digests) = read.digests.get_mut(&family) else {
+                continue;
+            };
+            let wanted = desired.iter().find(|t| t.family == family);
+            for name in names {
+                let (Some(set), Some(want)) = (
+                    current.sets.get_mut(&name),
+                    wanted.and_then(|t| t.sets.get(&name)),
+                ) else {
+                    continue;
+                };
+                if !same_set_type(set, want) {
+                    continue;
+                }
+                let digest = match planned {
+                    Some(planned) => planned.digest(family, &name),
+                    None => SetDigest::of(&want.elements),
+                };
+                if digests.sets.get(&name) == Some(&digest) {
+                    settled.insert((family, name));
+                    continue;
+                }
+                tracing::info!(set = %name, family = ?family, "a set differs from its plan; reading it back");
+                let kernel_set = self
+                    .kernel
+                    .read_set(family, &self.table_name, &name)
+                    .map_err(|source| SyncError::Read {
+                        family,
+                        table: self.table_name.clone(),
+                        source,
+                    })?;
+                // A set gone since the read: the generation guard refuses the commit.
+                set.elements = kernel_set.map(|s| s.elements).unwrap_or_default();
+                digests.sets.insert(name, SetDigest::of(&set.elements));
+            }
+        }
+        Ok(settled)
     }
 
     /// Applies planned changes (partial tables before and after, see `TableChange`) in one
@@ -323,12 +574,22 @@ impl<K: Kernel> Syncer<K> {
     ) -> Result<Option<SyncReport>, SyncError> {
         self.tables = None;
         self.read_back = false;
-        let Some(generation) = self.generation.take() else {
+        self.unread.clear();
+        self.trust_records = false;
+        let (Some(generation), Some(mut digests)) = (self.generation.take(), self.digests.take())
+        else {
+            self.forget();
             return Ok(None);
         };
-        let tx = || super::changes_transaction(changes, Some(generation));
+        let table = self.table_name.clone();
+        let tx = || {
+            let mut tx = super::changes_transaction(changes, Some(generation));
+            add_records(&table, &mut tx, &mut digests);
+            tx
+        };
         Ok(self.commit_at(generation, tx)?.map(|c| {
             self.generation = c.generation;
+            self.digests = c.generation.map(|_| digests);
             SyncReport {
                 kind: SyncKind::Partial,
                 ops: c.ops,
@@ -367,6 +628,8 @@ impl<K: Kernel> Syncer<K> {
     fn still_at(&mut self, generation: u32) -> Result<bool, SyncError> {
         let now = self.kernel.generation().map_err(SyncError::Generation)?;
         if now != generation {
+            // Another program committed, perhaps to our table: read everything.
+            self.trust_records = false;
             tracing::info!(
                 expected = generation,
                 found = now,
@@ -376,22 +639,20 @@ impl<K: Kernel> Syncer<K> {
         Ok(now == generation)
     }
 
-    fn full_sync(&mut self, mut desired: Vec<Table>) -> Result<SyncReport, SyncError> {
+    /// Reads the kernel and commits the difference to `desired` (`planned`: as in
+    /// `sync_from_memory`), again if another program commits in between.
+    fn full_sync(
+        &mut self,
+        mut desired: Vec<Table>,
+        planned: Option<&dyn SetElements>,
+    ) -> Result<SyncReport, SyncError> {
         for _ in 0..FULL_SYNC_ATTEMPTS {
             let generation = self.kernel.generation().map_err(SyncError::Generation)?;
-            let observed = self.read_tables()?;
-            // The elements are lent to the transaction and given back whatever the outcome:
-            // a retry and the memory of what was applied need them.
-            let tx = reconcile_transaction_lending(&observed, &mut desired, Some(generation));
-            let committed = self.commit(&tx);
-            return_elements(tx, &mut desired);
-            match committed {
-                Ok(committed) => return Ok(self.remember(desired, committed, SyncKind::Full)),
-                Err(SyncError::Apply {
-                    source: KernelError::GenerationChanged { .. },
-                    ..
-                }) => continue,
-                Err(e) => return Err(e),
+            let read = self.read_tables()?;
+            if let Some(report) =
+                self.reconcile(read, &mut desired, planned, generation, SyncKind::Full)?
+            {
+                return Ok(report);
             }
         }
         Err(SyncError::Contended {
@@ -442,9 +703,16 @@ impl<K: Kernel> Syncer<K> {
 
     /// Keeps `desired` (moved, not copied: it is the whole cluster's ruleset) as what the kernel
     /// now holds.
-    fn remember(&mut self, desired: Vec<Table>, c: Committed, kind: SyncKind) -> SyncReport {
+    fn remember(
+        &mut self,
+        desired: Vec<Table>,
+        c: Committed,
+        kind: SyncKind,
+        digests: Summary,
+    ) -> SyncReport {
         self.generation = c.generation;
         self.tables = c.generation.map(|_| desired);
+        self.digests = c.generation.map(|_| digests);
         SyncReport {
             kind,
             ops: c.ops,
@@ -467,21 +735,76 @@ impl<K: Kernel> Syncer<K> {
             .collect()
     }
 
-    /// Our table of each family as the kernel holds it now.
-    fn read_tables(&mut self) -> Result<Vec<(TableRef, Observed)>, SyncError> {
-        let mut observed = Vec::new();
+    /// Our table of each family as the kernel holds it now, read as `trust_records` says, with
+    /// the digests of its sets (the records' for sets left unread). The records set itself is
+    /// left out of the tables: the difference must not see it.
+    fn read_tables(&mut self) -> Result<KernelRead, SyncError> {
+        let mut read = KernelRead {
+            observed: Vec::new(),
+            digests: Summary::new(),
+            unread: BTreeMap::new(),
+        };
         for family in [Family::Ip, Family::Ip6] {
-            let o = self
+            let table = self.table_name.clone();
+            let err = |source| SyncError::Read {
+                family,
+                table,
+                source,
+            };
+            let recorded = self.read_records(family);
+            let mut unread = match &recorded {
+                Some(r) if self.trust_records => r.keys().cloned().collect(),
+                _ => BTreeSet::new(),
+            };
+            // The records were just read.
+            let mut skipped = unread.clone();
+            skipped.insert(DIGEST_SET.to_string());
+            let observed = self
                 .kernel
-                .read_table(family, &self.table_name)
-                .map_err(|source| SyncError::Read {
-                    family,
-                    table: self.table_name.clone(),
-                    source,
-                })?;
-            observed.push((self.table_ref(family), o));
+                .read_table(family, &self.table_name, &skipped)
+                .map_err(err)?;
+            match &observed {
+                Observed::Read(t) => {
+                    unread.retain(|n| n != DIGEST_SET && t.sets.get(n).is_some_and(|s| !s.dynamic));
+                    let mut sets = digests::digests_of(t);
+                    for name in &unread {
+                        if let Some(d) = recorded.as_ref().and_then(|r| r.get(name)) {
+                            sets.insert(name.clone(), *d);
+                        }
+                    }
+                    read.digests.insert(family, TableDigests { sets, recorded });
+                    if !unread.is_empty() {
+                        read.unread.insert(family, unread);
+                    }
+                }
+                // Replaced wholesale: the records go with the table.
+                Observed::Unreadable => {
+                    read.digests.insert(family, TableDigests::default());
+                }
+                Observed::Absent => {}
+            }
+            let observed = match observed {
+                Observed::Read(mut t) => {
+                    t.sets.remove(DIGEST_SET);
+                    Observed::Read(t)
+                }
+                other => other,
+            };
+            read.observed.push((self.table_ref(family), observed));
         }
-        Ok(observed)
+        Ok(read)
+    }
+
+    /// The records our table of `family` holds; `None` if it has none, or they cannot be read
+    /// (the table's sets are then all read back).
+    fn read_records(&mut self, family: Family) -> Option<digests::Digests> {
+        match self.kernel.read_set(family, &self.table_name, DIGEST_SET) {
+            Ok(set) => set.map(|s| digests::parse_records(&s)),
+            Err(e) => {
+                tracing::warn!(error = %e, family = ?family, "cannot read the digests of our sets; reading every set back");
+                None
+            }
+        }
     }
 
     fn table_ref(&self, family: Family) -> TableRef {
@@ -490,6 +813,13 @@ impl<K: Kernel> Syncer<K> {
             name: self.table_name.clone(),
         }
     }
+}
+
+/// Follows `tx` on `digests` and appends the operations that keep the kernel's records of
+/// them in step, in the same transaction.
+fn add_records(table: &str, tx: &mut Transaction, digests: &mut Summary) {
+    digests::apply_ops(digests, table, &tx.ops);
+    tx.ops.extend(digests::record_ops(digests, table));
 }
 
 #[cfg(test)]
@@ -505,6 +835,8 @@ mod tests {
         generation: u32,
         applied: Vec<usize>,
         reads: usize,
+        /// Elements read back, of every set.
+        elements_read: usize,
         fail_next: bool,
     }
 
@@ -512,15 +844,42 @@ mod tests {
         fn generation(&mut self) -> Result<u32, KernelError> {
             Ok(self.generation)
         }
-        fn read_table(&mut self, family: Family, name: &str) -> Result<Observed, KernelError> {
+        fn read_table(
+            &mut self,
+            family: Family,
+            name: &str,
+            unread: &BTreeSet<String>,
+        ) -> Result<Observed, KernelError> {
             self.reads += 1;
             let t = TableRef {
                 family,
                 name: name.into(),
             };
             Ok(self.kernel.table(&t).map_or(Observed::Absent, |t| {
-                Observed::Read(crate::nft::netlink::canonical(t))
+                let mut t = crate::nft::netlink::canonical(t);
+                for (name, set) in &mut t.sets {
+                    if unread.contains(name) {
+                        set.elements.clear();
+                    } else {
+                        self.elements_read += set.elements.len();
+                    }
+                }
+                Observed::Read(t)
             }))
+        }
+        fn read_set(
+            &mut self,
+            family: Family,
+            table: &str,
+            set: &str,
+        ) -> Result<Option<Set>, KernelError> {
+            let t = TableRef {
+                family,
+                name: table.into(),
+            };
+            let set = self.kernel.table(&t).and_then(|t| t.sets.get(set)).cloned();
+            self.elements_read += set.as_ref().map_or(0, |s| s.elements.len());
+            Ok(set)
         }
         fn apply(&mut self, tx: &Transaction) -> Result<usize, KernelError> {
             if let Some(g) = tx.expected_generation
@@ -759,5 +1118,240 @@ mod tests {
         let r = s.sync(vec![table(&["a", "b"])], true).unwrap();
         assert_eq!((r.kind, r.ops), (SyncKind::Full, 0));
         assert_eq!(s.kernel().applied, [3], "only the first sync committed");
+    }
+
+    /// A table holding `big` marks in set "big" (recorded: at least DIGESTED_MIN_ELEMENTS) and
+    /// 3 in set "small" (read back whole).
+    fn sets_table(big: impl IntoIterator<Item = u32>) -> Table {
+        use crate::nft::model::{DataType, Value};
+        let marks = |m: Vec<u32>| m.into_iter().map(|m| Element::new(vec![Value::Mark(m)]));
+        let mut t = table(&["a"]);
+        for (name, elements) in [
+            ("big", marks(big.into_iter().collect()).collect()),
+            ("small", marks(vec![1, 2, 3]).collect()),
+        ] {
+            t.sets.insert(
+                name.into(),
+                Set::new(name, vec![DataType::Mark]).with_elements(elements),
+            );
+        }
+        t
+    }
+
+    const BIG: u32 = super::digests::DIGESTED_MIN_ELEMENTS as u32;
+
+    fn ip() -> TableRef {
+        TableRef {
+            family: Family::Ip,
+            name: "kubenft".into(),
+        }
+    }
+
+    /// A new syncer on `kernel`, as after a restart: reads back trusting the records.
+    fn restarted(kernel: Fake) -> Syncer<Fake> {
+        let mut s = Syncer::new(kernel, "kubenft");
+        s.read_back().unwrap();
+        s
+    }
+
+    fn kernel_of(s: Syncer<Fake>) -> Fake {
+        let mut fake = s.kernel;
+        fake.elements_read = 0;
+        fake.applied.clear();
+        fake
+    }
+
+    #[test]
+    fn a_restart_on_an_unchanged_kernel_reads_no_recorded_set_and_sends_nothing() {
+        let mut s = Syncer::new(Fake::default(), "kubenft");
+        s.sync(vec![sets_table(0..BIG)], false).unwrap();
+        let records = &s.kernel().kernel.table(&ip()).unwrap().sets[DIGEST_SET];
+        assert_eq!(records.elements.len(), 1, "only the big set has a record");
+
+        let mut s = restarted(kernel_of(s));
+        assert!(
+            s.applied_tables().unwrap()[0].sets["big"]
+                .elements
+                .is_empty(),
+            "its record vouches for it"
+        );
+        let r = s.sync(vec![sets_table(0..BIG)], false).unwrap();
+        assert_eq!((r.kind, r.ops), (SyncKind::Full, 0));
+        assert_eq!(
+            s.kernel().elements_read,
+            3 + 1,
+            "the small set and the record"
+        );
+
+        // What it remembers is whole: the next change is a difference from it.
+        let r = s.sync(vec![sets_table(1..BIG + 1)], false).unwrap();
+        assert_eq!(r.kind, SyncKind::Partial);
+        assert_eq!(r.ops, 2 + 2, "one element out, one in; the record replaced");
+    }
+
+    #[test]
+    fn a_set_changed_while_down_is_read_back_alone_and_its_record_follows() {
+        let mut s = Syncer::new(Fake::default(), "kubenft");
+        s.sync(vec![sets_table(0..BIG)], false).unwrap();
+
+        let mut s = restarted(kernel_of(s));
+        let r = s.sync(vec![sets_table(1..BIG + 1)], false).unwrap();
+        assert_eq!(r.ops, 2 + 2);
+        assert_eq!(s.kernel().elements_read, 3 + 1 + BIG as usize);
+
+        // The record now vouches for the new elements.
+        let mut s = restarted(kernel_of(s));
+        let r = s.sync(vec![sets_table(1..BIG + 1)], false).unwrap();
+        assert_eq!((r.ops, s.kernel().elements_read), (0, 3 + 1));
+    }
+
+    #[test]
+    fn records_follow_planned_changes_and_partial_syncs() {
+        let mut s = Syncer::new(Fake::default(), "kubenft");
+        s.sync(vec![sets_table(0..BIG)], false).unwrap();
+        s.sync(vec![sets_table(0..BIG + 5)], false).unwrap();
+        s.release_tables();
+        let change = TableChange {
+            family: Family::Ip,
+            before: Some(sets_table(0..BIG + 5)),
+            after: Some(sets_table(2..BIG + 5)),
+        };
+        let r = s.sync_changes(vec![change]).unwrap().unwrap();
+        assert_eq!(r.ops, 1 + 2, "two elements out; the record replaced");
+
+        let mut s = restarted(kernel_of(s));
+        let r = s.sync(vec![sets_table(2..BIG + 5)], false).unwrap();
+        assert_eq!((r.ops, s.kernel().elements_read), (0, 3 + 1));
+    }
+
+    /// Deletes element 7 of set "big" behind the engine's back, as `nft delete element` does.
+    fn hand_edit(kernel: &mut Fake) {
+        let table = kernel.kernel.tables.get_mut(&ip()).unwrap();
+        table.sets.get_mut("big").unwrap().elements.remove(7);
+        kernel.generation += 1;
+    }
+
+    fn big_set_len(s: &mut Syncer<Fake>) -> usize {
+        s.kernel().kernel.table(&ip()).unwrap().sets["big"]
+            .elements
+            .len()
+    }
+
+    #[test]
+    fn a_hand_edit_made_while_down_is_unseen_by_the_restart_and_repaired_by_the_next_full_sync() {
+        let mut s = Syncer::new(Fake::default(), "kubenft");
+        s.sync(vec![sets_table(0..BIG)], false).unwrap();
+        let mut kernel = kernel_of(s);
+        // The record still vouches for the deleted element.
+        hand_edit(&mut kernel);
+
+        let mut s = restarted(kernel);
+        let r = s.sync(vec![sets_table(0..BIG)], false).unwrap();
+        assert_eq!(r.ops, 0, "trusting the record, the edit goes unseen");
+
+        // The daemon's periodic full sync: the engine synced once, so it reads every element.
+        s.read_back().unwrap();
+        assert_eq!(
+            s.kernel().elements_read,
+            (3 + 1) + (1 + 3 + BIG as usize - 1),
+            "then the record, the small set and every element of the big one"
+        );
+        let r = s.sync(vec![sets_table(0..BIG)], false).unwrap();
+        assert_eq!(r.ops, 1, "the element is added back, as its record says");
+        assert_eq!(big_set_len(&mut s), BIG as usize);
+        let mut s = restarted(kernel_of(s));
+        let r = s.sync(vec![sets_table(0..BIG)], false).unwrap();
+        assert_eq!((r.ops, s.kernel().elements_read), (0, 3 + 1));
+    }
+
+    #[test]
+    fn a_hand_edit_made_while_running_is_repaired_by_the_next_sync_reading_every_element() {
+        let mut s = Syncer::new(Fake::default(), "kubenft");
+        s.sync(vec![sets_table(0..BIG)], false).unwrap();
+        hand_edit(s.kernel());
+        s.kernel().elements_read = 0;
+        let r = s.sync(vec![sets_table(0..BIG)], false).unwrap();
+        assert_eq!((r.kind, r.ops), (SyncKind::Full, 1));
+        assert_eq!(s.kernel().elements_read, 1 + 3 + BIG as usize - 1);
+        assert_eq!(big_set_len(&mut s), BIG as usize);
+    }
+
+    #[test]
+    fn a_foreign_commit_during_a_restart_makes_it_read_every_element() {
+        let mut s = Syncer::new(Fake::default(), "kubenft");
+        s.sync(vec![sets_table(0..BIG)], false).unwrap();
+        let mut s = restarted(kernel_of(s));
+        // Between the restart's read and its commit, someone edits our set.
+        hand_edit(s.kernel());
+        let r = s.sync(vec![sets_table(0..BIG)], false).unwrap();
+        assert_eq!(r.ops, 1, "the edit is repaired");
+        assert_eq!(big_set_len(&mut s), BIG as usize);
+    }
+
+    #[test]
+    fn a_first_sync_filled_set_by_set_records_large_sets_and_a_filling_restart_trusts_them() {
+        let desired = sets_table(0..BIG);
+        let mut s = Syncer::new(Fake::default(), "kubenft");
+        s.read_back().unwrap();
+        let heads = vec![without_elements(desired.clone())];
+        s.sync_filling(heads.clone(), &Whole(vec![desired.clone()]), false)
+            .unwrap();
+        let records = &s.kernel().kernel.table(&ip()).unwrap().sets[DIGEST_SET];
+        assert_eq!(records.elements.len(), 1, "the big set's record");
+
+        let mut s = restarted(kernel_of(s));
+        let r = s
+            .sync_filling(heads.clone(), &Whole(vec![desired.clone()]), false)
+            .unwrap();
+        assert_eq!((r.kind, r.ops), (SyncKind::Full, 0));
+        assert_eq!(s.kernel().elements_read, 3 + 1);
+
+        // A planned change is a partial sync from the records the first sync left.
+        let change = TableChange {
+            family: Family::Ip,
+            before: Some(desired.clone()),
+            after: Some(sets_table(1..BIG + 1)),
+        };
+        let r = s.sync_changes(vec![change]).unwrap().unwrap();
+        assert_eq!(r.ops, 2 + 2, "one element out, one in; the record replaced");
+        let mut s = restarted(kernel_of(s));
+        let changed = sets_table(1..BIG + 1);
+        let r = s
+            .sync_filling(
+                vec![without_elements(changed.clone())],
+                &Whole(vec![changed]),
+                false,
+            )
+            .unwrap();
+        assert_eq!((r.ops, s.kernel().elements_read), (0, 3 + 1));
+    }
+
+    #[test]
+    fn the_records_go_once_no_set_is_large_and_a_small_table_has_none() {
+        let mut s = Syncer::new(Fake::default(), "kubenft");
+        s.sync(vec![sets_table(0..10)], false).unwrap();
+        let sets = |s: &mut Syncer<Fake>| {
+            let t = s.kernel().kernel.table(&ip()).unwrap();
+            t.sets.keys().cloned().collect::<Vec<_>>()
+        };
+        assert_eq!(sets(&mut s), ["big", "small"]);
+        s.sync(vec![sets_table(0..BIG)], false).unwrap();
+        assert_eq!(sets(&mut s), ["big", DIGEST_SET, "small"]);
+        s.sync(vec![sets_table(0..10)], false).unwrap();
+        assert_eq!(sets(&mut s), ["big", "small"]);
+    }
+
+    #[test]
+    fn a_recorded_set_whose_type_changes_is_recreated_without_reading_it() {
+        let mut s = Syncer::new(Fake::default(), "kubenft");
+        s.sync(vec![sets_table(0..BIG)], false).unwrap();
+        let mut s = restarted(kernel_of(s));
+        let mut t = sets_table(0..BIG);
+        t.sets.get_mut("big").unwrap().timeout = Some(60);
+        s.sync(vec![t.clone()], false).unwrap();
+        assert_eq!(s.kernel().elements_read, 3 + 1);
+        let kernel = s.kernel().kernel.table(&ip()).unwrap();
+        assert_eq!(kernel.sets["big"].timeout, Some(60));
+        assert_eq!(kernel.sets["big"].elements.len(), BIG as usize);
     }
 }

@@ -1,10 +1,10 @@
 //! Applying a `Transaction` as ONE nfnetlink batch: the kernel commits every operation or
 //! none, and a refusal is traced back to the operation that caused it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 
-use super::dump::{DumpError, dump_table};
+use super::dump::{DumpError, dump_table_without_elements_of};
 use super::encode::{EncodeError, Encoder, Msg};
 use super::requests;
 use super::sys::*;
@@ -96,7 +96,17 @@ impl Nftables {
     }
 
     pub fn dump_table(&mut self, family: Family, name: &str) -> Result<Option<Table>, DumpError> {
-        let table = dump_table(&mut self.sock, family, name)?;
+        self.dump_table_without_elements_of(family, name, &BTreeSet::new())
+    }
+
+    /// [`Nftables::dump_table`], the sets named in `unread` without their elements.
+    pub fn dump_table_without_elements_of(
+        &mut self,
+        family: Family,
+        name: &str,
+        unread: &BTreeSet<String>,
+    ) -> Result<Option<Table>, DumpError> {
+        let table = dump_table_without_elements_of(&mut self.sock, family, name, unread)?;
         if let Some(t) = &table {
             for s in t.sets.values().filter(|s| s.interval) {
                 self.interval_sets
@@ -104,6 +114,16 @@ impl Nftables {
             }
         }
         Ok(table)
+    }
+
+    /// Set `set` of table `table` with its elements, if both exist.
+    pub fn dump_set(
+        &mut self,
+        family: Family,
+        table: &str,
+        set: &str,
+    ) -> Result<Option<crate::nft::model::Set>, DumpError> {
+        super::dump::dump_set(&mut self.sock, family, table, set)
     }
 
     /// The runtime elements of dynamic set `set` of table `name` (see `dump::dynamic_elements`).

@@ -2,7 +2,7 @@
 //! generation id is read before and after the dumps and the whole read is retried when a
 //! transaction committed in between, so a restarted daemon reconciles against a real state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::decode::{self, DecodeError, RawData, RawElem, RawSet};
 use super::lift::{LiftError, SetInfo, lift_rule};
@@ -79,9 +79,21 @@ pub fn dump_table(
     family: Family,
     name: &str,
 ) -> Result<Option<Table>, DumpError> {
+    dump_table_without_elements_of(sock, family, name, &BTreeSet::new())
+}
+
+/// [`dump_table`], leaving the sets named in `unread` without their elements: reading a set of
+/// n elements costs O(n²) in the kernel, which walks the set from its first element for every
+/// message of the dump.
+pub(crate) fn dump_table_without_elements_of(
+    sock: &mut NetlinkSocket,
+    family: Family,
+    name: &str,
+    unread: &BTreeSet<String>,
+) -> Result<Option<Table>, DumpError> {
     for attempt in 0..ATTEMPTS {
         let before = requests::generation(sock).map_err(DumpError::Generation)?;
-        let result = dump_once(sock, family, name);
+        let result = dump_once(sock, family, name, unread);
         let after = requests::generation(sock).map_err(DumpError::Generation)?;
         match result {
             Err(DumpError::Chains(SocketError::DumpInterrupted { .. }))
@@ -108,6 +120,7 @@ fn dump_once(
     sock: &mut NetlinkSocket,
     family: Family,
     name: &str,
+    unread: &BTreeSet<String>,
 ) -> Result<Option<Table>, DumpError> {
     let proto = nfproto(family);
     let mut w = AttrWriter::new();
@@ -173,7 +186,7 @@ fn dump_once(
     for raw in raw_sets {
         // Elements of a dynamic set are packet-path state (rules add them, timeouts expire
         // them), not configuration to reconcile, so they are not read.
-        let elems = if raw.flags & NFT_SET_EVAL != 0 {
+        let elems = if raw.flags & NFT_SET_EVAL != 0 || unread.contains(&raw.name) {
             Vec::new()
         } else {
             set_elements(sock, proto, name, &raw.name)?
@@ -341,6 +354,46 @@ pub(crate) fn dynamic_elements(
             ))
         })
         .collect()
+}
+
+/// Set `set` of table `table` with its elements; `Ok(None)` when the table or the set does not
+/// exist.
+pub(crate) fn dump_set(
+    sock: &mut NetlinkSocket,
+    family: Family,
+    table: &str,
+    set: &str,
+) -> Result<Option<Set>, DumpError> {
+    for _ in 0..ATTEMPTS {
+        match dump_set_once(sock, family, table, set) {
+            Err(DumpError::Elements {
+                source: SocketError::DumpInterrupted { .. },
+                ..
+            }) => continue,
+            other => return other,
+        }
+    }
+    Err(DumpError::Unstable { attempts: ATTEMPTS })
+}
+
+fn dump_set_once(
+    sock: &mut NetlinkSocket,
+    family: Family,
+    table: &str,
+    set: &str,
+) -> Result<Option<Set>, DumpError> {
+    let proto = nfproto(family);
+    let mut w = AttrWriter::new();
+    w.string(NFTA_SET_TABLE, table).string(NFTA_SET_NAME, set);
+    let reply = match requests::get(sock, "GETSET", NFT_MSG_GETSET, proto, &w.buf) {
+        Ok(r) => r,
+        Err(e) if e.errno() == Some(libc::ENOENT) => return Ok(None),
+        Err(source) => return Err(DumpError::Sets(source)),
+    };
+    let (_, _, attrs) = reply.nfgen().map_err(DumpError::Sets)?;
+    let raw = decode::set(attrs).map_err(dec("set"))?;
+    let elems = set_elements(sock, proto, table, set)?;
+    build_set(&raw, elems).map(Some)
 }
 
 fn set_elements(
