@@ -18,13 +18,15 @@ use crate::proxier::names::is_pick_slots;
 
 /// An endpoint as slot elements hold it: `address . port`.
 type Target = Vec<Value>;
+/// A slot map's name and a frontend key (`address . protocol . port`) in it.
+type MapFrontend = (String, Vec<Value>);
 
 /// For each frontend (`address . protocol . port`) of each shared slot map, the endpoint in
 /// each slot: the layout the next plan keeps.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SlotLayouts {
     /// By slot map and frontend key; the slots in the order they were found.
-    by_frontend: HashMap<(String, Vec<Value>), Vec<(u32, Target)>>,
+    by_frontend: HashMap<MapFrontend, Vec<(u32, Target)>>,
 }
 
 impl SlotLayouts {
