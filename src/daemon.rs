@@ -27,7 +27,7 @@ use crate::config::RunSettings;
 use crate::conntrack;
 use crate::events::{Limits, Occurrence, Recorder};
 use crate::nft::netlink::Nftables;
-use crate::proxier::{EndpointBlocks, IpFamily, Planner, ProxyConfig, families};
+use crate::proxier::{IpFamily, Planner, ProxyConfig, families};
 use crate::serve::{self, HealthCheckServers, HealthState, Metrics, SyncResult};
 use crate::source::kube as kube_source;
 use crate::source::store::ClusterStore;
@@ -469,8 +469,9 @@ impl SyncLoop {
     }
 
     /// Plans everything and brings the kernel to it. The kernel is read first, before planning,
-    /// so that services keep the endpoint-map blocks it already has (after a restart too):
-    /// unchanged services then plan to unchanged rules and nothing is sent for them. If the
+    /// so that services keep the endpoint-map blocks and slots it already has (after a restart
+    /// too): unchanged services then plan to unchanged rules and elements and nothing is sent
+    /// for them. If the
     /// read fails, the sync reads again.
     fn full_sync(&mut self, proxy: &ProxyConfig) -> Result<SyncReport, crate::sync::SyncError> {
         let mut full = true;
@@ -478,12 +479,8 @@ impl SyncLoop {
             Ok(()) => full = !self.syncer.has_applied_state(),
             Err(e) => tracing::warn!(error = %e, "cannot read our tables back before planning"),
         }
-        let blocks = self
-            .syncer
-            .applied_tables()
-            .map(EndpointBlocks::of_tables)
-            .unwrap_or_default();
-        self.planner.reset(blocks);
+        self.planner
+            .reset_to(self.syncer.applied_tables().unwrap_or_default());
         // The planner holds the tables' elements packed, service by service: they are unpacked
         // one at a time as the sync encodes them.
         let tables = self.planner.plan_without_elements(&self.live.state, proxy);

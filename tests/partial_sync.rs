@@ -305,3 +305,124 @@ fn a_large_set_changed_behind_our_back_is_repaired_by_a_read_of_it() {
     })
     .unwrap();
 }
+
+/// `services` ClusterIP and NodePort Services of `endpoints[i]` endpoints each, on node-a.
+fn churn_state(endpoints: &[Vec<String>]) -> ClusterState {
+    let mut svcs: Vec<Service> = Vec::new();
+    let mut slices: Vec<EndpointSlice> = Vec::new();
+    for (i, ips) in endpoints.iter().enumerate() {
+        svcs.push(
+            serde_saphyr::from_str(&format!(
+                "metadata: {{name: svc-{i}, namespace: churn}}\nspec: {{type: NodePort, clusterIP: 10.96.0.{}, ports: [{{name: http, port: 80, protocol: TCP, nodePort: {}}}]}}",
+                i + 1,
+                30000 + i
+            ))
+            .unwrap(),
+        );
+        let eps: Vec<String> = ips
+            .iter()
+            .map(|ip| {
+                format!("{{addresses: [{ip}], nodeName: node-b, conditions: {{ready: true}}}}")
+            })
+            .collect();
+        slices.push(
+            serde_saphyr::from_str(&format!(
+                "metadata: {{name: svc-{i}-x, namespace: churn, labels: {{kubernetes.io/service-name: svc-{i}}}}}\naddressType: IPv4\nports: [{{name: http, port: 8080, protocol: TCP}}]\nendpoints: [{}]",
+                eps.join(", ")
+            ))
+            .unwrap(),
+        );
+    }
+    let node: Node = serde_saphyr::from_str(
+        "metadata: {name: node-a}\nstatus: {addresses: [{type: InternalIP, address: 10.0.0.1}]}",
+    )
+    .unwrap();
+    let (state, rejected) = ClusterState::from_objects(&svcs, &slices, Some(&node));
+    assert!(rejected.is_empty());
+    state
+}
+
+fn churn_config() -> ProxyConfig {
+    ProxyConfig {
+        hostname: "node-a".into(),
+        cluster_cidrs: vec!["10.244.0.0/14".parse().unwrap()],
+        ..ProxyConfig::default()
+    }
+}
+
+/// Churn leaves endpoints in other slots than address order would give them; a restarted
+/// daemon (a new planner and engine, reading the kernel back as the daemon's full sync does)
+/// keeps those slots, so an unchanged cluster's restart sends nothing. A from-scratch plan
+/// would rewrite them.
+#[test]
+fn a_restart_after_churn_keeps_the_slots_the_kernel_holds_and_sends_nothing() {
+    use kubenft::nft::netlink::{Nftables, canonical};
+    use kubenft::proxier::Planner;
+    use kubenft::sync::{Observed, Syncer, reconcile_transaction};
+    if !kubenft::netns::can_create() {
+        eprintln!("skipped: needs root to create network namespaces");
+        return;
+    }
+    let ns = kubenft::netns::Netns::create("slotrestart").unwrap();
+    ns.run(|| {
+        // 5, 6, 10 and 12 endpoints: pick-8 and pick-16 maps.
+        let mut endpoints: Vec<Vec<String>> = [5, 6, 10, 12]
+            .iter()
+            .enumerate()
+            .map(|(s, n)| (0..*n).map(|e| format!("10.244.{s}.{}", e + 1)).collect())
+            .collect();
+        let config = churn_config();
+        let mut planner = Planner::new();
+        let mut syncer = Syncer::new(Nftables::open().unwrap(), "kubenft");
+        syncer
+            .sync(planner.plan(&churn_state(&endpoints), &config), false)
+            .unwrap();
+        syncer.release_tables();
+        // Rounds of churn: one endpoint of each service replaced by one whose address sorts
+        // last, as the daemon's partial syncs apply them.
+        for round in 0..3 {
+            for (s, ips) in endpoints.iter_mut().enumerate() {
+                let i = (2 * round + s) % ips.len();
+                ips[i] = format!("10.247.{s}.{}", round + 1);
+            }
+            let changes = planner.changes(&churn_state(&endpoints), &config, None);
+            let report = syncer.sync_changes(changes).unwrap().expect("applied");
+            assert!(report.ops > 0);
+        }
+        let state = churn_state(&endpoints);
+        let mut nft = Nftables::open().unwrap();
+        let held: Vec<_> = planner
+            .tables()
+            .iter()
+            .map(|t| nft.dump_table(t.family, &t.name).unwrap().unwrap())
+            .collect();
+        for (held, planned) in held.iter().zip(planner.tables()) {
+            assert_eq!(held.without_handles(), canonical(&planned));
+        }
+
+        // A plan from scratch lays endpoints out in address order: it would rewrite slots.
+        let observed: Vec<_> = held
+            .iter()
+            .map(|t| (t.table_ref(), Observed::Read(t.clone())))
+            .collect();
+        let from_scratch = Planner::new().plan(&state, &config);
+        let rewrites = reconcile_transaction(&observed, &from_scratch, None);
+        assert!(
+            !rewrites.ops.is_empty(),
+            "churn moved endpoints off address order"
+        );
+
+        // The restart: a new engine reads the kernel back, a new planner keeps what it holds.
+        let mut restarted = Syncer::new(Nftables::open().unwrap(), "kubenft");
+        restarted.read_back().unwrap();
+        let mut planner = Planner::new();
+        planner.reset_to(restarted.applied_tables().unwrap());
+        let tables = planner.plan_without_elements(&state, &config);
+        let report = restarted.sync_filling(tables, &planner, false).unwrap();
+        assert_eq!(
+            report.ops, 0,
+            "an unchanged cluster's restart sends nothing"
+        );
+    })
+    .unwrap();
+}

@@ -14,9 +14,10 @@ use kubenft::after_sync::{AfterSyncFacts, local_endpoint_facts, udp_frontends};
 use kubenft::cluster::{ClusterState, LiveState};
 use kubenft::nft::diff::TableChange;
 use kubenft::nft::fake::FakeKernel;
-use kubenft::nft::model::{Chain, Element, Table};
+use kubenft::nft::model::{Chain, Element, MapData, Table, Value as NftValue};
 use kubenft::nft::netlink::apply::batch_bytes;
 use kubenft::nft::transaction::{ElementStream, Op, SetElements, TableRef, Transaction};
+use kubenft::proxier::names::is_pick_slots;
 use kubenft::proxier::{Planner, ProxyConfig, ServiceRef, build, build_after};
 use kubenft::source::store::{Change, ClusterStore};
 use kubenft::sync::creation_transaction;
@@ -439,10 +440,13 @@ proptest! {
 proptest! {
     #![proptest_config(Config { cases: 128, ..Config::default() })]
 
-    /// A planner fed one cluster after another plans exactly the tables a whole build of each
-    /// makes with the same endpoint-map blocks, whether it compares every service or is told
-    /// which changed; and its changes, applied to a kernel holding the previous tables, find
-    /// there what they say was there and leave exactly the new tables.
+    /// A planner fed one cluster after another plans the tables a whole build of each makes
+    /// with the same endpoint-map blocks, whether it compares every service or is told which
+    /// changed, up to which slot of the shared slot maps each endpoint sits in: the planner
+    /// keeps slots across plans, where a build lays endpoints out in address order, but the
+    /// same endpoints fill slots 0..n-1 and the fallback names slot 0's. Its changes, applied
+    /// to a kernel holding the previous tables, find there what they say was there and leave
+    /// exactly the new tables.
     #[test]
     fn incremental_plans_equal_whole_builds_and_their_changes_reach_them(
         steps in proptest::collection::vec(
@@ -486,7 +490,15 @@ proptest! {
                     .collect()
             };
             let planned = planner.tables();
-            prop_assert_eq!(&planned, &build_after(&state, &config, &blocks));
+            let whole = build_after(&state, &config, &blocks);
+            let contested = Contested::of(&state);
+            prop_assert_eq!(
+                in_address_order(&planned, &contested),
+                in_address_order(&whole, &contested)
+            );
+            if let Err(e) = valid_layouts(&planned, &contested) {
+                return Err(TestCaseError::fail(e));
+            }
 
             let mut ops = Vec::new();
             for c in &changes {
@@ -509,6 +521,218 @@ proptest! {
             }).collect();
             prop_assert_eq!(held, planned);
             previous = state;
+        }
+    }
+}
+
+/// Frontends (`address . port`, any protocol) more than one service port is reached at (the
+/// node's addresses with each NodePort included): there the table holds slots of several
+/// layouts, the first owner's where they overlap, so only which slots are filled can be
+/// compared with a build.
+struct Contested(BTreeSet<(std::net::IpAddr, u16)>);
+
+impl Contested {
+    fn of(state: &ClusterState) -> Self {
+        let node_ips = state.node.iter().flat_map(|n| &n.internal_ips);
+        let mut frontends: BTreeMap<(std::net::IpAddr, u16), usize> = BTreeMap::new();
+        for sp in state.services.values() {
+            let addresses = sp
+                .cluster_ips
+                .iter()
+                .chain(&sp.external_ips)
+                .chain(&sp.load_balancer_ips);
+            let node_ports = sp
+                .node_port
+                .into_iter()
+                .flat_map(|np| node_ips.clone().map(move |ip| (*ip, np)));
+            for frontend in addresses.map(|ip| (*ip, sp.port)).chain(node_ports) {
+                *frontends.entry(frontend).or_default() += 1;
+            }
+        }
+        Contested(
+            frontends
+                .into_iter()
+                .filter(|(_, n)| *n > 1)
+                .map(|(f, _)| f)
+                .collect(),
+        )
+    }
+
+    /// Whether the frontend `key` starts with (`address . protocol . port`) is contested.
+    fn has(&self, key: &[NftValue]) -> bool {
+        let ip = match &key[0] {
+            NftValue::Ipv4(a) => std::net::IpAddr::V4(*a),
+            NftValue::Ipv6(a) => std::net::IpAddr::V6(*a),
+            other => panic!("a frontend address: {other:?}"),
+        };
+        let NftValue::Port(port) = key[2] else {
+            panic!("a frontend port: {:?}", key[2]);
+        };
+        self.0.contains(&(ip, port))
+    }
+}
+
+/// The frontend part (`address . protocol . port`) of a slot element's key.
+fn frontend_of(e: &Element) -> Vec<NftValue> {
+    e.key[..3].to_vec()
+}
+
+/// `tables` with each frontend's endpoints in the shared slot maps sorted over its slots and
+/// its `pick-fallback` element naming the first: the same for any two layouts of the same
+/// endpoints. At contested frontends, only the keys are kept.
+fn in_address_order(tables: &[Table], contested: &Contested) -> Vec<Table> {
+    tables
+        .iter()
+        .map(|t| {
+            let mut t = t.clone();
+            let mut firsts: BTreeMap<Vec<NftValue>, Option<MapData>> = BTreeMap::new();
+            for set in t.sets.values_mut().filter(|s| is_pick_slots(&s.name)) {
+                // Sorted by key: each frontend's slots are adjacent and in slot order.
+                let mut start = 0;
+                while start < set.elements.len() {
+                    let frontend = frontend_of(&set.elements[start]);
+                    let end = start
+                        + set.elements[start..]
+                            .iter()
+                            .take_while(|e| frontend_of(e) == frontend)
+                            .count();
+                    let slots = &mut set.elements[start..end];
+                    let mut data: Vec<Option<MapData>> =
+                        slots.iter().map(|e| e.data.clone()).collect();
+                    if contested.has(&frontend) {
+                        data.iter_mut().for_each(|d| *d = None);
+                    }
+                    data.sort();
+                    for (e, d) in slots.iter_mut().zip(data) {
+                        e.data = d;
+                    }
+                    firsts.insert(frontend, slots[0].data.clone());
+                    start = end;
+                }
+            }
+            if let Some(fallback) = t.sets.get_mut("pick-fallback") {
+                for e in &mut fallback.elements {
+                    if let Some(first) = firsts.get(&e.key) {
+                        e.data = first.clone();
+                    }
+                }
+            }
+            t
+        })
+        .collect()
+}
+
+/// Whether every uncontested frontend of the shared slot maps `pick-M-slots` fills slots
+/// 0..n-1 with n distinct endpoints, M/2 < n <= M, and its `pick-fallback` element names the
+/// endpoint of slot 0.
+fn valid_layouts(tables: &[Table], contested: &Contested) -> Result<(), String> {
+    for t in tables {
+        let fallback: BTreeMap<&[NftValue], &Option<MapData>> = t
+            .sets
+            .get("pick-fallback")
+            .into_iter()
+            .flat_map(|s| &s.elements)
+            .map(|e| (e.key.as_slice(), &e.data))
+            .collect();
+        for set in t.sets.values().filter(|s| is_pick_slots(&s.name)) {
+            let m: u32 = set.name["pick-".len()..set.name.len() - "-slots".len()]
+                .parse()
+                .unwrap();
+            let mut by_frontend: BTreeMap<Vec<NftValue>, Vec<&Element>> = BTreeMap::new();
+            for e in &set.elements {
+                by_frontend.entry(frontend_of(e)).or_default().push(e);
+            }
+            for (frontend, slots) in by_frontend.iter().filter(|(f, _)| !contested.has(f)) {
+                let n = slots.len() as u32;
+                let numbers: Vec<&NftValue> = slots.iter().map(|e| &e.key[3]).collect();
+                let expected: Vec<NftValue> = (0..n).map(NftValue::Mark).collect();
+                let distinct: BTreeSet<&Option<MapData>> = slots.iter().map(|e| &e.data).collect();
+                let fits = n <= m && (m == 1 || n > m / 2);
+                if !numbers.iter().copied().eq(&expected) || distinct.len() != slots.len() || !fits
+                {
+                    return Err(format!(
+                        "{} {frontend:?}: slots {numbers:?} of {m}",
+                        set.name
+                    ));
+                }
+                if fallback.get(frontend.as_slice()) != Some(&&slots[0].data) {
+                    return Err(format!(
+                        "{frontend:?}: the fallback is not slot 0's endpoint"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Element operations (elements added or deleted) of `ops`.
+fn element_operations(ops: &[Op]) -> usize {
+    ops.iter()
+        .map(|op| match op {
+            Op::AddElements { elements, .. } | Op::DeleteElements { elements, .. } => {
+                elements.len()
+            }
+            _ => 0,
+        })
+        .sum()
+}
+
+proptest! {
+    #![proptest_config(Config { cases: 48, ..Config::default() })]
+
+    /// Replacing one endpoint of a Service in a shared pick chain by a new one whose address
+    /// sorts last (as a rolling update's new pod's often does) costs a bounded number of
+    /// element operations, whatever the Service's size: a delete and an add of the replaced
+    /// slot at each frontend, of the fallback where the slot was 0, and of its hairpin element.
+    #[test]
+    fn replacing_one_endpoint_costs_the_same_few_element_operations_at_any_size(
+        n in 2usize..400,
+        replaced in proptest::collection::vec(any::<prop::sample::Index>(), 1..6),
+    ) {
+        let svc = json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": "demo"},
+            "spec": {"type": "NodePort", "clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"],
+                     "externalIPs": ["192.0.2.10"],
+                     "ports": [{"name": "http", "port": 80, "protocol": "TCP",
+                                "targetPort": 8080, "nodePort": 30080}]}});
+        let slice = |ips: &[String]| json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "web-1", "namespace": "demo",
+                         "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            "endpoints": ips.iter().map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}}))
+                .collect::<Vec<_>>()});
+        let state_of = |ips: &[String]| {
+            ClusterState::from_objects(
+                &typed::<Service>(std::slice::from_ref(&svc)),
+                &typed::<EndpointSlice>(&[slice(ips)]),
+                Some(&node()),
+            )
+            .0
+        };
+        let mut ips: Vec<String> = (0..n).map(|i| format!("10.244.{}.{}", i / 200, i % 200 + 1)).collect();
+        let mut planner = Planner::new();
+        let tables = planner.plan(&state_of(&ips), &config());
+        let frontends = tables.iter().filter_map(|t| t.sets.get("pick-fallback")).map(|s| s.elements.len()).sum::<usize>();
+        prop_assert!(frontends >= 3, "ClusterIP, external IP, NodePort: {frontends}");
+        for (round, i) in replaced.iter().enumerate() {
+            ips[i.index(n)] = format!("10.250.0.{}", round + 1);
+            let state = state_of(&ips);
+            let ops: Vec<Op> = planner
+                .changes(&state, &config(), None)
+                .iter()
+                .flat_map(|c| kubenft::nft::diff::plan(c.before.as_ref(), c.after.as_ref().unwrap()))
+                .collect();
+            let elements = element_operations(&ops);
+            prop_assert!(
+                elements <= 4 * frontends + 2,
+                "{elements} element operations at {n} endpoints and {frontends} frontends"
+            );
+            let contested = Contested::of(&state);
+            if let Err(e) = valid_layouts(&planner.tables(), &contested) {
+                return Err(TestCaseError::fail(e));
+            }
         }
     }
 }

@@ -18,7 +18,7 @@ use kubenft::nft::netlink::sys::{
 };
 use kubenft::nft::netlink::{Nftables, requests};
 use kubenft::nft::render::render_table;
-use kubenft::proxier::{EndpointBlocks, Planner, build};
+use kubenft::proxier::{Planner, build};
 use kubenft::sync::{
     Observed, Syncer, changes_transaction, cleanup_transaction, reconcile_transaction,
 };
@@ -464,7 +464,7 @@ fn partial_syncs(state: &ClusterState, endpoints: usize) -> (Partial, Partial, R
 
         drop(syncer);
         // A restarted daemon, as `kubenft run` does it: read the kernel, plan keeping its
-        // blocks, send the difference; trusting the records, then reading every element.
+        // blocks and slots, send the difference; trusting the records, then reading every element.
         let restart = |every_element: bool| {
             let mut restarted = Syncer::new(Nftables::open().unwrap(), "kubenft");
             if every_element {
@@ -475,9 +475,7 @@ fn partial_syncs(state: &ClusterState, endpoints: usize) -> (Partial, Partial, R
             let read = start.elapsed();
             let start = Instant::now();
             let mut planner = Planner::new();
-            planner.reset(EndpointBlocks::of_tables(
-                restarted.applied_tables().expect("read back"),
-            ));
+            planner.reset_to(restarted.applied_tables().expect("read back"));
             let tables = planner.plan_without_elements(&more, &config());
             let plan = start.elapsed();
             let start = Instant::now();

@@ -8,7 +8,7 @@ pub mod names;
 mod plan;
 mod stored;
 
-pub use build::{EndpointBlocks, IpFamily};
+pub use build::{EndpointBlocks, IpFamily, SlotLayouts};
 pub(crate) use build::{build_family, families};
 pub use config::{DetectLocal, NodePortAddresses, ProxyConfig};
 pub(crate) use endpoints::local_endpoints;

@@ -61,8 +61,9 @@ pub fn is_endpoint_map(set: &str) -> bool {
 }
 /// The shared chain that draws a slot of `slots` in `pick_slots(slots)` for ClusterIP traffic.
 /// Services without ClientIP affinity or externalTrafficPolicy Local have no chain of their
-/// own: endpoint i of n sits in slot i of that map, `slots` being the power of two at or
-/// above n. Endpoints coming and going are elements, and the table holds a handful of chains
+/// own: their n endpoints fill slots 0..n-1 of that map, `slots` being the power of two at or
+/// above n, each keeping its slot while it stays (`build/slots.rs`). Endpoints coming and going
+/// are elements, and the table holds a handful of chains
 /// instead of one per service — the kernel's commit visits every chain, so that is what keeps
 /// a one-endpoint commit O(1).
 pub(crate) fn pick_chain(slots: u32) -> String {
@@ -104,8 +105,9 @@ pub(crate) fn pick_set(slots: u32) -> String {
     format!("pick-{slots}-services")
 }
 
-/// `address . protocol . port` → first endpoint `address . port`, for every address a service
-/// is reached at (ClusterIPs, external and load-balancer IPs, node IP . NodePort). The kernel
+/// `address . protocol . port` → first endpoint `address . port` (slot 0's in a pick chain), for
+/// every address a service is reached at (ClusterIPs, external and load-balancer IPs, node IP .
+/// NodePort). The kernel
 /// reads its generation anew at each set lookup, so a packet racing a commit that moves a
 /// service to another chain can be sent to the old chain and miss the endpoints already
 /// moved, or miss both the old and the new dispatch entry: it then lands here (see

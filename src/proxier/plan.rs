@@ -4,7 +4,11 @@
 //! rebuild and a few element changes.
 //!
 //! Guarantee: after any sequence of plans, the planned tables equal what `build_after` makes of
-//! the same state with the same endpoint-map blocks (the property tests check this).
+//! the same state with the same endpoint-map blocks, except for which slot of a shared slot map
+//! each endpoint sits in (and so which one `pick-fallback` names: slot 0's): `build_after` lays
+//! endpoints out in address order, the planner keeps each endpoint's slot across plans
+//! (`build/slots.rs`). The same endpoints fill the same slots 0..n-1 either way; the property
+//! tests check both.
 //!
 //! What every fragment depends on (configuration, node, families) replans everything when it
 //! changes. The service CIDRs are the exception: only the skeleton's drop rules read them, so a
@@ -18,11 +22,11 @@ use std::sync::Arc;
 use ipnet::IpNet;
 
 use super::build::{
-    BlockAllocator, EndpointBlocks, Fragment, FragmentBuilder, IpFamily, assemble,
+    BlockAllocator, EndpointBlocks, Fragment, FragmentBuilder, IpFamily, SlotLayouts, assemble,
     dropped_service_cidrs, families, table_head,
 };
 use super::config::ProxyConfig;
-use super::names::is_endpoint_map;
+use super::names::{is_endpoint_map, is_pick_slots};
 use super::stored::{SortedElements, Stored};
 pub use crate::cluster::ServiceRef;
 use crate::cluster::{ClusterState, Endpoint, NodeInfo, ServicePort, ServicePortName};
@@ -58,6 +62,8 @@ pub struct Planner {
     inputs: BTreeMap<Arc<ServicePortName>, u64>,
     /// Blocks the next whole plan starts from.
     start_blocks: EndpointBlocks,
+    /// Slot layouts the next whole plan keeps (once: later whole plans start afresh).
+    start_layouts: SlotLayouts,
 }
 
 impl Planner {
@@ -65,11 +71,14 @@ impl Planner {
         Planner::default()
     }
 
-    /// Forgets every plan. The next plan is a whole one, and its chains keep the endpoint-map
-    /// blocks of `blocks` (what the kernel holds), so unchanged services plan to unchanged rules.
-    pub fn reset(&mut self, blocks: EndpointBlocks) {
+    /// Forgets every plan. The next plan is a whole one that keeps what `kernel` (our tables as
+    /// read back) holds: each chain's endpoint-map block and, where its service stays in the
+    /// same shared slot map, each endpoint's slot. Unchanged services then plan to unchanged
+    /// rules and elements, after a restart too, whatever slots churn left endpoints in.
+    pub fn reset_to(&mut self, kernel: &[Table]) {
         *self = Planner {
-            start_blocks: blocks,
+            start_blocks: EndpointBlocks::of_tables(kernel),
+            start_layouts: SlotLayouts::of_tables(kernel),
             ..Planner::default()
         };
     }
@@ -122,6 +131,7 @@ impl Planner {
         let Some(skeletons) = skeletons else {
             let before = self.tables();
             self.start_blocks = self.blocks();
+            self.start_layouts = self.layouts();
             self.replan(state, config);
             return whole_table_changes(before, self.tables());
         };
@@ -141,6 +151,19 @@ impl Planner {
                 })
             })
             .collect()
+    }
+
+    /// The shared slot maps' layouts, as planned.
+    fn layouts(&self) -> SlotLayouts {
+        let mut layouts = SlotLayouts::default();
+        for t in &self.tables {
+            for f in t.fragments.values() {
+                for set in f.element_sets().filter(|s| is_pick_slots(s)) {
+                    layouts.add(set, &f.elements_of(set).collect::<Vec<_>>());
+                }
+            }
+        }
+        layouts
     }
 
     /// Each family's chains and their blocks, as planned.
@@ -183,10 +206,11 @@ impl Planner {
         self.service_cidrs = dropped_service_cidrs(state, config).to_vec();
         let names: Vec<Arc<ServicePortName>> =
             state.services.keys().cloned().map(Arc::new).collect();
+        let layouts = std::mem::take(&mut self.start_layouts);
         self.tables = context
             .families
             .iter()
-            .map(|&fam| FamilyPlan::whole(fam, state, config, &self.start_blocks, &names))
+            .map(|&fam| FamilyPlan::whole(fam, state, config, &self.start_blocks, &layouts, &names))
             .collect();
         self.inputs = names
             .into_iter()
@@ -383,6 +407,7 @@ impl FamilyPlan {
         state: &ClusterState,
         config: &ProxyConfig,
         start: &EndpointBlocks,
+        layouts: &SlotLayouts,
         names: &[Arc<ServicePortName>],
     ) -> Self {
         let builder = FragmentBuilder::new(config, state, fam);
@@ -396,7 +421,7 @@ impl FamilyPlan {
             owners: HashMap::new(),
         };
         for name in names {
-            let fragment = builder.service(&state.services[&**name], &mut plan.blocks);
+            let fragment = builder.service(&state.services[&**name], &mut plan.blocks, layouts);
             plan.remember(name, &fragment);
         }
         // Blocks of chains the kernel had and this plan dropped are free from now on.
@@ -460,22 +485,27 @@ impl FamilyPlan {
         config: &ProxyConfig,
     ) -> (Table, Table) {
         let builder = FragmentBuilder::new(config, state, self.fam);
+        let olds: Vec<Option<Fragment>> = changed
+            .iter()
+            .map(|name| self.fragments.get(name).map(Stored::unpack))
+            .collect();
+        // The endpoints of the replanned services keep the slots their old fragments gave them.
+        let mut layouts = SlotLayouts::default();
+        for old in olds.iter().flatten() {
+            layouts.extend(SlotLayouts::of_fragment(old));
+        }
         let new: Vec<(Arc<ServicePortName>, Fragment)> = changed
             .iter()
             .map(|name| {
                 let fragment = state
                     .services
                     .get(&**name)
-                    .map(|sp| builder.service(sp, &mut self.blocks))
+                    .map(|sp| builder.service(sp, &mut self.blocks, &layouts))
                     .unwrap_or_default();
                 (name.clone(), fragment)
             })
             .collect();
 
-        let olds: Vec<Option<Fragment>> = new
-            .iter()
-            .map(|(name, _)| self.fragments.get(name).map(Stored::unpack))
-            .collect();
         let mut before = Part::default();
         let mut after = Part::default();
         // Keys of shared sets and names of sets these services touch.

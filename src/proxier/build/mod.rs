@@ -7,6 +7,7 @@ mod fragment;
 mod pick;
 mod service;
 mod skeleton;
+mod slots;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -22,6 +23,7 @@ use crate::nft::model::*;
 pub(crate) use blocks::BlockAllocator;
 pub use blocks::EndpointBlocks;
 pub(crate) use fragment::{Fragment, assemble};
+pub use slots::SlotLayouts;
 
 /// Up to this many endpoints, a ClientIP-affinity service picks one by a cascade of rules
 /// rather than a map: a new connection walks n/2 rules on average (tens of nanoseconds each,
@@ -109,6 +111,8 @@ struct Builder<'a> {
     config: &'a ProxyConfig,
     state: &'a ClusterState,
     blocks: &'a mut BlockAllocator,
+    /// The slots the previous plan gave endpoints in the shared slot maps.
+    layouts: &'a SlotLayouts,
     out: Fragment,
 }
 
@@ -261,12 +265,17 @@ impl<'a> FragmentBuilder<'a> {
         FragmentBuilder { fam, config, state }
     }
 
-    fn builder<'b>(&'b self, blocks: &'b mut BlockAllocator) -> Builder<'b> {
+    fn builder<'b>(
+        &'b self,
+        blocks: &'b mut BlockAllocator,
+        layouts: &'b SlotLayouts,
+    ) -> Builder<'b> {
         Builder {
             fam: self.fam,
             config: self.config,
             state: self.state,
             blocks,
+            layouts,
             out: Fragment::default(),
         }
     }
@@ -275,7 +284,8 @@ impl<'a> FragmentBuilder<'a> {
     /// depends on the node, the configuration and the service CIDRs only.
     pub(crate) fn skeleton(&self) -> Fragment {
         let mut blocks = BlockAllocator::new(BTreeMap::new());
-        let mut b = self.builder(&mut blocks);
+        let layouts = SlotLayouts::default();
+        let mut b = self.builder(&mut blocks, &layouts);
         b.skeleton();
         for ip in b.nodeport_ips() {
             b.out
@@ -285,16 +295,23 @@ impl<'a> FragmentBuilder<'a> {
         b.out
     }
 
-    /// What `sp` adds to the table (empty for a service of the other family only).
-    pub(crate) fn service(&self, sp: &ServicePort, blocks: &mut BlockAllocator) -> Fragment {
-        let mut b = self.builder(blocks);
+    /// What `sp` adds to the table (empty for a service of the other family only); its
+    /// endpoints keep the slots `layouts` gives them where they can.
+    pub(crate) fn service(
+        &self,
+        sp: &ServicePort,
+        blocks: &mut BlockAllocator,
+        layouts: &SlotLayouts,
+    ) -> Fragment {
+        let mut b = self.builder(blocks, layouts);
         b.service(sp);
         b.out.dedup_keys();
         b.out
     }
 }
 
-/// The table of one family; chains keep the endpoint-map blocks `previous` gave them.
+/// The table of one family; chains keep the endpoint-map blocks `previous` gave them, and
+/// endpoints take the shared slot maps' slots in address order.
 pub(crate) fn build_family(
     state: &ClusterState,
     config: &ProxyConfig,
@@ -304,10 +321,11 @@ pub(crate) fn build_family(
     let mut blocks = BlockAllocator::new(previous.of_family(fam.table_family()));
     let fragments = FragmentBuilder::new(config, state, fam);
     let skeleton = fragments.skeleton();
+    let layouts = SlotLayouts::default();
     let services = state
         .services
         .values()
-        .map(|sp| fragments.service(sp, &mut blocks));
+        .map(|sp| fragments.service(sp, &mut blocks, &layouts));
     assemble(
         &table_head(config, fam),
         std::iter::once(skeleton).chain(services),

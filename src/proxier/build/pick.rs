@@ -1,6 +1,7 @@
 //! The shared `pick-M` chains and their slot maps, which services with few endpoints and no
 //! ClientIP affinity use instead of chains of their own.
 
+use super::slots::target_of;
 use super::*;
 
 /// Slot counts of the shared pick chains: 1, 2, 4 … MAX_SHARED_PICK_ENDPOINTS.
@@ -27,7 +28,7 @@ impl Builder<'_> {
     }
 
     /// The last rule of the chains that draw endpoints from maps: the first endpoint for the
-    /// packet's destination, for a packet whose draws all missed because its service moved to
+    /// packet's destination (slot 0's, for a service in a pick chain), for a packet whose draws all missed because its service moved to
     /// another chain meanwhile.
     pub(super) fn pick_fallback(&self) -> Rule {
         Rule::new(vec![Stmt::DnatMap {
@@ -154,8 +155,10 @@ impl Builder<'_> {
         })
     }
 
-    /// Puts endpoint i of `eps` in slot i of each of `frontends` (address and port, with the
-    /// service port's protocol) in the slot map of `pick_chain(slots)`.
+    /// Lays `eps` out over slots 0..n-1 of each of `frontends` (address and port, with the
+    /// service port's protocol) in the slot map of `pick_chain(slots)`, keeping the slots the
+    /// previous plan gave them (`slots.rs`), and puts each frontend in `PICK_FALLBACK` with the
+    /// endpoint of its slot 0.
     pub(super) fn fill_slots(
         &mut self,
         sp: &ServicePort,
@@ -166,16 +169,16 @@ impl Builder<'_> {
         let map = pick_slots(slots);
         let label = sp.name.to_string();
         let proto = Value::Proto(sp.name.protocol.number());
-        self.fallback(sp, frontends, eps);
         for &(ip, port) in frontends {
-            for (slot, ep) in eps.iter().enumerate() {
-                let key = vec![
-                    ip_value(ip),
-                    proto.clone(),
-                    Value::Port(port),
-                    Value::Mark(slot as u32),
-                ];
-                let data = MapData::Values(vec![ip_value(ep.ip), Value::Port(ep.port)]);
+            let frontend = vec![ip_value(ip), proto.clone(), Value::Port(port)];
+            let laid_out = self.layouts.lay_out(&map, &frontend, eps);
+            // Slot 0 is filled in every layout and changes hands only when its endpoint goes,
+            // so the fallback churns no more than the slots do.
+            self.fallback_element(&frontend, laid_out[0], &label);
+            for (slot, ep) in laid_out.into_iter().enumerate() {
+                let mut key = frontend.clone();
+                key.push(Value::Mark(slot as u32));
+                let data = MapData::Values(target_of(ep));
                 self.out
                     .push_element(&map, Element::map(key, data).with_comment(label.clone()));
             }
@@ -196,12 +199,17 @@ impl Builder<'_> {
         let label = sp.name.to_string();
         let proto = Value::Proto(sp.name.protocol.number());
         for &(ip, port) in frontends {
-            let key = vec![ip_value(ip), proto.clone(), Value::Port(port)];
-            let data = MapData::Values(vec![ip_value(first.ip), Value::Port(first.port)]);
-            self.out.push_element(
-                PICK_FALLBACK,
-                Element::map(key, data).with_comment(label.clone()),
-            );
+            let frontend = vec![ip_value(ip), proto.clone(), Value::Port(port)];
+            self.fallback_element(&frontend, first, &label);
         }
+    }
+
+    /// `frontend` (`address . protocol . port`) in `PICK_FALLBACK`, sent to `ep`.
+    fn fallback_element(&mut self, frontend: &[Value], ep: &Endpoint, label: &str) {
+        let data = MapData::Values(target_of(ep));
+        self.out.push_element(
+            PICK_FALLBACK,
+            Element::map(frontend.to_vec(), data).with_comment(label.to_string()),
+        );
     }
 }
