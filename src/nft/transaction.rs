@@ -129,6 +129,11 @@ pub trait SetElements {
     fn sets_with_elements(&self, family: Family) -> BTreeSet<String>;
     /// The elements of `set` in the `family` table, sorted as a `Table` holds them.
     fn elements(&self, family: Family, set: &str) -> ElementStream<'_>;
+    /// At most how many elements `elements(family, set)` yields, known without producing
+    /// them (an implementation that can count more cheaply than it unpacks says so here).
+    fn most_elements(&self, family: Family, set: &str) -> usize {
+        self.elements(family, set).count()
+    }
     /// The digest of `elements(family, set)` as the kernel would hold them (see `SetDigest`).
     fn digest(&self, family: Family, set: &str) -> SetDigest {
         let mut digest = SetDigest::default();

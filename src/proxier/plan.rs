@@ -307,6 +307,18 @@ impl SetElements for Planner {
             None => Box::new(std::iter::empty()),
         }
     }
+
+    /// The elements each part of the table puts in `set`, counted packed: parts that put in
+    /// the same key count it more than once.
+    fn most_elements(&self, family: Family, set: &str) -> usize {
+        self.tables
+            .iter()
+            .find(|t| t.head.family == family)
+            .map_or(0, |t| {
+                let stored: usize = t.fragments.values().map(|f| f.count_of(set)).sum();
+                t.skeleton.elements_of(set).len() + stored
+            })
+    }
 }
 
 fn input_digest(sp: &ServicePort, endpoints: Option<&Vec<Endpoint>>) -> u64 {

@@ -82,6 +82,11 @@ impl Stored {
             .map(|(key, rest)| self.element(key, rest))
     }
 
+    /// How many elements this fragment puts in `set`, counted without unpacking them.
+    pub(super) fn count_of(&self, set: &str) -> usize {
+        self.packed_of(set).count()
+    }
+
     /// The keys this fragment puts in `set`.
     pub(super) fn keys_of<'a>(&'a self, set: &str) -> impl Iterator<Item = Vec<Value>> + use<'a> {
         self.packed_of(set).map(|(key, _)| read_key(&mut &key[..]))

@@ -189,7 +189,7 @@ pub(crate) fn record_ops(summary: &mut Summary, table: &str) -> Vec<Op> {
                 ops.push(Op::AddElements {
                     table: t,
                     set: DIGEST_SET.into(),
-                    elements: changed_records(&recordable(&wanted), &BTreeMap::new()),
+                    elements: records_of(&d.sets),
                 });
             }
             Some(old) => {
@@ -215,6 +215,28 @@ pub(crate) fn record_ops(summary: &mut Summary, table: &str) -> Vec<Op> {
         d.recorded = (!wanted.is_empty()).then_some(wanted);
     }
     ops
+}
+
+/// The operations that declare the records set of a table created in the same batch, its
+/// `AddElements` carrying none: they are [`records_of`] the digests of the table's sets, summed
+/// while their elements are sent, so the operations go after every other of the batch.
+pub(crate) fn creation_record_ops(table: TableRef) -> [Op; 2] {
+    [
+        Op::AddSet {
+            table: table.clone(),
+            set: declaration(),
+        },
+        Op::AddElements {
+            table,
+            set: DIGEST_SET.into(),
+            elements: Vec::new(),
+        },
+    ]
+}
+
+/// The record elements a table whose sets have `digests` holds.
+pub(crate) fn records_of(digests: &Digests) -> Vec<Element> {
+    changed_records(&recordable(&wanted_records(digests)), &BTreeMap::new())
 }
 
 /// The record elements of `records` that `other` does not hold as they are.

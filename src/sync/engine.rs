@@ -19,10 +19,11 @@ use crate::nft::netlink::{
     ApplyError, ApplyStats, DumpError, Nftables, canonicalize_elements, canonicalized,
 };
 use crate::nft::transaction::{ElementStream, SetElements, TableRef, Transaction};
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use super::digests::{self, DIGEST_SET, Summary, TableDigests};
+use super::digests::{self, DIGEST_SET, DIGESTED_MIN_ELEMENTS, Digests, Summary, TableDigests};
 use super::{Observed, creation_transaction, reconcile_transaction_lending, return_elements};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -392,34 +393,65 @@ impl<K: Kernel> Syncer<K> {
                 |t| elements.sets_with_elements(t.family),
                 Some(generation),
             );
-            // The records go in the same batch, so each large set's digest is found first,
-            // one set at a time.
-            let mut summary = Summary::new();
-            for t in &desired {
-                let filled = elements.sets_with_elements(t.family);
-                let sets = filled
-                    .iter()
-                    .filter(|s| t.sets.get(*s).is_some_and(|s| !s.dynamic))
-                    .map(|s| (s.clone(), elements.digest(t.family, s)))
-                    .collect();
-                summary.insert(
-                    t.family,
-                    TableDigests {
-                        sets,
-                        recorded: None,
-                    },
-                );
+            // The records go last in the same batch: each set's digest is summed while its
+            // elements stream into the batch, and the records are made from the sums when their
+            // turn comes. Whether a table gets them is decided first, from element counts.
+            let sums: BTreeMap<(Family, String), Cell<SetDigest>> = desired
+                .iter()
+                .flat_map(|t| {
+                    let filled = elements.sets_with_elements(t.family);
+                    filled
+                        .into_iter()
+                        .filter(|s| t.sets.get(s).is_some_and(|s| !s.dynamic))
+                        .map(|s| ((t.family, s), Cell::default()))
+                })
+                .collect();
+            let recorded: BTreeSet<Family> = sums
+                .keys()
+                .filter(|(family, set)| {
+                    elements.most_elements(*family, set) as u64 >= DIGESTED_MIN_ELEMENTS
+                })
+                .map(|(family, _)| *family)
+                .collect();
+            for &family in &recorded {
+                tx.ops
+                    .extend(digests::creation_record_ops(self.table_ref(family)));
             }
-            add_records(&self.table_name, &mut tx, &mut summary);
-            let mut fill = |t: &TableRef, set: &str| {
+            let summed = |family: Family| -> Digests {
+                sums.range((family, String::new())..)
+                    .take_while(|((f, _), _)| *f == family)
+                    .map(|((_, set), sum)| (set.clone(), sum.get()))
+                    .collect()
+            };
+            let mut fill = |t: &TableRef, set: &str| -> ElementStream<'_> {
+                if set == DIGEST_SET {
+                    return Box::new(digests::records_of(&summed(t.family)).into_iter());
+                }
                 let canonical = elements.elements(t.family, set).map(|mut e| {
                     canonicalize_elements(std::slice::from_mut(&mut e));
                     e
                 });
-                Box::new(canonical) as ElementStream<'_>
+                match sums.get(&(t.family, set.to_string())) {
+                    Some(sum) => Box::new(canonical.inspect(move |e| {
+                        let mut d = sum.get();
+                        d.add(e);
+                        sum.set(d);
+                    })),
+                    None => Box::new(canonical),
+                }
             };
             match self.commit_filling(&tx, Some(&mut fill)) {
                 Ok(c) => {
+                    let summary = desired
+                        .iter()
+                        .map(|t| {
+                            let sets = summed(t.family);
+                            let recorded = recorded
+                                .contains(&t.family)
+                                .then(|| digests::wanted_records(&sets));
+                            (t.family, TableDigests { sets, recorded })
+                        })
+                        .collect();
                     self.generation = c.generation;
                     self.digests = c.generation.map(|_| summary);
                     return Ok(SyncReport {
@@ -948,6 +980,12 @@ mod tests {
             let set = t.and_then(|t| t.sets.get(set));
             Box::new(set.into_iter().flat_map(|s| s.elements.iter().cloned()))
         }
+
+        fn most_elements(&self, family: Family, set: &str) -> usize {
+            let t = self.0.iter().find(|t| t.family == family);
+            t.and_then(|t| t.sets.get(set))
+                .map_or(0, |s| s.elements.len())
+        }
     }
 
     /// `table(chains)` with a set of `ports`, each element commented with a quote the kernel
@@ -1004,6 +1042,82 @@ mod tests {
         // The plan is the caller's; the generation stays for planned changes.
         assert!(filling.applied_tables().is_none());
         assert!(filling.has_generation());
+    }
+
+    /// `Whole`, counting how often each set's elements are asked for; its digests are refused.
+    struct Asked(Whole, std::cell::RefCell<BTreeMap<String, usize>>);
+
+    impl SetElements for Asked {
+        fn sets_with_elements(&self, family: Family) -> BTreeSet<String> {
+            self.0.sets_with_elements(family)
+        }
+
+        fn elements(&self, family: Family, set: &str) -> ElementStream<'_> {
+            *self.1.borrow_mut().entry(set.to_string()).or_default() += 1;
+            self.0.elements(family, set)
+        }
+
+        fn most_elements(&self, family: Family, set: &str) -> usize {
+            self.0.most_elements(family, set)
+        }
+
+        fn digest(&self, _: Family, set: &str) -> SetDigest {
+            panic!("the digest of {set} was asked for: its elements are read twice")
+        }
+    }
+
+    #[test]
+    fn a_first_sync_filled_set_by_set_reads_each_set_once_and_sends_the_records_a_whole_one_sends()
+    {
+        let desired = sets_table(0..BIG);
+        let mut whole = Syncer::new(Fake::default(), "kubenft");
+        whole.read_back().unwrap();
+        let sent = whole.sync(vec![desired.clone()], false).unwrap();
+
+        let mut filling = Syncer::new(Fake::default(), "kubenft");
+        filling.read_back().unwrap();
+        let asked = Asked(Whole(vec![desired.clone()]), Default::default());
+        let report = filling
+            .sync_filling(vec![without_elements(desired.clone())], &asked, false)
+            .unwrap();
+        assert_eq!((report.ops, report.bytes), (sent.ops, sent.bytes));
+        assert_eq!(
+            asked.1.into_inner(),
+            BTreeMap::from([("big".to_string(), 1), ("small".to_string(), 1)])
+        );
+        let kernel = |s: &Syncer<Fake>| s.kernel.kernel.table(&ip()).cloned();
+        assert_eq!(kernel(&filling), kernel(&whole));
+        assert_eq!(kernel(&filling).unwrap().sets[DIGEST_SET].elements.len(), 1);
+
+        // What the engine remembers of the kernel is what the whole sync remembers: the next
+        // change sends the same operations.
+        let change = |s: &mut Syncer<Fake>| {
+            s.release_tables();
+            let change = TableChange {
+                family: Family::Ip,
+                before: Some(desired.clone()),
+                after: Some(sets_table(1..BIG + 1)),
+            };
+            let r = s.sync_changes(vec![change]).unwrap().unwrap();
+            (r.ops, r.bytes)
+        };
+        assert_eq!(change(&mut filling), change(&mut whole));
+        assert_eq!(kernel(&filling), kernel(&whole));
+    }
+
+    #[test]
+    fn a_first_sync_filled_set_by_set_declares_no_records_for_small_sets() {
+        let mut s = Syncer::new(Fake::default(), "kubenft");
+        s.read_back().unwrap();
+        let desired = sets_table(0..10);
+        s.sync_filling(
+            vec![without_elements(desired.clone())],
+            &Whole(vec![desired]),
+            false,
+        )
+        .unwrap();
+        let sets = &s.kernel().kernel.table(&ip()).unwrap().sets;
+        assert_eq!(sets.keys().collect::<Vec<_>>(), ["big", "small"]);
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //!   already sent on the same stream.
 
 use crate::selector::{FieldSelector, LabelSelector, SelectorError};
-use crate::store::{Action, Kind, ObjectKey, StoreError, StoredEvent, strip_type_meta};
+use crate::store::{Action, Kind, ObjectKey, StoreError, StoredEvent, WithoutTypeMeta};
 use crate::{RecordedRequest, Shared};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -160,6 +160,10 @@ fn status_object(code: u16, reason: &str, message: &str) -> Value {
 
 fn json_response(code: StatusCode, body: &Value) -> Response<Body> {
     let bytes = serde_json::to_vec(body).expect("serde_json::Value always serialises");
+    json_bytes_response(code, bytes)
+}
+
+fn json_bytes_response(code: StatusCode, bytes: Vec<u8>) -> Response<Body> {
     Response::builder()
         .status(code)
         .header(header::CONTENT_TYPE, "application/json")
@@ -816,10 +820,36 @@ fn list(
             metadata["remainingItemCount"] = remaining.into();
         }
     }
-    let items: Vec<Value> = page.iter().map(|(_, obj)| strip_type_meta(obj)).collect();
-    let body = json!({"kind": format!("{}List", kind.name()), "apiVersion": kind.api_version(),
-                      "metadata": metadata, "items": items});
-    Ok(json_response(StatusCode::OK, &body))
+    let envelope = json!({"kind": format!("{}List", kind.name()), "apiVersion": kind.api_version(),
+                          "metadata": metadata, "items": []});
+    let body = ListBody {
+        envelope: &envelope,
+        items: page.iter().map(|(_, obj)| WithoutTypeMeta(obj)).collect(),
+    };
+    let bytes = serde_json::to_vec(&body).expect("JSON values always serialise");
+    Ok(json_bytes_response(StatusCode::OK, bytes))
+}
+
+/// A list's body: the fields of `envelope`, its `items` being `items`.
+struct ListBody<'a> {
+    envelope: &'a Value,
+    items: Vec<WithoutTypeMeta<'a>>,
+}
+
+impl serde::Serialize for ListBody<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        #[serde(untagged)]
+        enum Field<'a> {
+            Items(&'a [WithoutTypeMeta<'a>]),
+            Other(&'a Value),
+        }
+        let fields = self.envelope.as_object().into_iter().flatten();
+        s.collect_map(fields.map(|(k, v)| match k.as_str() {
+            "items" => (k, Field::Items(&self.items)),
+            _ => (k, Field::Other(v)),
+        }))
+    }
 }
 
 /// Default server-side watch duration when the client gives no timeoutSeconds (the real

@@ -7,7 +7,7 @@
 //! a revision at or after it is served exactly, and one before it is reported as expired.
 
 use k8s_openapi::jiff::Timestamp;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::ops::Bound;
@@ -472,12 +472,16 @@ fn now_rfc3339() -> String {
         .to_string()
 }
 
-/// Removes `kind` and `apiVersion`, as the API server does for the items of a list.
-pub fn strip_type_meta(object: &Value) -> Value {
-    let mut fields: Map<String, Value> = object.as_object().cloned().unwrap_or_default();
-    fields.remove("kind");
-    fields.remove("apiVersion");
-    Value::Object(fields)
+/// An object as the items of a list carry it: without `kind` and `apiVersion`, as the API
+/// server sends them. It serializes straight from the stored object, so a page of thousands
+/// of objects is not copied first.
+pub struct WithoutTypeMeta<'a>(pub &'a Value);
+
+impl serde::Serialize for WithoutTypeMeta<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let fields = self.0.as_object().into_iter().flatten();
+        s.collect_map(fields.filter(|(k, _)| !matches!(k.as_str(), "kind" | "apiVersion")))
+    }
 }
 
 #[cfg(test)]

@@ -257,7 +257,10 @@ pub fn canonical(t: &Table) -> Table {
 /// a table's.
 pub(crate) fn canonicalize_elements(elements: &mut [Element]) {
     for e in elements {
-        if let Some(text) = &mut e.comment {
+        // Rewritten only where it changes: the planner's comments nearly all read as stored.
+        if let Some(text) = &mut e.comment
+            && !crate::nft::render::is_sanitized(text)
+        {
             *text = crate::nft::render::sanitize_comment(text);
         }
     }
