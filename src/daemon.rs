@@ -386,8 +386,11 @@ impl SyncLoop {
 
     /// One sync; returns whether it was (or fell back to) a full one.
     async fn sync_once(&mut self) -> SyncKind {
-        // The duration covers the whole sync: bringing the model up to date too.
+        // The duration covers the whole sync: bringing the model up to date too. The schedule
+        // counts `min_sync_period` from here, where the sync takes its changes, so the model
+        // update does not lengthen the period between two syncs.
         let started = Instant::now();
+        let force_full = self.schedule.start(started);
         let (changed, triggers) = self.update_model();
         let model_seconds = started.elapsed().as_secs_f64();
         self.after_sync.changed(&changed);
@@ -403,7 +406,6 @@ impl SyncLoop {
             self.nodeport_fallbacks_logged = fallbacks;
         }
 
-        let force_full = self.schedule.start(Instant::now());
         // A partial sync needs our last commit to have succeeded (the kernel then holds what
         // the planner remembers); otherwise, or when the schedule asks, the sync is full.
         let mut attempted =

@@ -158,9 +158,7 @@ impl Planner {
         let mut layouts = SlotLayouts::default();
         for t in &self.tables {
             for f in t.fragments.values() {
-                for set in f.element_sets().filter(|s| is_pick_slots(s)) {
-                    layouts.add(set, &f.elements_of(set).collect::<Vec<_>>());
-                }
+                add_slot_layouts(&mut layouts, f);
             }
         }
         layouts
@@ -487,8 +485,10 @@ impl FamilyPlan {
     }
 
     /// Replans the services `changed` and takes `skeleton` (if given) as the new skeleton, whose
-    /// sets and elements must equal the old one's; returns the parts of the table they touch,
-    /// before and after.
+    /// sets and elements must equal the old one's; returns the parts of the table that change,
+    /// before and after: of these services' elements, only those their old and new fragments do
+    /// not share (each set of theirs that may appear, vanish or change type whole), and their
+    /// chains.
     fn update(
         &mut self,
         changed: &[Arc<ServicePortName>],
@@ -497,14 +497,11 @@ impl FamilyPlan {
         config: &ProxyConfig,
     ) -> (Table, Table) {
         let builder = FragmentBuilder::new(config, state, self.fam);
-        let olds: Vec<Option<Fragment>> = changed
-            .iter()
-            .map(|name| self.fragments.get(name).map(Stored::unpack))
-            .collect();
+        let olds: Vec<Option<&Stored>> = changed.iter().map(|n| self.fragments.get(n)).collect();
         // The endpoints of the replanned services keep the slots their old fragments gave them.
         let mut layouts = SlotLayouts::default();
         for old in olds.iter().flatten() {
-            layouts.extend(SlotLayouts::of_fragment(old));
+            add_slot_layouts(&mut layouts, old);
         }
         let new: Vec<(Arc<ServicePortName>, Fragment)> = changed
             .iter()
@@ -517,66 +514,112 @@ impl FamilyPlan {
                 (name.clone(), fragment)
             })
             .collect();
+        // Packed as the planner keeps them, to be compared with the old ones as they are kept.
+        let packed: Vec<Stored> = new
+            .iter()
+            .map(|(_, f)| Stored::pack(f, |s| Arc::new(s.clone())))
+            .collect();
+        let empty = Stored::default();
 
         let mut before = Part::default();
         let mut after = Part::default();
-        // Keys of shared sets and names of sets these services touch.
+        // Sets the replanned fragments declare may appear, vanish or change type, and then all
+        // their elements must be at hand; every other set stays as it is, so only the elements
+        // a service's old and new fragments do not share can change there.
+        let declared_here: BTreeSet<String> = olds
+            .iter()
+            .flatten()
+            .flat_map(|f| f.sets.iter().map(|s| s.name.clone()))
+            .chain(
+                new.iter()
+                    .flat_map(|(_, f)| f.sets.iter().map(|s| s.name.clone())),
+            )
+            .collect();
+        let differences: Vec<Vec<SetDifference>> = olds
+            .iter()
+            .zip(&packed)
+            .map(|(old, now)| {
+                let old = old.unwrap_or(&empty);
+                let sets: BTreeSet<&str> = old.element_sets().chain(now.element_sets()).collect();
+                sets.into_iter()
+                    .filter_map(|set| {
+                        let (gone, came) = if declared_here.contains(set) {
+                            (by_key(old.elements_of(set)), by_key(now.elements_of(set)))
+                        } else {
+                            old.differing(now, set)
+                        };
+                        let differ = !gone.is_empty() || !came.is_empty();
+                        differ.then(|| SetDifference {
+                            set: set.to_string(),
+                            gone,
+                            came,
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        for (old, (_, fragment)) in olds.iter().zip(&new) {
+            if let Some(old) = old {
+                before.chains.extend(old.chains.iter().cloned());
+            }
+            after.chains.extend(fragment.chains.iter().cloned());
+        }
+        drop(olds);
+        let sets: BTreeSet<&str> = declared_here
+            .iter()
+            .map(String::as_str)
+            .chain(differences.iter().flatten().map(|d| d.set.as_str()))
+            .collect();
+
+        // Keys of shared sets these services' elements differ under.
         let mut keys: Vec<Touched> = Vec::new();
         let mut seen: HashMap<KeyRef, usize> = HashMap::new();
-        let mut sets: BTreeSet<&str> = BTreeSet::new();
-        for (i, ((_, fragment), old)) in new.iter().zip(&olds).enumerate() {
-            for (f, part, is_new) in old
-                .as_ref()
-                .map(|o| (o, &mut before, false))
-                .into_iter()
-                .chain([(fragment, &mut after, true)])
-            {
-                part.chains.extend(f.chains.iter().cloned());
-                sets.extend(f.sets.iter().map(|s| s.name.as_str()));
-                for (set, elements) in &f.elements {
-                    sets.insert(set);
-                    if is_endpoint_map(set) {
-                        part.push(set, elements.iter().cloned());
-                        continue;
-                    }
-                    for e in elements {
-                        let key = KeyRef {
-                            hash: key_hash(set, &e.key),
-                            set,
-                            key: &e.key,
-                        };
-                        let at = *seen.entry(key).or_insert_with(|| {
-                            keys.push(Touched {
-                                key,
-                                service: i,
-                                old: None,
-                                new: None,
-                            });
-                            keys.len() - 1
+        for (i, service) in differences.iter().enumerate() {
+            for SetDifference { set, gone, came } in service {
+                if is_endpoint_map(set) {
+                    before.push(set, gone.iter().cloned());
+                    after.push(set, came.iter().cloned());
+                    continue;
+                }
+                let sides = gone.iter().map(|e| (e, false));
+                for (e, is_new) in sides.chain(came.iter().map(|e| (e, true))) {
+                    let key = KeyRef {
+                        hash: key_hash(set, &e.key),
+                        set,
+                        key: &e.key,
+                    };
+                    let at = *seen.entry(key).or_insert_with(|| {
+                        keys.push(Touched {
+                            key,
+                            service: i,
+                            old: None,
+                            new: None,
                         });
-                        let touched = &mut keys[at];
-                        if touched.service == i {
-                            *(if is_new {
-                                &mut touched.new
-                            } else {
-                                &mut touched.old
-                            }) = Some(e);
-                        }
+                        keys.len() - 1
+                    });
+                    let touched = &mut keys[at];
+                    if touched.service == i {
+                        *(if is_new {
+                            &mut touched.new
+                        } else {
+                            &mut touched.old
+                        }) = Some(e);
                     }
                 }
             }
         }
         let names: Vec<&ServicePortName> = new.iter().map(|(n, _)| &**n).collect();
-        let olds_at_hand = InHand {
+        // The old fragments are still in the store, where `winner` finds them.
+        let olds_in_store = InHand {
             names: &names,
-            fragments: olds.iter().map(Option::as_ref).collect(),
+            fragments: Vec::new(),
         };
         before.declare(self, &sets);
-        before.winners(self, &keys, |t| t.old, &olds_at_hand);
+        before.winners(self, &keys, |t| t.old, &olds_in_store);
 
         let mut gone_chains: Vec<String> = Vec::new();
-        for (name, fragment) in &new {
-            if let Some(old) = self.fragments.get(name) {
+        for (((name, fragment), now), differences) in new.iter().zip(packed).zip(&differences) {
+            if let Some(old) = self.fragments.remove(&**name) {
                 let kept = |c: &&Chain| fragment.chains.iter().any(|n| n.name == c.name);
                 gone_chains.extend(
                     old.chains
@@ -584,9 +627,14 @@ impl FamilyPlan {
                         .filter(|c| !kept(c))
                         .map(|c| c.name.clone()),
                 );
+                self.undeclare(&old);
             }
-            self.forget(name);
-            self.remember(name, fragment);
+            for d in differences.iter().filter(|d| !is_endpoint_map(&d.set)) {
+                self.change_owners(name, d);
+            }
+            if !fragment.is_empty() {
+                self.store(name, now);
+            }
         }
         let news_at_hand = InHand {
             names: &names,
@@ -650,31 +698,55 @@ impl FamilyPlan {
         }
         for (set, elements) in shared_elements(fragment) {
             for e in elements {
-                self.owners
-                    .entry(key_hash(set, &e.key))
-                    .and_modify(|o| o.add(name))
-                    .or_insert_with(|| Owners::One(name.clone()));
+                self.add_owner(set, &e.key, name);
             }
         }
         let declared = &mut self.declared;
-        let stored = Stored::pack(fragment, |set| {
-            let (shared, n) = declared
-                .entry(set.name.clone())
-                .or_insert_with(|| (Arc::new(set.clone()), 0));
-            *n += 1;
-            if **shared == *set {
-                shared.clone()
-            } else {
-                Arc::new(set.clone())
-            }
-        });
+        let stored = Stored::pack(fragment, |set| share_declaration(declared, set));
         self.fragments.insert(name.clone(), stored);
     }
 
-    fn forget(&mut self, name: &ServicePortName) {
-        let Some(fragment) = self.fragments.remove(name) else {
-            return;
-        };
+    /// Keeps `stored` as the fragment of `name`, its declarations shared with equal ones.
+    fn store(&mut self, name: &Arc<ServicePortName>, mut stored: Stored) {
+        stored.sets = stored
+            .sets
+            .iter()
+            .map(|set| share_declaration(&mut self.declared, set))
+            .collect();
+        self.fragments.insert(name.clone(), stored);
+    }
+
+    /// The owners of the keys in `d`, a replanned service's elements of a set that changed:
+    /// only keys its old or its new fragment lacks change owners, so the keys it keeps are
+    /// neither hashed nor looked up.
+    fn change_owners(&mut self, name: &Arc<ServicePortName>, d: &SetDifference) {
+        // Both sorted by key; a key on both sides only changed its data or comment.
+        let (mut gone, mut came) = (d.gone.iter().peekable(), d.came.iter().peekable());
+        loop {
+            match (gone.peek(), came.peek()) {
+                (Some(a), Some(b)) if a.key == b.key => {
+                    gone.next();
+                    came.next();
+                }
+                (Some(a), Some(b)) if a.key < b.key => {
+                    self.remove_owner(&d.set, &a.key, name);
+                    gone.next();
+                }
+                (_, Some(b)) => {
+                    self.add_owner(&d.set, &b.key, name);
+                    came.next();
+                }
+                (Some(a), None) => {
+                    self.remove_owner(&d.set, &a.key, name);
+                    gone.next();
+                }
+                (None, None) => break,
+            }
+        }
+    }
+
+    /// Forgets that `fragment` declares its sets: a set no fragment declares any more goes.
+    fn undeclare(&mut self, fragment: &Stored) {
         for set in &fragment.sets {
             if let Some((_, n)) = self.declared.get_mut(&set.name) {
                 *n -= 1;
@@ -683,13 +755,19 @@ impl FamilyPlan {
                 }
             }
         }
-        for set in fragment.element_sets().filter(|s| !is_endpoint_map(s)) {
-            for key in fragment.keys_of(set) {
-                let h = key_hash(set, &key);
-                if self.owners.get_mut(&h).is_some_and(|o| o.remove(name)) {
-                    self.owners.remove(&h);
-                }
-            }
+    }
+
+    fn add_owner(&mut self, set: &str, key: &[Value], name: &Arc<ServicePortName>) {
+        self.owners
+            .entry(key_hash(set, key))
+            .and_modify(|o| o.add(name))
+            .or_insert_with(|| Owners::One(name.clone()));
+    }
+
+    fn remove_owner(&mut self, set: &str, key: &[Value], name: &ServicePortName) {
+        let h = key_hash(set, key);
+        if self.owners.get_mut(&h).is_some_and(|o| o.remove(name)) {
+            self.owners.remove(&h);
         }
     }
 }
@@ -701,6 +779,41 @@ fn shared_elements(fragment: &Fragment) -> impl Iterator<Item = &(String, Vec<El
         .elements
         .iter()
         .filter(|(set, _)| !is_endpoint_map(set))
+}
+
+/// The declaration kept for `set` in `declared`, counted once more: the one held already if
+/// equal, so fragments declaring the same set share one copy.
+fn share_declaration(declared: &mut HashMap<String, (Arc<Set>, usize)>, set: &Set) -> Arc<Set> {
+    let (shared, n) = declared
+        .entry(set.name.clone())
+        .or_insert_with(|| (Arc::new(set.clone()), 0));
+    *n += 1;
+    if **shared == *set {
+        shared.clone()
+    } else {
+        Arc::new(set.clone())
+    }
+}
+
+/// How a replanned service's elements of one set changed: those only its old fragment holds
+/// as they are, and those only its new one holds, each sorted by key.
+struct SetDifference {
+    set: String,
+    gone: Vec<Element>,
+    came: Vec<Element>,
+}
+
+fn by_key(elements: impl Iterator<Item = Element>) -> Vec<Element> {
+    let mut elements: Vec<Element> = elements.collect();
+    elements.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+    elements
+}
+
+/// Adds the slots `stored` gives endpoints in the shared slot maps to `layouts`.
+fn add_slot_layouts(layouts: &mut SlotLayouts, stored: &Stored) {
+    for set in stored.element_sets().filter(|s| is_pick_slots(s)) {
+        layouts.add(set, &stored.elements_of(set).collect::<Vec<_>>());
+    }
 }
 
 /// The fragments of the services an update replans, as the planner holds them before it or
@@ -716,7 +829,7 @@ impl InHand<'_> {
     /// same fragments: this only saves time.
     fn fragment(&self, name: &ServicePortName) -> Option<Option<&Fragment>> {
         let i = self.names.binary_search(&name).ok()?;
-        Some(self.fragments[i])
+        self.fragments.get(i).copied()
     }
 }
 

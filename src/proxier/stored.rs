@@ -87,11 +87,6 @@ impl Stored {
         self.packed_of(set).count()
     }
 
-    /// The keys this fragment puts in `set`.
-    pub(super) fn keys_of<'a>(&'a self, set: &str) -> impl Iterator<Item = Vec<Value>> + use<'a> {
-        self.packed_of(set).map(|(key, _)| read_key(&mut &key[..]))
-    }
-
     /// This fragment's element of `set` under `key`.
     pub(super) fn find(&self, set: &str, key: &[Value]) -> Option<Element> {
         let mut wanted = Vec::new();
@@ -99,6 +94,75 @@ impl Stored {
         self.packed_of(set)
             .find(|(k, _)| *k == wanted.as_slice())
             .map(|(k, rest)| self.element(k, rest))
+    }
+
+    /// The elements of `set` that this fragment and `other` do not both hold as they are:
+    /// those only this one holds, and those only `other` holds, each sorted by key. Elements
+    /// are compared packed (their comments as text), so those both hold are never unpacked: a
+    /// replanned service nearly always keeps most of its elements, in the same order.
+    pub(super) fn differing(&self, other: &Stored, set: &str) -> (Vec<Element>, Vec<Element>) {
+        let ours: Vec<Comparable> = self.comparable_of(set).collect();
+        let theirs: Vec<Comparable> = other.comparable_of(set).collect();
+        let head = ours.iter().zip(&theirs).take_while(|(a, b)| a == b).count();
+        let (ours, theirs) = (&ours[head..], &theirs[head..]);
+        let tail = ours
+            .iter()
+            .rev()
+            .zip(theirs.iter().rev())
+            .take_while(|(a, b)| a == b)
+            .count();
+        let mut ours = ours[..ours.len() - tail].to_vec();
+        let mut theirs = theirs[..theirs.len() - tail].to_vec();
+        // Keys are unique within a fragment's set, and packing keeps their order apart from
+        // the values': sorted by bytes, then decoded and sorted by key.
+        ours.sort_unstable();
+        theirs.sort_unstable();
+        let (mut only_ours, mut only_theirs) = (Vec::new(), Vec::new());
+        let (mut a, mut b) = (ours.into_iter().peekable(), theirs.into_iter().peekable());
+        loop {
+            match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) if x == y => {
+                    a.next();
+                    b.next();
+                }
+                (Some(x), Some(y)) if x < y => only_ours.extend(a.next()),
+                (_, Some(_)) => only_theirs.extend(b.next()),
+                (Some(_), None) => only_ours.extend(a.next()),
+                (None, None) => break,
+            }
+        }
+        let unpack = |stored: &Stored, elements: Vec<Comparable>| {
+            let mut elements: Vec<Element> = elements
+                .into_iter()
+                .map(|c| stored.element(c.key, c.rest))
+                .collect();
+            elements.sort_unstable_by(|x, y| x.key.cmp(&y.key));
+            elements
+        };
+        (unpack(self, only_ours), unpack(other, only_theirs))
+    }
+
+    /// Each element of `set`, packed, as `differing` compares it.
+    fn comparable_of<'a>(&'a self, set: &str) -> impl Iterator<Item = Comparable<'a>> + use<'a> {
+        self.packed_of(set).map(|(key, rest)| {
+            let mut after_data = rest;
+            match take(&mut after_data, 1)[0] {
+                0 => {}
+                1 => skip_verdict(&mut after_data),
+                _ => skip_key(&mut after_data),
+            }
+            let data = &rest[..rest.len() - after_data.len()];
+            let comment = match read_varint(&mut after_data) {
+                0 => None,
+                i => Some(&*self.comments[i - 1]),
+            };
+            Comparable {
+                key,
+                data,
+                comment,
+                rest,
+            }
+        })
     }
 
     /// Each element of `set` as its packed key and rest.
@@ -127,6 +191,44 @@ impl Stored {
             i => Some(self.comments[i - 1].to_string()),
         };
         Element { key, data, comment }
+    }
+}
+
+/// A packed element as two fragments can compare it: its packed key and data and its comment
+/// (a comment's index differs between fragments, its text does not), with the rest of its
+/// bytes to unpack it from.
+#[derive(Debug, Clone, Copy)]
+struct Comparable<'a> {
+    key: &'a [u8],
+    data: &'a [u8],
+    comment: Option<&'a str>,
+    /// `data` and the comment's index: not compared, the index is the fragment's own.
+    rest: &'a [u8],
+}
+
+impl Comparable<'_> {
+    fn compared(&self) -> (&[u8], &[u8], Option<&str>) {
+        (self.key, self.data, self.comment)
+    }
+}
+
+impl PartialEq for Comparable<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.compared() == other.compared()
+    }
+}
+
+impl Eq for Comparable<'_> {}
+
+impl PartialOrd for Comparable<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Comparable<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.compared().cmp(&other.compared())
     }
 }
 
@@ -588,10 +690,6 @@ mod tests {
         }
         assert_eq!(stored.find("s", &[Value::Port(99)]), None);
         assert_eq!(stored.find("empty", &[]), None);
-        assert_eq!(
-            stored.keys_of("s").collect::<Vec<_>>(),
-            elements.iter().map(|e| e.key.clone()).collect::<Vec<_>>()
-        );
     }
 
     #[test]

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use super::{Fragment, ip_value};
+use super::ip_value;
 use crate::cluster::Endpoint;
 use crate::nft::model::{Element, MapData, Table, Value};
 use crate::proxier::names::is_pick_slots;
@@ -43,17 +43,6 @@ impl SlotLayouts {
         layouts
     }
 
-    /// The layouts of the slot maps `fragment` fills.
-    pub(crate) fn of_fragment(fragment: &Fragment) -> Self {
-        let mut layouts = SlotLayouts::default();
-        for (set, elements) in &fragment.elements {
-            if is_pick_slots(set) {
-                layouts.add(set, elements);
-            }
-        }
-        layouts
-    }
-
     /// Adds the slot elements `elements` of map `set`.
     pub(crate) fn add<'a>(&mut self, set: &str, elements: impl IntoIterator<Item = &'a Element>) {
         for e in elements {
@@ -66,13 +55,6 @@ impl SlotLayouts {
                 .entry((set.to_string(), frontend.to_vec()))
                 .or_default()
                 .push((*slot, target.clone()));
-        }
-    }
-
-    /// Adds every layout of `other`.
-    pub(crate) fn extend(&mut self, other: SlotLayouts) {
-        for (k, mut slots) in other.by_frontend {
-            self.by_frontend.entry(k).or_default().append(&mut slots);
         }
     }
 
