@@ -14,6 +14,7 @@ mod demo;
 mod events;
 mod explain;
 mod family;
+pub mod full_sync;
 pub mod lab;
 pub mod netlink;
 pub mod netns;
