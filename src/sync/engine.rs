@@ -174,6 +174,9 @@ struct KernelRead {
     settled: BTreeSet<(Family, String)>,
 }
 
+/// A set of one of our tables: its family and name.
+type FamilySet = (Family, String);
+
 /// Elements moved out of the desired tables while a transaction is built, by family and set.
 type Lent = Vec<(Family, String, Vec<Element>)>;
 
@@ -533,7 +536,7 @@ impl<K: Kernel> Syncer<K> {
         read: &mut KernelRead,
         desired: &[Table],
         planned: Option<&dyn SetElements>,
-    ) -> Result<(BTreeSet<(Family, String)>, Vec<(Family, String)>), SyncError> {
+    ) -> Result<(BTreeSet<FamilySet>, Vec<FamilySet>), SyncError> {
         let mut settled = std::mem::take(&mut read.settled);
         let mut read_sets = Vec::new();
         for (family, names) in std::mem::take(&mut read.unread) {
