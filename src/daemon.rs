@@ -473,21 +473,16 @@ impl SyncLoop {
     /// Plans everything and brings the kernel to it. The kernel is read first, before planning,
     /// so that services keep the endpoint-map blocks and slots it already has (after a restart
     /// too): unchanged services then plan to unchanged rules and elements and nothing is sent
-    /// for them. If the
-    /// read fails, the sync reads again.
+    /// for them (`crate::full_sync`). If the read fails, the sync reads again.
     fn full_sync(&mut self, proxy: &ProxyConfig) -> Result<SyncReport, crate::sync::SyncError> {
-        let mut full = true;
-        match tokio::task::block_in_place(|| self.syncer.read_back()) {
-            Ok(()) => full = !self.syncer.has_applied_state(),
-            Err(e) => tracing::warn!(error = %e, "cannot read our tables back before planning"),
-        }
-        self.planner
-            .reset_to(self.syncer.applied_tables().unwrap_or_default());
-        // The planner holds the tables' elements packed, service by service: they are unpacked
-        // one at a time as the sync encodes them.
-        let tables = self.planner.plan_without_elements(&self.live.state, proxy);
-        let planner = &self.planner;
-        tokio::task::block_in_place(|| self.syncer.sync_filling(tables, planner, full))
+        tokio::task::block_in_place(|| {
+            crate::full_sync::full_sync(
+                &mut self.syncer,
+                &mut self.planner,
+                &self.live.state,
+                proxy,
+            )
+        })
     }
 
     fn succeeded(

@@ -17,6 +17,7 @@ mod demo;
 mod events;
 mod explain;
 mod family;
+pub mod full_sync;
 pub mod lab;
 pub mod netlink;
 pub mod netns;

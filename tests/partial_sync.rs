@@ -313,8 +313,9 @@ fn churn_state(endpoints: &[Vec<String>]) -> ClusterState {
     for (i, ips) in endpoints.iter().enumerate() {
         svcs.push(
             serde_saphyr::from_str(&format!(
-                "metadata: {{name: svc-{i}, namespace: churn}}\nspec: {{type: NodePort, clusterIP: 10.96.0.{}, ports: [{{name: http, port: 80, protocol: TCP, nodePort: {}}}]}}",
-                i + 1,
+                "metadata: {{name: svc-{i}, namespace: churn}}\nspec: {{type: NodePort, clusterIP: 10.96.{}.{}, ports: [{{name: http, port: 80, protocol: TCP, nodePort: {}}}]}}",
+                i / 250,
+                i % 250 + 1,
                 30000 + i
             ))
             .unwrap(),
@@ -356,6 +357,20 @@ fn churn_config() -> ProxyConfig {
 /// would rewrite them.
 #[test]
 fn a_restart_after_churn_keeps_the_slots_the_kernel_holds_and_sends_nothing() {
+    restart_after_churn("slotrestart", 0);
+}
+
+/// As above, with `pick-16-slots` large enough to be vouched for by its digest record: the
+/// restart does not read it, plans it in address order, finds the digest differs, reads it and
+/// plans again keeping its slots.
+#[test]
+fn a_restart_after_churn_reads_a_large_slot_map_once_and_sends_nothing() {
+    restart_after_churn("slotdigest", 420);
+}
+
+/// Four services churned, and `unchanged` more of ten endpoints each.
+fn restart_after_churn(ns_name: &str, unchanged: usize) {
+    use kubenft::full_sync::{plan_as_held, read_differing_sets};
     use kubenft::nft::netlink::{Nftables, canonical};
     use kubenft::proxier::Planner;
     use kubenft::sync::{Observed, Syncer, reconcile_transaction};
@@ -363,14 +378,22 @@ fn a_restart_after_churn_keeps_the_slots_the_kernel_holds_and_sends_nothing() {
         eprintln!("skipped: needs root to create network namespaces");
         return;
     }
-    let ns = kubenft::netns::Netns::create("slotrestart").unwrap();
-    ns.run(|| {
+    let ns = kubenft::netns::Netns::create(ns_name).unwrap();
+    ns.run(move || {
         // 5, 6, 10 and 12 endpoints: pick-8 and pick-16 maps.
         let mut endpoints: Vec<Vec<String>> = [5, 6, 10, 12]
             .iter()
             .enumerate()
             .map(|(s, n)| (0..*n).map(|e| format!("10.244.{s}.{}", e + 1)).collect())
             .collect();
+        endpoints.extend((0..unchanged).map(|k| {
+            (0..10)
+                .map(|e| {
+                    let i = k * 10 + e;
+                    format!("10.246.{}.{}", i / 250, i % 250 + 1)
+                })
+                .collect()
+        }));
         let config = churn_config();
         let mut planner = Planner::new();
         let mut syncer = Syncer::new(Nftables::open().unwrap(), "kubenft");
@@ -381,7 +404,7 @@ fn a_restart_after_churn_keeps_the_slots_the_kernel_holds_and_sends_nothing() {
         // Rounds of churn: one endpoint of each service replaced by one whose address sorts
         // last, as the daemon's partial syncs apply them.
         for round in 0..3 {
-            for (s, ips) in endpoints.iter_mut().enumerate() {
+            for (s, ips) in endpoints.iter_mut().enumerate().take(4) {
                 let i = (2 * round + s) % ips.len();
                 ips[i] = format!("10.247.{s}.{}", round + 1);
             }
@@ -394,7 +417,12 @@ fn a_restart_after_churn_keeps_the_slots_the_kernel_holds_and_sends_nothing() {
         let held: Vec<_> = planner
             .tables()
             .iter()
-            .map(|t| nft.dump_table(t.family, &t.name).unwrap().unwrap())
+            .map(|t| {
+                let mut held = nft.dump_table(t.family, &t.name).unwrap().unwrap();
+                // The engine's records, not the plan's.
+                held.sets.remove(kubenft::sync::DIGEST_SET);
+                held
+            })
             .collect();
         for (held, planned) in held.iter().zip(planner.tables()) {
             assert_eq!(held.without_handles(), canonical(&planned));
@@ -412,12 +440,28 @@ fn a_restart_after_churn_keeps_the_slots_the_kernel_holds_and_sends_nothing() {
             "churn moved endpoints off address order"
         );
 
-        // The restart: a new engine reads the kernel back, a new planner keeps what it holds.
+        // The restart, step by step as `full_sync` takes it: a new engine reads the kernel
+        // back, a new planner keeps what it holds.
+        let slots_read = |syncer: &Syncer<Nftables>| {
+            syncer.applied_tables().unwrap()[0].sets["pick-16-slots"]
+                .elements
+                .len()
+        };
         let mut restarted = Syncer::new(Nftables::open().unwrap(), "kubenft");
         restarted.read_back().unwrap();
+        let large = unchanged > 0;
+        assert_eq!(
+            slots_read(&restarted) == 0,
+            large,
+            "a record vouches for a large map"
+        );
         let mut planner = Planner::new();
-        planner.reset_to(restarted.applied_tables().unwrap());
-        let tables = planner.plan_without_elements(&state, &config);
+        let mut tables = plan_as_held(&restarted, &mut planner, &state, &config);
+        read_differing_sets(&mut restarted, &mut planner, &mut tables, &state, &config).unwrap();
+        assert!(
+            slots_read(&restarted) > 0,
+            "churn moved slots: the map differs, and is read"
+        );
         let report = restarted.sync_filling(tables, &planner, false).unwrap();
         assert_eq!(
             report.ops, 0,

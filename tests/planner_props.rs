@@ -13,6 +13,7 @@ use kube::runtime::watcher::Event;
 use kubenft::after_sync::{AfterSyncFacts, local_endpoint_facts, udp_frontends};
 use kubenft::cluster::{ClusterState, LiveState};
 use kubenft::nft::diff::TableChange;
+use kubenft::nft::digest::SetDigest;
 use kubenft::nft::fake::FakeKernel;
 use kubenft::nft::model::{Chain, Element, MapData, Table, Value as NftValue};
 use kubenft::nft::netlink::apply::batch_bytes;
@@ -313,6 +314,18 @@ fn plan(services: &[Service], slices: &[EndpointSlice]) -> Vec<Table> {
     build(&state, &config())
 }
 
+/// Each set's digest as the planner finds it without sorting, against the digest of the set's
+/// elements in `tables` (which must be the planner's last plan): the set's name where one
+/// differs.
+fn planned_digests_differ(planner: &Planner, tables: &[Table]) -> Option<String> {
+    tables.iter().find_map(|t| {
+        t.sets
+            .values()
+            .find(|s| planner.digest(t.family, &s.name) != SetDigest::of(&s.elements))
+            .map(|s| format!("{:?} {}", t.family, s.name))
+    })
+}
+
 fn fake_accepts(tables: &[Table]) -> Result<(), String> {
     let tx = kubenft::sync::reconcile_transaction(&[], tables, None);
     FakeKernel::new().apply(&tx).map_err(|e| e.to_string())
@@ -340,6 +353,7 @@ proptest! {
             ClusterState::from_objects(&typed(&services), &typed(&slices), Some(&node));
         let mut planner = Planner::new();
         let whole = planner.plan(&state, &config());
+        prop_assert_eq!(planned_digests_differ(&planner, &whole), None);
         let heads = planner.plan_without_elements(&state, &config());
         let mut filled = heads.clone();
         for t in &mut filled {
@@ -432,8 +446,16 @@ proptest! {
         a["spec"]["clusterIPs"] = json!(["10.96.0.1"]);
         a["spec"]["clusterIP"] = json!("10.96.0.1");
         b["spec"] = a["spec"].clone();
-        let tables = plan(&typed(&[a, b]), &typed(&slices));
+        let services: Vec<Service> = typed(&[a, b]);
+        let slices: Vec<EndpointSlice> = typed(&slices);
+        let tables = plan(&services, &slices);
         prop_assert!(fake_accepts(&tables).is_ok(), "{:?}", fake_accepts(&tables));
+        // Shared keys: the digest counts the element the table keeps.
+        let (state, _) =
+            ClusterState::from_objects(&services, &slices, Some(&node()));
+        let mut planner = Planner::new();
+        let planned = planner.plan(&state, &config());
+        prop_assert_eq!(planned_digests_differ(&planner, &planned), None);
     }
 }
 
@@ -490,6 +512,7 @@ proptest! {
                     .collect()
             };
             let planned = planner.tables();
+            prop_assert_eq!(planned_digests_differ(&planner, &planned), None);
             let whole = build_after(&state, &config, &blocks);
             let contested = Contested::of(&state);
             prop_assert_eq!(

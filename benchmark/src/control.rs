@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use std::collections::BTreeSet;
 
 use kubenft::cluster::{ClusterState, ConsistentEndpoint, ServicePortName};
+use kubenft::full_sync::{plan_as_held, read_differing_sets};
 use kubenft::netlink::NetlinkSocket;
 use kubenft::netlink::attr::AttrWriter;
 use kubenft::netns::Netns;
@@ -475,10 +476,11 @@ fn partial_syncs(state: &ClusterState, endpoints: usize) -> (Partial, Partial, R
             let read = start.elapsed();
             let start = Instant::now();
             let mut planner = Planner::new();
-            planner.reset_to(restarted.applied_tables().expect("read back"));
-            let tables = planner.plan_without_elements(&more, &config());
+            let mut tables = plan_as_held(&restarted, &mut planner, &more, &config());
             let plan = start.elapsed();
             let start = Instant::now();
+            read_differing_sets(&mut restarted, &mut planner, &mut tables, &more, &config())
+                .expect("restart read of the sets that differ");
             let report = restarted
                 .sync_filling(tables, &planner, false)
                 .expect("restart sync");

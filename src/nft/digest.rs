@@ -38,51 +38,94 @@ impl SetDigest {
         self.elements = self.elements.wrapping_sub(1);
         self.sum = self.sum.wrapping_sub(element_hash(e));
     }
+
+    /// Adds the element `hash` came from (`ElementEncoder::hash`).
+    pub fn add_hash(&mut self, hash: u128) {
+        self.elements = self.elements.wrapping_add(1);
+        self.sum = self.sum.wrapping_add(hash);
+    }
+
+    /// Removes the element `hash` came from.
+    pub fn remove_hash(&mut self, hash: u128) {
+        self.elements = self.elements.wrapping_sub(1);
+        self.sum = self.sum.wrapping_sub(hash);
+    }
 }
 
-/// The first 128 bits of SHA-256 over the element's encoding.
 fn element_hash(e: &Element) -> u128 {
-    let mut bytes = Vec::with_capacity(64);
-    encode_element(&mut bytes, e);
-    let hash = Sha256::digest(&bytes);
-    let mut first = [0u8; 16];
-    first.copy_from_slice(&hash[..16]);
-    u128::from_be_bytes(first)
+    let mut encoder = ElementEncoder::default();
+    encoder.key(e.key.len());
+    e.key.iter().for_each(|v| encoder.value(v));
+    match &e.data {
+        None => encoder.no_data(),
+        Some(MapData::Verdict(v)) => encoder.verdict(v),
+        Some(MapData::Values(values)) => {
+            encoder.values(values.len());
+            values.iter().for_each(|v| encoder.value(v));
+        }
+    }
+    encoder.comment(e.comment.as_deref());
+    encoder.hash()
 }
 
+/// An element's hash, its encoding written part by part in the element's order (key, data,
+/// comment), for elements held in another form than `Element` (the planner's packed ones).
+///
 /// Version 1 of the encoding: every part tagged, every variable-length part prefixed with its
 /// length, so two different elements never encode alike. Changing it makes every stored digest
 /// mismatch once (the sets are then read back), so keep it as it is.
-fn encode_element(out: &mut Vec<u8>, e: &Element) {
-    out.push(1);
-    out.push(e.key.len() as u8);
-    for v in &e.key {
-        encode_value(out, v);
+#[derive(Debug, Default)]
+pub struct ElementEncoder {
+    bytes: Vec<u8>,
+}
+
+impl ElementEncoder {
+    /// Starts an element whose key has `values` values.
+    pub fn key(&mut self, values: usize) {
+        self.bytes.clear();
+        self.bytes.extend([1, values as u8]);
     }
-    match &e.data {
-        None => out.push(0),
-        Some(MapData::Verdict(v)) => {
-            out.push(1);
-            encode_verdict(out, v);
-        }
-        Some(MapData::Values(values)) => {
-            out.push(2);
-            out.push(values.len() as u8);
-            for v in values {
-                encode_value(out, v);
+
+    /// One value of the key or of the data.
+    pub fn value(&mut self, v: &Value) {
+        encode_value(&mut self.bytes, v);
+    }
+
+    pub fn no_data(&mut self) {
+        self.bytes.push(0);
+    }
+
+    pub fn verdict(&mut self, v: &Verdict) {
+        self.bytes.push(1);
+        encode_verdict(&mut self.bytes, v);
+    }
+
+    /// Data of `values` values, each given by `value`.
+    pub fn values(&mut self, values: usize) {
+        self.bytes.extend([2, values as u8]);
+    }
+
+    /// The comment, read as the kernel stores it; ends the element.
+    pub fn comment(&mut self, comment: Option<&str>) {
+        match comment {
+            None => self.bytes.push(0),
+            Some(c) if is_sanitized(c) => {
+                self.bytes.push(1);
+                encode_str(&mut self.bytes, c);
+            }
+            Some(c) => {
+                self.bytes.push(1);
+                encode_str(&mut self.bytes, &sanitize_comment(c));
             }
         }
     }
-    match &e.comment {
-        None => out.push(0),
-        Some(c) if is_sanitized(c) => {
-            out.push(1);
-            encode_str(out, c);
-        }
-        Some(c) => {
-            out.push(1);
-            encode_str(out, &sanitize_comment(c));
-        }
+
+    /// The first 128 bits of SHA-256 over the element's encoding.
+    pub fn hash(&self) -> u128 {
+        let hash = Sha256::digest(&self.bytes);
+        let mut first = [0u8; 16];
+        first.copy_from_slice(&hash[..16]);
+        u128::from_be_bytes(first)
     }
 }
 

@@ -142,4 +142,8 @@ pub trait SetElements {
         }
         digest
     }
+    /// `digest` of each of `sets`, in their order (one walk where the elements' source allows).
+    fn digests(&self, family: Family, sets: &[&str]) -> Vec<SetDigest> {
+        sets.iter().map(|s| self.digest(family, s)).collect()
+    }
 }

@@ -27,10 +27,11 @@ use super::build::{
 };
 use super::config::ProxyConfig;
 use super::names::{is_endpoint_map, is_pick_slots};
-use super::stored::{SortedElements, Stored};
+use super::stored::{SortedElements, Stored, digests_of};
 pub use crate::cluster::ServiceRef;
 use crate::cluster::{ClusterState, Endpoint, NodeInfo, ServicePort, ServicePortName};
 use crate::nft::diff::TableChange;
+use crate::nft::digest::SetDigest;
 use crate::nft::model::{Chain, Element, Family, Set, Table, Value};
 use crate::nft::transaction::{ElementStream, SetElements};
 
@@ -316,6 +317,23 @@ impl SetElements for Planner {
                 let stored: usize = t.fragments.values().map(|f| f.count_of(set)).sum();
                 t.skeleton.elements_of(set).len() + stored
             })
+    }
+
+    /// The digest of `elements(family, set)`, found without sorting them.
+    fn digest(&self, family: Family, set: &str) -> SetDigest {
+        self.digests(family, &[set])[0]
+    }
+
+    /// The digests of `elements(family, set)` for each of `sets`, in one walk over the plan.
+    fn digests(&self, family: Family, sets: &[&str]) -> Vec<SetDigest> {
+        match self.tables.iter().find(|t| t.head.family == family) {
+            Some(t) => digests_of(
+                |set| t.skeleton.elements_of(set),
+                t.fragments.values(),
+                sets,
+            ),
+            None => vec![SetDigest::default(); sets.len()],
+        }
     }
 }
 

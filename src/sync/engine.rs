@@ -171,7 +171,12 @@ struct KernelRead {
     digests: Summary,
     /// Sets left without their elements because a record vouches for them.
     unread: BTreeMap<Family, BTreeSet<String>>,
+    /// Of those, the ones `Syncer::read_sets_differing_from` found planned as recorded.
+    settled: BTreeSet<(Family, String)>,
 }
+
+/// A set of one of our tables: its family and name.
+type FamilySet = (Family, String);
 
 /// Elements moved out of the desired tables while a transaction is built, by family and set.
 type Lent = Vec<(Family, String, Vec<Element>)>;
@@ -207,6 +212,9 @@ pub struct Syncer<K> {
     /// Sets `read_back` left without their elements (in `tables`), their records vouching for
     /// them; the next `sync` settles them against its desired tables.
     unread: BTreeMap<Family, BTreeSet<String>>,
+    /// Sets `read_sets_differing_from` left unread because their planned digests equal their
+    /// records; the next `sync` of the same plan takes them as settled.
+    settled: BTreeSet<(Family, String)>,
     /// Whether a read may leave out the elements of the sets the kernel's records vouch for
     /// (`digests`). Only on a restart: from a new engine's first read until its first sync.
     /// Later reads happen because something may have changed our table behind our back (a
@@ -225,6 +233,7 @@ impl<K: Kernel> Syncer<K> {
             read_back: false,
             digests: None,
             unread: BTreeMap::new(),
+            settled: BTreeSet::new(),
             trust_records: true,
         }
     }
@@ -295,6 +304,7 @@ impl<K: Kernel> Syncer<K> {
         self.tables = None;
         self.digests = None;
         self.unread.clear();
+        self.settled.clear();
     }
 
     /// Brings the kernel to `desired`. Partial unless `force_full`, or nothing was applied yet,
@@ -325,6 +335,7 @@ impl<K: Kernel> Syncer<K> {
         let generation = self.generation.take();
         let digests = self.digests.take();
         let unread = std::mem::take(&mut self.unread);
+        let settled = std::mem::take(&mut self.settled);
         if !force_full
             && let (Some(applied), Some(digests), Some(generation)) = (applied, digests, generation)
         {
@@ -332,6 +343,7 @@ impl<K: Kernel> Syncer<K> {
                 observed: self.observed_from(applied),
                 digests,
                 unread,
+                settled,
             };
             if self.still_at(generation)? {
                 if let Some(report) =
@@ -485,8 +497,10 @@ impl<K: Kernel> Syncer<K> {
         generation: u32,
         kind: SyncKind,
     ) -> Result<Option<SyncReport>, SyncError> {
-        let settled = self.settle_unread(&mut read, desired, planned)?;
+        let (settled, _) = self.settle_unread(&mut read, desired, planned)?;
         let mut lent = Lent::new();
+        // Only sets the plan puts elements in are filled: each costs a walk over the plan.
+        let mut with_elements: BTreeMap<Family, BTreeSet<String>> = BTreeMap::new();
         for t in desired.iter_mut() {
             for s in t.sets.values_mut() {
                 let is_settled = settled.contains(&(t.family, s.name.clone()));
@@ -498,8 +512,13 @@ impl<K: Kernel> Syncer<K> {
                     }
                     // Filled once: a retry after a foreign commit finds it filled.
                     Some(planned) if !is_settled && s.elements.is_empty() && !s.dynamic => {
-                        s.elements = planned.elements(t.family, &s.name).collect();
-                        canonicalize_elements(&mut s.elements);
+                        let filled = with_elements
+                            .entry(t.family)
+                            .or_insert_with(|| planned.sets_with_elements(t.family));
+                        if filled.contains(&s.name) {
+                            s.elements = planned.elements(t.family, &s.name).collect();
+                            canonicalize_elements(&mut s.elements);
+                        }
                     }
                     _ => {}
                 }
@@ -542,15 +561,16 @@ impl<K: Kernel> Syncer<K> {
     /// Settles each set of `read` left without elements against `desired`: if the desired set
     /// has the same type and its planned elements (from `planned`, or held by `desired`) have
     /// the digest the kernel's record holds, the kernel holds exactly them, and the set is
-    /// returned as settled; otherwise the set is read now. Sets the difference deletes or
-    /// recreates need neither.
+    /// returned as settled (with those `read` settled already); otherwise the set is read now,
+    /// and returned among the sets read. Sets the difference deletes or recreates need neither.
     fn settle_unread(
         &mut self,
         read: &mut KernelRead,
         desired: &[Table],
         planned: Option<&dyn SetElements>,
-    ) -> Result<BTreeSet<(Family, String)>, SyncError> {
-        let mut settled = BTreeSet::new();
+    ) -> Result<(BTreeSet<FamilySet>, Vec<FamilySet>), SyncError> {
+        let mut settled = std::mem::take(&mut read.settled);
+        let mut read_sets = Vec::new();
         for (family, names) in std::mem::take(&mut read.unread) {
             let Some((_, Observed::Read(current))) =
                 read.observed.iter_mut().find(|(t, _)| t.family == family)
@@ -560,21 +580,29 @@ impl<K: Kernel> Syncer<K> {
             let Some(digests) = read.digests.get_mut(&family) else {
                 continue;
             };
-            let wanted = desired.iter().find(|t| t.family == family);
-            for name in names {
-                let (Some(set), Some(want)) = (
-                    current.sets.get_mut(&name),
-                    wanted.and_then(|t| t.sets.get(&name)),
-                ) else {
-                    continue;
-                };
-                if !same_set_type(set, want) {
-                    continue;
+            let Some(wanted) = desired.iter().find(|t| t.family == family) else {
+                continue;
+            };
+            let names: Vec<String> = names
+                .into_iter()
+                .filter(
+                    |name| match (current.sets.get(name), wanted.sets.get(name)) {
+                        (Some(set), Some(want)) => same_set_type(set, want),
+                        _ => false,
+                    },
+                )
+                .collect();
+            // One walk over the plan for all of them.
+            let planned_digests = match planned {
+                Some(planned) => {
+                    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                    planned.digests(family, &names)
                 }
-                let digest = match planned {
-                    Some(planned) => planned.digest(family, &name),
-                    None => SetDigest::of(&want.elements),
-                };
+                None => (names.iter())
+                    .map(|n| SetDigest::of(&wanted.sets[n].elements))
+                    .collect(),
+            };
+            for (name, digest) in names.into_iter().zip(planned_digests) {
                 if digests.sets.get(&name) == Some(&digest) {
                     settled.insert((family, name));
                     continue;
@@ -589,11 +617,57 @@ impl<K: Kernel> Syncer<K> {
                         source,
                     })?;
                 // A set gone since the read: the generation guard refuses the commit.
+                let set = current.sets.get_mut(&name).expect("filtered above");
                 set.elements = kernel_set.map(|s| s.elements).unwrap_or_default();
-                digests.sets.insert(name, SetDigest::of(&set.elements));
+                digests
+                    .sets
+                    .insert(name.clone(), SetDigest::of(&set.elements));
+                read_sets.push((family, name));
             }
         }
-        Ok(settled)
+        Ok((settled, read_sets))
+    }
+
+    /// Before a sync of `desired` (sets declared empty, their elements from `planned`): reads
+    /// back each set `read_back` left without elements whose planned digest differs from its
+    /// record, and returns them. The others stay unread, settled for the next sync, which must
+    /// be of the same plan. A caller that plans again, keeping what the sets read hold
+    /// (`applied_tables`), calls this again with the new plan: every set is then checked
+    /// against it. Nothing happens unless the last `read_back` left sets unread.
+    pub fn read_sets_differing_from(
+        &mut self,
+        desired: &[Table],
+        planned: &dyn SetElements,
+    ) -> Result<Vec<(Family, String)>, SyncError> {
+        if self.unread.is_empty() && self.settled.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (Some(applied), Some(digests)) = (self.tables.take(), self.digests.take()) else {
+            return Ok(Vec::new());
+        };
+        let mut read = KernelRead {
+            observed: self.observed_from(applied),
+            digests,
+            unread: std::mem::take(&mut self.unread),
+            settled: BTreeSet::new(),
+        };
+        for (family, name) in std::mem::take(&mut self.settled) {
+            read.unread.entry(family).or_default().insert(name);
+        }
+        let desired: Vec<Table> = desired.iter().cloned().map(canonicalized).collect();
+        let result = self.settle_unread(&mut read, &desired, Some(planned));
+        self.tables = Some(
+            (read.observed.into_iter())
+                .filter_map(|(_, o)| match o {
+                    Observed::Read(t) => Some(t),
+                    _ => None,
+                })
+                .collect(),
+        );
+        self.digests = Some(read.digests);
+        let (settled, read_sets) = result.inspect_err(|_| self.forget())?;
+        self.settled = settled;
+        Ok(read_sets)
     }
 
     /// Applies planned changes (partial tables before and after, see `TableChange`) in one
@@ -775,6 +849,7 @@ impl<K: Kernel> Syncer<K> {
             observed: Vec::new(),
             digests: Summary::new(),
             unread: BTreeMap::new(),
+            settled: BTreeSet::new(),
         };
         for family in [Family::Ip, Family::Ip6] {
             let table = self.table_name.clone();
