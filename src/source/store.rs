@@ -4,18 +4,17 @@
 //! the planner and the last good state stays programmed until fresh state arrives.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::marker::PhantomData;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::runtime::watcher::Event;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use super::Inputs;
-use crate::cluster::{LiveState, NodeInfo, ServiceRef, service_ref, slice_service_ref};
+pub(crate) use super::kept::Kept;
+use super::kept::KeptSlice;
+use crate::cluster::{LiveState, NodeInfo, ServiceRef};
 use crate::serve::ChangeCounts;
 
 /// EndpointSlice annotation: when the change that this slice reflects happened (kube-proxy's
@@ -23,106 +22,22 @@ use crate::serve::ChangeCounts;
 pub(crate) const LAST_CHANGE_TRIGGER_TIME: &str =
     "endpoints.kubernetes.io/last-change-trigger-time";
 
-/// Annotation `kubectl apply` leaves: a copy of the whole object, never read by a proxy.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// An object kind the store keeps.
-pub(crate) trait Kept: kube::Resource + Serialize + DeserializeOwned {
-    /// The service the object is part of.
-    fn service(&self) -> Option<ServiceRef>;
-}
-
-impl Kept for Service {
-    fn service(&self) -> Option<ServiceRef> {
-        Some(service_ref(self))
-    }
-}
-
-impl Kept for EndpointSlice {
-    fn service(&self) -> Option<ServiceRef> {
-        Some(slice_service_ref(self))
-    }
-}
-
-impl Kept for Node {
-    fn service(&self) -> Option<ServiceRef> {
-        None
-    }
-}
-
-impl Kept for ServiceCIDR {
-    fn service(&self) -> Option<ServiceRef> {
-        None
-    }
-}
-
-/// An object as the store keeps it: as JSON, which takes a fraction of the typed object's
-/// memory (k8s-openapi structs reserve room for every optional field: 350 bytes per endpoint
-/// of a slice before its strings), decoded again only when its service changes. Fields no
-/// proxy reads (managedFields, kubectl's last-applied copy, the server's bookkeeping: uid,
-/// resourceVersion, generation, creation time, owners) are dropped first.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Stored {
-    json: Box<str>,
-    service: Option<ServiceRef>,
-}
-
-impl Stored {
-    fn of<K: Kept>(mut object: K) -> Stored {
-        let meta = object.meta_mut();
-        meta.managed_fields = None;
-        meta.uid = None;
-        meta.resource_version = None;
-        meta.generation = None;
-        meta.creation_timestamp = None;
-        meta.owner_references = None;
-        if let Some(annotations) = meta.annotations.as_mut() {
-            annotations.remove(LAST_APPLIED);
-        }
-        Stored {
-            service: object.service(),
-            // Serializing a typed object cannot fail: every key is a string.
-            json: serde_json::to_string(&object)
-                .unwrap_or_default()
-                .into_boxed_str(),
-        }
-    }
-
-    /// The service the object is part of.
-    pub(crate) fn service(&self) -> Option<&ServiceRef> {
-        self.service.as_ref()
-    }
-
-    /// The object again. `None` only if what it serialized does not read back, which would be
-    /// a bug in the API types; the object is then left out, with a log line.
-    pub(crate) fn object<K: Kept>(&self) -> Option<K> {
-        serde_json::from_str(&self.json)
-            .inspect_err(|e| {
-                let kind = std::any::type_name::<K>();
-                tracing::error!(error = %e, kind, "a stored object does not decode; left out");
-            })
-            .ok()
-    }
-}
-
-/// The objects of one kind, keyed `namespace/name`.
+/// The objects of one kind, keyed `namespace/name`, as `Kept` keeps them.
 #[derive(Debug, Clone)]
-pub(crate) struct KindStore<K> {
-    live: BTreeMap<String, Stored>,
+pub(crate) struct KindStore<K: Kept> {
+    live: BTreeMap<String, K::Compact>,
     /// Objects of a re-list in progress; swapped in at `InitDone`.
-    relist: Option<BTreeMap<String, Stored>>,
+    relist: Option<BTreeMap<String, K::Compact>>,
     /// True once the first complete list arrived.
     synced: bool,
-    kind: PhantomData<K>,
 }
 
-impl<K> Default for KindStore<K> {
+impl<K: Kept> Default for KindStore<K> {
     fn default() -> Self {
         KindStore {
             live: BTreeMap::new(),
             relist: None,
             synced: false,
-            kind: PhantomData,
         }
     }
 }
@@ -149,12 +64,12 @@ impl<K: Kept> KindStore<K> {
     pub(crate) fn apply_observed(
         &mut self,
         event: Event<K>,
-        mut changed: impl FnMut(&str, Option<&Stored>, Option<&Stored>),
+        mut changed: impl FnMut(&str, Option<&K::Compact>, Option<&K::Compact>),
     ) -> Change {
         match event {
             Event::Apply(obj) => {
                 let key = key(&obj);
-                let before = self.live.insert(key.clone(), Stored::of(obj));
+                let before = self.live.insert(key.clone(), obj.compact());
                 let after = self.live.get(&key);
                 if before.as_ref() != after {
                     changed(&key, before.as_ref(), after);
@@ -175,7 +90,7 @@ impl<K: Kept> KindStore<K> {
             Event::InitApply(obj) => {
                 self.relist
                     .get_or_insert_with(BTreeMap::new)
-                    .insert(key(&obj), Stored::of(obj));
+                    .insert(key(&obj), obj.compact());
                 Change::Buffered
             }
             Event::InitDone => {
@@ -202,18 +117,18 @@ impl<K: Kept> KindStore<K> {
         self.synced
     }
 
-    /// Every live object, decoded.
+    /// Every live object, as the model reads it.
     pub(crate) fn objects(&self) -> impl Iterator<Item = K> {
-        self.live.values().filter_map(Stored::object)
+        self.live.values().map(K::expand)
     }
 
-    /// The live object under `key` (`namespace/name`), decoded.
+    /// The live object under `key` (`namespace/name`), as the model reads it.
     pub(crate) fn get(&self, key: &str) -> Option<K> {
-        self.live.get(key)?.object()
+        self.live.get(key).map(K::expand)
     }
 
-    /// The live object under `key` as stored.
-    pub(crate) fn stored(&self, key: &str) -> Option<&Stored> {
+    /// The live object under `key` as kept.
+    pub(crate) fn kept(&self, key: &str) -> Option<&K::Compact> {
         self.live.get(key)
     }
 
@@ -336,16 +251,10 @@ impl ClusterStore {
         let (total, pending) = (&mut self.service_changes, &mut self.service_changes_pending);
         self.services.apply_observed(event, |key, before, after| {
             *total += 1;
-            pending.extend(after.or(before).and_then(Stored::service).cloned());
+            pending.extend(after.or(before).and_then(Service::service));
             let list: MemberList = |m| &mut m.services;
-            track(
-                members,
-                changed,
-                list,
-                key,
-                before.and_then(Stored::service).cloned(),
-                after.and_then(Stored::service).cloned(),
-            );
+            let of = |s: Option<&_>| s.and_then(Service::service);
+            track(members, changed, list, key, of(before), of(after));
         })
     }
 
@@ -363,9 +272,9 @@ impl ClusterStore {
         self.endpoint_slices
             .apply_observed(event, |key, before, after| {
                 *total += 1;
-                pending.extend(after.or(before).and_then(Stored::service).cloned());
+                pending.extend(after.or(before).and_then(EndpointSlice::service));
                 let list: MemberList = |m| &mut m.slices;
-                let of = |s: Option<&Stored>| s.and_then(Stored::service).cloned();
+                let of = |s: Option<&_>| s.and_then(EndpointSlice::service);
                 track(members, changed, list, key, of(before), of(after));
             })
     }
@@ -450,8 +359,8 @@ impl ClusterStore {
         self.nodes
             .live
             .iter()
-            .filter(|(k, _)| k.rsplit_once('/').is_some_and(|(_, name)| name == hostname))
-            .find_map(|(_, stored)| stored.object::<Node>())
+            .find(|(k, _)| k.rsplit_once('/').is_some_and(|(_, name)| name == hostname))
+            .map(|(_, kept)| Node::expand(kept))
     }
 
     /// Every object, as the manifests source would read them.
@@ -494,13 +403,12 @@ impl ClusterStore {
             let Some(t) = trigger_time(slice) else {
                 continue;
             };
-            let before = self.endpoint_slices.stored(&key(slice));
-            let unchanged = before.is_some_and(|b| *b == Stored::of(slice.clone()));
+            let before = self.endpoint_slices.kept(&key(slice));
+            let unchanged = before.is_some_and(|b| *b == slice.clone().compact());
             if unchanged {
                 continue;
             }
-            let before = before.and_then(Stored::object::<EndpointSlice>);
-            if before.as_ref().and_then(trigger_time) != Some(t) {
+            if before.and_then(KeptSlice::trigger_time) != Some(t) {
                 self.pending_triggers.push(t);
             }
         }
@@ -597,29 +505,82 @@ mod tests {
     }
 
     #[test]
-    fn objects_come_back_as_they_were_without_managed_fields_bookkeeping_and_kubectls_copy() {
-        let mut service = svc("a", 80);
-        service.metadata.annotations = Some(
-            [
-                (LAST_APPLIED.to_string(), "{\"a\": \"copy\"}".to_string()),
-                ("example.com/kept".to_string(), "yes".to_string()),
+    fn objects_come_back_with_what_the_model_reads_as_received_and_nothing_else() {
+        let service: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "demo", "uid": "7c8a0f2e", "resourceVersion": "12345",
+                "labels": {"app": "web"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}",
+                                "kubenft.io/consistent-endpoint": " client"},
+                "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.010", "clusterIPs": ["10.96.0.010"],
+                "selector": {"app": "web"}, "externalIPs": ["not an address"],
+                "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080,
+                           "targetPort": 8080}],
+                "sessionAffinity": "ClientIP",
+                "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 60}},
+                "externalTrafficPolicy": "Local", "healthCheckNodePort": 31000},
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1", "hostname": "lb"},
+                                                     {"ip": "192.0.2.2", "ipMode": "Proxy"}]}}
+        }))
+        .unwrap();
+        let expected: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "demo",
+                "annotations": {"kubenft.io/consistent-endpoint": " client"}},
+            "spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.010", "clusterIPs": ["10.96.0.010"],
+                "externalIPs": ["not an address"],
+                "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080}],
+                "sessionAffinity": "ClientIP",
+                "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 60}},
+                "externalTrafficPolicy": "Local", "healthCheckNodePort": 31000},
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"},
+                                                     {"ip": "192.0.2.2", "ipMode": "Proxy"}]}}
+        }))
+        .unwrap();
+        let mut services = KindStore::default();
+        services.apply(Event::Apply(service));
+        assert_eq!(services.get("demo/web"), Some(expected));
+        assert_eq!(services.get("demo/other"), None::<Service>);
+
+        let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-abc", "namespace": "demo", "uid": "1",
+                "labels": {"kubernetes.io/service-name": "web", "app": "web"},
+                "annotations": {LAST_CHANGE_TRIGGER_TIME: "2026-11-22T10:00:00Z"}},
+            "addressType": "IPv6",
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP", "appProtocol": "http"}],
+            "endpoints": [
+                {"addresses": ["FD00::1", "fd00::2"], "nodeName": "node-a", "zone": "z1",
+                 "conditions": {"ready": false}, "hostname": "web-0",
+                 "targetRef": {"kind": "Pod", "name": "web-0"},
+                 "hints": {"forZones": [{"name": "z1"}], "forNodes": [{"name": "node-a"}]}},
+                {"addresses": ["fd00::3"]},
+                {"addresses": []}
             ]
-            .into(),
+        }))
+        .unwrap();
+        let expected: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-abc", "namespace": "demo",
+                "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv6",
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            "endpoints": [
+                {"addresses": ["FD00::1"], "nodeName": "node-a", "zone": "z1",
+                 "conditions": {"ready": false},
+                 "hints": {"forZones": [{"name": "z1"}], "forNodes": [{"name": "node-a"}]}},
+                {"addresses": ["fd00::3"], "conditions": {}},
+                {"addresses": [], "conditions": {}}
+            ]
+        }))
+        .unwrap();
+        let mut slices = KindStore::default();
+        slices.apply(Event::Apply(slice));
+        assert_eq!(slices.get("demo/web-abc"), Some(expected));
+        let kept = slices.kept("demo/web-abc").unwrap();
+        assert_eq!(
+            kept.trigger_time()
+                .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                .map(|d| d.as_secs()),
+            Some(1_795_341_600)
         );
-        let mut expected = service.clone();
-        service.metadata.managed_fields = Some(vec![Default::default()]);
-        service.metadata.uid = Some("7c8a0f2e-0000-4000-8000-000000000001".into());
-        service.metadata.resource_version = Some("12345".into());
-        expected
-            .metadata
-            .annotations
-            .as_mut()
-            .unwrap()
-            .remove(LAST_APPLIED);
-        let mut store = KindStore::default();
-        store.apply(Event::Apply(service));
-        assert_eq!(store.get("default/a"), Some(expected));
-        assert_eq!(store.get("default/b"), None::<Service>);
     }
 
     #[test]
