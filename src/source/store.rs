@@ -15,7 +15,7 @@ use super::Inputs;
 pub(crate) use super::kept::Kept;
 use super::kept::KeptSlice;
 use crate::cluster::{LiveState, NodeInfo, ServiceRef};
-use crate::serve::ChangeCounts;
+use crate::serve::{ChangeCounts, Metrics};
 
 /// EndpointSlice annotation: when the change that this slice reflects happened (kube-proxy's
 /// source for network programming latency).
@@ -47,6 +47,9 @@ impl<K: Kept> Default for KindStore<K> {
 pub enum Change {
     /// The live objects changed (or a re-list completed): a sync is due.
     Changed,
+    /// The live objects are as before in every field the store keeps (the event touched only
+    /// fields no proxy reads, such as a label or an annotation): nothing to program.
+    Unchanged,
     /// Only the pending re-list buffer moved: nothing to program yet.
     Buffered,
 }
@@ -71,16 +74,18 @@ impl<K: Kept> KindStore<K> {
                 let key = key(&obj);
                 let before = self.live.insert(key.clone(), obj.compact());
                 let after = self.live.get(&key);
-                if before.as_ref() != after {
-                    changed(&key, before.as_ref(), after);
+                if before.as_ref() == after {
+                    return Change::Unchanged;
                 }
+                changed(&key, before.as_ref(), after);
                 Change::Changed
             }
             Event::Delete(obj) => {
                 let key = key(&obj);
-                if let Some(before) = self.live.remove(&key) {
-                    changed(&key, Some(&before), None);
-                }
+                let Some(before) = self.live.remove(&key) else {
+                    return Change::Unchanged;
+                };
+                changed(&key, Some(&before), None);
                 Change::Changed
             }
             Event::Init => {
@@ -109,6 +114,23 @@ impl<K: Kept> KindStore<K> {
                 }
                 self.synced = true;
                 Change::Changed
+            }
+        }
+    }
+
+    /// How many of kube-proxy's informer notifications (add, update, delete) `event` amounts
+    /// to, whatever it changes: one per watch event, and for a completed list one per object
+    /// listed (an add, or an update of an object already known) and one per object it no
+    /// longer has (a delete). Objects of a list still in progress are not counted yet.
+    fn notifications(&self, event: &Event<K>) -> u64 {
+        match event {
+            Event::Apply(_) | Event::Delete(_) => 1,
+            Event::Init | Event::InitApply(_) => 0,
+            Event::InitDone => {
+                let empty = BTreeMap::new();
+                let listed = self.relist.as_ref().unwrap_or(&empty);
+                let gone = self.live.keys().filter(|k| !listed.contains_key(*k));
+                (listed.len() + gone.count()) as u64
             }
         }
     }
@@ -169,12 +191,16 @@ pub struct ClusterStore {
     members: BTreeMap<ServiceRef, Members>,
     /// Services whose Service object or slices changed since the last `take_changed`.
     changed: BTreeSet<ServiceRef>,
-    /// kube-proxy's change counts: Service and EndpointSlice changes since start, and the
-    /// services with such changes not yet taken by a sync.
+    /// kube-proxy's change counts: Service and EndpointSlice notifications since start (every
+    /// event, as kube-proxy's informer handlers count them, see `KindStore::notifications`),
+    /// and the services whose objects changed in what the model reads, not yet taken by a sync.
     service_changes: u64,
     endpoint_changes: u64,
     service_changes_pending: BTreeSet<ServiceRef>,
     endpoint_changes_pending: BTreeSet<ServiceRef>,
+    /// Where the counts are published as they move, if anywhere: an event that changes nothing
+    /// the model reads wakes no sync, yet kube-proxy's counters count it at once.
+    metrics: Option<Metrics>,
 }
 
 /// Store keys of the objects that make up one service.
@@ -246,37 +272,58 @@ fn track(
 }
 
 impl ClusterStore {
+    /// An empty store that publishes its change counts to `metrics` whenever they move.
+    pub(crate) fn publishing_to(metrics: Metrics) -> ClusterStore {
+        let store = ClusterStore {
+            metrics: Some(metrics),
+            ..ClusterStore::default()
+        };
+        store.publish_counts();
+        store
+    }
+
+    fn publish_counts(&self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.set_changes(self.change_counts());
+        }
+    }
+
     pub fn apply_service(&mut self, event: Event<Service>) -> Change {
+        self.service_changes += self.services.notifications(&event);
         let (members, changed) = (&mut self.members, &mut self.changed);
-        let (total, pending) = (&mut self.service_changes, &mut self.service_changes_pending);
-        self.services.apply_observed(event, |key, before, after| {
-            *total += 1;
+        let pending = &mut self.service_changes_pending;
+        let change = self.services.apply_observed(event, |key, before, after| {
             pending.extend(after.or(before).and_then(Service::service));
             let list: MemberList = |m| &mut m.services;
             let of = |s: Option<&_>| s.and_then(Service::service);
             track(members, changed, list, key, of(before), of(after));
-        })
+        });
+        self.publish_counts();
+        change
     }
 
     pub fn apply_endpoint_slice(&mut self, event: Event<EndpointSlice>) -> Change {
-        if let Event::Apply(slice) = &event
-            && let Some(t) = trigger_time(slice)
-        {
-            self.pending_triggers.push(t);
-        }
+        self.endpoint_changes += self.endpoint_slices.notifications(&event);
+        let trigger = match &event {
+            Event::Apply(slice) => trigger_time(slice),
+            _ => None,
+        };
         let (members, changed) = (&mut self.members, &mut self.changed);
-        let (total, pending) = (
-            &mut self.endpoint_changes,
-            &mut self.endpoint_changes_pending,
-        );
-        self.endpoint_slices
+        let pending = &mut self.endpoint_changes_pending;
+        let change = self
+            .endpoint_slices
             .apply_observed(event, |key, before, after| {
-                *total += 1;
                 pending.extend(after.or(before).and_then(EndpointSlice::service));
                 let list: MemberList = |m| &mut m.slices;
                 let of = |s: Option<&_>| s.and_then(EndpointSlice::service);
                 track(members, changed, list, key, of(before), of(after));
-            })
+            });
+        // As kube-proxy: a trigger time is observed only with a change to program.
+        if change == Change::Changed {
+            self.pending_triggers.extend(trigger);
+        }
+        self.publish_counts();
+        change
     }
 
     pub(crate) fn apply_node(&mut self, event: Event<Node>) -> Change {
@@ -302,6 +349,7 @@ impl ClusterStore {
     pub(crate) fn take_changed(&mut self) -> BTreeSet<ServiceRef> {
         self.service_changes_pending.clear();
         self.endpoint_changes_pending.clear();
+        self.publish_counts();
         std::mem::take(&mut self.changed)
     }
 
@@ -441,6 +489,7 @@ pub(crate) fn trigger_time(slice: &EndpointSlice) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::SERVICE_NAME_LABEL;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn svc(name: &str, port: i32) -> Service {
@@ -665,23 +714,120 @@ mod tests {
     }
 
     #[test]
-    fn changes_are_counted_as_kube_proxy_counts_them_and_pending_until_a_sync_takes_them() {
+    fn every_event_is_counted_as_kube_proxy_counts_it_and_pending_until_a_sync_takes_it() {
         let mut store = ClusterStore::default();
         store.apply_service(Event::Apply(svc("a", 80)));
         store.apply_service(Event::Apply(svc("a", 81)));
         store.apply_service(Event::Apply(svc("b", 80)));
-        // Rewriting an identical object is no change.
-        store.apply_service(Event::Apply(svc("b", 80)));
+        // Rewriting an identical object is an update kube-proxy counts, with nothing to program.
+        assert_eq!(
+            store.apply_service(Event::Apply(svc("b", 80))),
+            Change::Unchanged
+        );
         let c = store.change_counts();
-        assert_eq!(c.service_changes_total, 3);
+        assert_eq!(c.service_changes_total, 4);
         assert_eq!(c.service_changes_pending, 2, "two services wait");
         assert_eq!(c.endpoint_changes_total, 0);
         store.take_changed();
         store.apply_service(Event::Delete(svc("a", 81)));
+        // A delete of an object never seen changes nothing, but is an event all the same.
+        assert_eq!(
+            store.apply_service(Event::Delete(svc("c", 80))),
+            Change::Unchanged
+        );
         let c = store.change_counts();
-        assert_eq!(c.service_changes_total, 4);
+        assert_eq!(c.service_changes_total, 6);
         assert_eq!(c.service_changes_pending, 1);
         assert_eq!(c.endpoint_changes_pending, 0);
+    }
+
+    fn slice(name: &str, service: &str, labels: &[(&str, &str)]) -> EndpointSlice {
+        let mut slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default",
+                         "annotations": {LAST_CHANGE_TRIGGER_TIME: "2026-11-22T10:00:00Z"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": true}}],
+            "ports": [{"port": 8080, "protocol": "TCP"}]
+        }))
+        .unwrap();
+        let mut all: BTreeMap<String, String> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        all.insert(SERVICE_NAME_LABEL.into(), service.into());
+        slice.metadata.labels = Some(all);
+        slice
+    }
+
+    #[test]
+    fn an_update_of_fields_no_proxy_reads_is_counted_and_programs_nothing() {
+        let metrics = Metrics::new();
+        let mut store = ClusterStore::publishing_to(metrics.clone());
+        store.apply_service(Event::Apply(svc("web", 80)));
+        store.apply_endpoint_slice(Event::Apply(slice("web-1", "web", &[])));
+        store.take_changed();
+        store.take_triggers();
+
+        let mut labelled = svc("web", 80);
+        labelled.metadata.labels = Some([("team".to_string(), "blue".to_string())].into());
+        labelled.metadata.annotations =
+            Some([("example.com/owner".to_string(), "ops".to_string())].into());
+        assert_eq!(
+            store.apply_service(Event::Apply(labelled)),
+            Change::Unchanged,
+            "no sync is due"
+        );
+        assert_eq!(
+            store.apply_endpoint_slice(Event::Apply(slice("web-1", "web", &[("app", "web")]))),
+            Change::Unchanged
+        );
+        let c = store.change_counts();
+        assert_eq!(
+            (c.service_changes_total, c.endpoint_changes_total),
+            (2, 2),
+            "both updates counted"
+        );
+        assert_eq!(
+            (c.service_changes_pending, c.endpoint_changes_pending),
+            (0, 0),
+            "nothing waits for a sync"
+        );
+        assert!(store.take_changed().is_empty());
+        assert!(
+            store.take_triggers().is_empty(),
+            "no trigger time without a change to program"
+        );
+        let page = metrics.render();
+        assert!(
+            page.contains("kubeproxy_sync_proxy_rules_service_changes_total 2\n")
+                && page.contains("kubeproxy_sync_proxy_rules_endpoint_changes_total 2\n"),
+            "published without a sync:\n{page}"
+        );
+    }
+
+    #[test]
+    fn a_completed_relist_counts_every_object_listed_and_every_one_gone() {
+        let mut store = ClusterStore::default();
+        for name in ["a", "b", "c"] {
+            store.apply_service(Event::Apply(svc(name, 80)));
+        }
+        store.take_changed();
+        store.apply_service(Event::Init);
+        store.apply_service(Event::InitApply(svc("a", 80)));
+        store.apply_service(Event::InitApply(svc("b", 81)));
+        store.apply_service(Event::InitApply(svc("d", 80)));
+        assert_eq!(
+            store.change_counts().service_changes_total,
+            3,
+            "not before InitDone"
+        );
+        store.apply_service(Event::InitDone);
+        let c = store.change_counts();
+        assert_eq!(c.service_changes_total, 3 + 3 + 1, "three listed, c gone");
+        assert_eq!(
+            c.service_changes_pending, 3,
+            "b, c and d changed; a did not"
+        );
     }
 
     #[test]
