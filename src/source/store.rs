@@ -99,8 +99,10 @@ impl<K: Kept> KindStore<K> {
                 Change::Buffered
             }
             Event::InitDone => {
-                let before =
-                    std::mem::replace(&mut self.live, self.relist.take().unwrap_or_default());
+                // Rebuilt from sorted order, the map's nodes are full: filled one object at a
+                // time in key order (as a list arrives), each node would stay half empty.
+                let listed = self.relist.take().unwrap_or_default().into_iter().collect();
+                let before = std::mem::replace(&mut self.live, listed);
                 for (key, old) in &before {
                     let now = self.live.get(key);
                     if now != Some(old) {
@@ -210,22 +212,36 @@ struct Members {
     slices: Keys,
 }
 
-/// A few store keys, sorted, each once. A service has one Service object and one or a few
-/// slices: a `BTreeSet` would spend a 280-byte node on each list of every service.
+/// A few store keys, sorted, each once, in one allocation: a service has one Service object
+/// and one or a few slices, and a `Vec` of boxed keys would cost two allocations for each.
+/// Each key is written as its length in bytes, `:`, then the key, so any text can be a key.
 #[derive(Debug, Default)]
-struct Keys(Vec<Box<str>>);
+struct Keys(Box<str>);
 
 impl Keys {
+    fn of(keys: &[&str]) -> Keys {
+        let mut packed = String::new();
+        for key in keys {
+            packed.push_str(&key.len().to_string());
+            packed.push(':');
+            packed.push_str(key);
+        }
+        Keys(packed.into_boxed_str())
+    }
+
     fn insert(&mut self, key: &str) {
-        if let Err(i) = self.0.binary_search_by(|k| (**k).cmp(key)) {
-            self.0.insert(i, key.into());
+        let mut keys: Vec<&str> = self.iter().collect();
+        if let Err(i) = keys.binary_search(&key) {
+            keys.insert(i, key);
+            let packed = Keys::of(&keys);
+            *self = packed;
         }
     }
 
     fn remove(&mut self, key: &str) {
-        if let Ok(i) = self.0.binary_search_by(|k| (**k).cmp(key)) {
-            self.0.remove(i);
-        }
+        let keys: Vec<&str> = self.iter().filter(|k| *k != key).collect();
+        let packed = Keys::of(&keys);
+        *self = packed;
     }
 
     fn is_empty(&self) -> bool {
@@ -233,7 +249,13 @@ impl Keys {
     }
 
     fn iter(&self) -> impl Iterator<Item = &str> {
-        self.0.iter().map(|k| &**k)
+        let mut rest = &*self.0;
+        std::iter::from_fn(move || {
+            let (len, tail) = rest.split_once(':')?;
+            let (key, tail) = tail.split_at_checked(len.parse().ok()?)?;
+            rest = tail;
+            Some(key)
+        })
     }
 }
 
@@ -290,6 +312,7 @@ impl ClusterStore {
 
     pub fn apply_service(&mut self, event: Event<Service>) -> Change {
         self.service_changes += self.services.notifications(&event);
+        let completes_list = matches!(event, Event::InitDone);
         let (members, changed) = (&mut self.members, &mut self.changed);
         let pending = &mut self.service_changes_pending;
         let change = self.services.apply_observed(event, |key, before, after| {
@@ -298,12 +321,22 @@ impl ClusterStore {
             let of = |s: Option<&_>| s.and_then(Service::service);
             track(members, changed, list, key, of(before), of(after));
         });
+        if completes_list {
+            self.pack_members();
+        }
         self.publish_counts();
         change
     }
 
+    /// Rebuilds the member index from sorted order after a list moved many services in it:
+    /// filled one service at a time in order, each node of the map would stay half empty.
+    fn pack_members(&mut self) {
+        self.members = std::mem::take(&mut self.members).into_iter().collect();
+    }
+
     pub fn apply_endpoint_slice(&mut self, event: Event<EndpointSlice>) -> Change {
         self.endpoint_changes += self.endpoint_slices.notifications(&event);
+        let completes_list = matches!(event, Event::InitDone);
         let trigger = match &event {
             Event::Apply(slice) => trigger_time(slice),
             _ => None,
@@ -321,6 +354,9 @@ impl ClusterStore {
         // As kube-proxy: a trigger time is observed only with a change to program.
         if change == Change::Changed {
             self.pending_triggers.extend(trigger);
+        }
+        if completes_list {
+            self.pack_members();
         }
         self.publish_counts();
         change
@@ -515,6 +551,25 @@ mod tests {
             .objects()
             .map(|s| s.metadata.name.clone().unwrap())
             .collect()
+    }
+
+    #[test]
+    fn member_keys_stay_sorted_and_unique_whatever_their_text() {
+        let mut keys = Keys::default();
+        for key in ["demo/web-2", "12:demo/odd", "demo/web-1", "", "demo/web-2"] {
+            keys.insert(key);
+        }
+        let all: Vec<&str> = keys.iter().collect();
+        assert_eq!(all, ["", "12:demo/odd", "demo/web-1", "demo/web-2"]);
+        keys.remove("demo/web-1");
+        keys.remove("demo/absent");
+        let all: Vec<&str> = keys.iter().collect();
+        assert_eq!(all, ["", "12:demo/odd", "demo/web-2"]);
+        let owned: Vec<String> = all.iter().map(|k| k.to_string()).collect();
+        for key in &owned {
+            keys.remove(key);
+        }
+        assert!(keys.is_empty());
     }
 
     #[test]
