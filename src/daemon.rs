@@ -154,7 +154,7 @@ async fn run_async(
     }
 
     let nft = Nftables::open().map_err(DaemonError::Netlink)?;
-    let store = Arc::new(Mutex::new(ClusterStore::default()));
+    let store = Arc::new(Mutex::new(ClusterStore::publishing_to(metrics.clone())));
     let wake = Arc::new(Notify::new());
     let (sources, events) = match source {
         Source::Api {
@@ -381,7 +381,6 @@ impl SyncLoop {
         self.health.queued(now);
         self.metrics
             .set_last_queued_timestamp(unix_seconds(now), &self.ip_families);
-        self.metrics.set_changes(lock(&self.store).change_counts());
     }
 
     /// One sync; returns whether it was (or fell back to) a full one.
@@ -594,7 +593,6 @@ impl SyncLoop {
     fn update_model(&mut self) -> (BTreeSet<ServiceRef>, Vec<SystemTime>) {
         let mut store = lock(&self.store);
         let changed = store.update_model(&mut self.live, &self.proxy.hostname);
-        self.metrics.set_changes(store.change_counts());
         self.health
             .set_node_eligible(node_eligible(store.node(&self.proxy.hostname).as_ref()));
         (changed, store.take_triggers())

@@ -1138,3 +1138,55 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(Config { cases: 256, ..Config::default() })]
+
+    /// The store keeps objects compactly, with only the fields the model reads: converting
+    /// what it holds gives the model, rejections included, that converting the objects as the
+    /// API sent them gives (one object per name, the last one, as the API holds them).
+    #[test]
+    fn the_store_keeps_every_field_the_model_reads(objects in cluster()) {
+        let (services, slices): (Vec<Service>, Vec<EndpointSlice>) =
+            (typed(&objects.0), typed(&objects.1));
+        let mut store = ClusterStore::default();
+        for s in &services {
+            store.apply_service(Event::Apply(s.clone()));
+        }
+        for s in &slices {
+            store.apply_endpoint_slice(Event::Apply(s.clone()));
+        }
+        let kept = store.snapshot("node-a");
+        let (from_store, store_rejected) = ClusterState::from_objects(
+            &kept.services,
+            &kept.endpoint_slices,
+            kept.node.as_ref(),
+        );
+        let (as_sent, sent_rejected) = ClusterState::from_objects(
+            &last_of_each_name(services),
+            &last_of_each_name(slices),
+            None,
+        );
+        prop_assert_eq!(from_store, as_sent);
+        let texts = |r: Vec<kubenft::cluster::Rejected>| {
+            let mut t: Vec<String> = r.iter().map(|r| format!("{r:?}")).collect();
+            t.sort();
+            t
+        };
+        prop_assert_eq!(texts(store_rejected), texts(sent_rejected));
+    }
+}
+
+/// The objects as the API would hold them: one per namespace and name, the last one written.
+fn last_of_each_name<K: kube::Resource>(objects: Vec<K>) -> Vec<K> {
+    let mut by_name = BTreeMap::new();
+    for o in objects {
+        let meta = o.meta();
+        let key = (
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default(),
+        );
+        by_name.insert(key, o);
+    }
+    by_name.into_values().collect()
+}

@@ -80,7 +80,7 @@ pub(super) fn add_slice(state: &mut ClusterState, slice: &EndpointSlice) -> Vec<
                 ready,
                 serving,
                 terminating,
-                node_name: ep.node_name.as_deref().map(intern_node_name),
+                node_name: ep.node_name.as_deref().map(shared_name),
                 zone: ep.zone.clone(),
                 hint_zones: hints
                     .and_then(|h| h.for_zones.as_ref())

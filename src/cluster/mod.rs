@@ -149,20 +149,30 @@ impl ServicePort {
     }
 }
 
-/// `name` as endpoints hold it: one allocation per node, shared by every endpoint on it (a
-/// cluster has far more endpoints than nodes, and the daemon holds every endpoint).
-pub(crate) fn intern_node_name(name: &str) -> Arc<str> {
+/// `name` as endpoints and stored objects hold it: one allocation per distinct text, shared by
+/// every holder. For texts many objects repeat (node and zone names, namespaces, a port's
+/// protocol): a cluster has far more endpoints than nodes, and the daemon holds every endpoint.
+pub(crate) fn shared_name(name: &str) -> Arc<str> {
     static NAMES: Mutex<BTreeSet<Arc<str>>> = Mutex::new(BTreeSet::new());
-    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(shared) = names.get(name) {
+    shared(&NAMES, name, || name.into())
+}
+
+/// The one `Arc` in `set` equal to `value` (made with `make` and kept if there is none).
+pub(crate) fn shared<T: Ord + ?Sized>(
+    set: &Mutex<BTreeSet<Arc<T>>>,
+    value: &T,
+    make: impl FnOnce() -> Arc<T>,
+) -> Arc<T> {
+    let mut values = set.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(shared) = values.get(value) {
         return shared.clone();
     }
-    // Names no endpoint holds any more (nodes gone) are dropped as the set doubles.
-    if names.len() >= 64 && names.len().is_power_of_two() {
-        names.retain(|n| Arc::strong_count(n) > 1);
+    // Values nothing holds any more (nodes gone) are dropped as the set doubles.
+    if values.len() >= 64 && values.len().is_power_of_two() {
+        values.retain(|n| Arc::strong_count(n) > 1);
     }
-    let shared: Arc<str> = name.into();
-    names.insert(shared.clone());
+    let shared = make();
+    values.insert(shared.clone());
     shared
 }
 
@@ -174,7 +184,7 @@ pub struct Endpoint {
     pub ready: bool,
     pub serving: bool,
     pub terminating: bool,
-    /// Shared by every endpoint on that node (see `intern_node_name`).
+    /// Shared by every endpoint on that node (see `shared_name`).
     pub node_name: Option<Arc<str>>,
     pub zone: Option<String>,
     pub hint_zones: Vec<String>,

@@ -4,6 +4,7 @@ mod build;
 pub(crate) mod config;
 pub(crate) mod consistent;
 mod endpoints;
+mod key_owners;
 pub mod names;
 mod plan;
 mod stored;

@@ -26,6 +26,7 @@ use super::build::{
     dropped_service_cidrs, families, table_head,
 };
 use super::config::ProxyConfig;
+use super::key_owners::KeyOwners;
 use super::names::{is_endpoint_map, is_pick_slots};
 use super::stored::{SortedElements, Stored, digests_of};
 pub use crate::cluster::ServiceRef;
@@ -377,48 +378,7 @@ struct FamilyPlan {
     /// held twice; a fragment whose key only shares the hash is skipped by looking into it.
     /// Endpoint maps are left out: a key there lies in its chain's own block, so exactly one
     /// fragment has it.
-    owners: HashMap<u64, Owners>,
-}
-
-/// The fragments that put a key (or keys of one hash) in a shared set, in service order;
-/// nearly always one, held inline. 16 bytes: there is one per key of every shared set.
-#[derive(Debug, Clone)]
-enum Owners {
-    One(Arc<ServicePortName>),
-    Many(Box<[Arc<ServicePortName>]>),
-}
-
-impl Owners {
-    fn as_slice(&self) -> &[Arc<ServicePortName>] {
-        match self {
-            Owners::One(o) => std::slice::from_ref(o),
-            Owners::Many(v) => v,
-        }
-    }
-
-    fn add(&mut self, name: &Arc<ServicePortName>) {
-        let mut all = self.as_slice().to_vec();
-        if let Err(i) = all.binary_search(name) {
-            all.insert(i, name.clone());
-            *self = Owners::Many(all.into());
-        }
-    }
-
-    /// Removes `name`; whether none is left.
-    fn remove(&mut self, name: &ServicePortName) -> bool {
-        let mut rest: Vec<_> = self
-            .as_slice()
-            .iter()
-            .filter(|o| ***o != *name)
-            .cloned()
-            .collect();
-        match rest.len() {
-            0 => return true,
-            1 => *self = Owners::One(rest.pop().expect("one owner")),
-            _ => *self = Owners::Many(rest.into()),
-        }
-        false
-    }
+    owners: KeyOwners,
 }
 
 /// The `owners` key of `key` in `set`.
@@ -446,7 +406,7 @@ impl FamilyPlan {
             blocks: BlockAllocator::new(start.of_family(fam.table_family())),
             fragments: BTreeMap::new(),
             declared: HashMap::new(),
-            owners: HashMap::new(),
+            owners: KeyOwners::default(),
         };
         for name in names {
             let fragment = builder.service(&state.services[&**name], &mut plan.blocks, layouts);
@@ -698,8 +658,7 @@ impl FamilyPlan {
         at_hand: &InHand,
     ) -> Option<Element> {
         let KeyRef { hash, set, key } = touched.key;
-        let owners = self.owners.get(&hash)?;
-        owners.as_slice().iter().find_map(|o| {
+        self.owners.of(hash).find_map(|o| {
             if **o == *at_hand.names[touched.service] {
                 return own.cloned();
             }
@@ -776,17 +735,11 @@ impl FamilyPlan {
     }
 
     fn add_owner(&mut self, set: &str, key: &[Value], name: &Arc<ServicePortName>) {
-        self.owners
-            .entry(key_hash(set, key))
-            .and_modify(|o| o.add(name))
-            .or_insert_with(|| Owners::One(name.clone()));
+        self.owners.add(key_hash(set, key), name);
     }
 
     fn remove_owner(&mut self, set: &str, key: &[Value], name: &ServicePortName) {
-        let h = key_hash(set, key);
-        if self.owners.get_mut(&h).is_some_and(|o| o.remove(name)) {
-            self.owners.remove(&h);
-        }
+        self.owners.remove(key_hash(set, key), name);
     }
 }
 

@@ -4,125 +4,40 @@
 //! the planner and the last good state stays programmed until fresh state arrives.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::marker::PhantomData;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::runtime::watcher::Event;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use super::Inputs;
-use crate::cluster::{LiveState, NodeInfo, ServiceRef, service_ref, slice_service_ref};
-use crate::serve::ChangeCounts;
+pub(crate) use super::kept::Kept;
+use super::kept::KeptSlice;
+use crate::cluster::{LiveState, NodeInfo, ServiceRef};
+use crate::serve::{ChangeCounts, Metrics};
 
 /// EndpointSlice annotation: when the change that this slice reflects happened (kube-proxy's
 /// source for network programming latency).
 pub(crate) const LAST_CHANGE_TRIGGER_TIME: &str =
     "endpoints.kubernetes.io/last-change-trigger-time";
 
-/// Annotation `kubectl apply` leaves: a copy of the whole object, never read by a proxy.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// An object kind the store keeps.
-pub(crate) trait Kept: kube::Resource + Serialize + DeserializeOwned {
-    /// The service the object is part of.
-    fn service(&self) -> Option<ServiceRef>;
-}
-
-impl Kept for Service {
-    fn service(&self) -> Option<ServiceRef> {
-        Some(service_ref(self))
-    }
-}
-
-impl Kept for EndpointSlice {
-    fn service(&self) -> Option<ServiceRef> {
-        Some(slice_service_ref(self))
-    }
-}
-
-impl Kept for Node {
-    fn service(&self) -> Option<ServiceRef> {
-        None
-    }
-}
-
-impl Kept for ServiceCIDR {
-    fn service(&self) -> Option<ServiceRef> {
-        None
-    }
-}
-
-/// An object as the store keeps it: as JSON, which takes a fraction of the typed object's
-/// memory (k8s-openapi structs reserve room for every optional field: 350 bytes per endpoint
-/// of a slice before its strings), decoded again only when its service changes. Fields no
-/// proxy reads (managedFields, kubectl's last-applied copy, the server's bookkeeping: uid,
-/// resourceVersion, generation, creation time, owners) are dropped first.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Stored {
-    json: Box<str>,
-    service: Option<ServiceRef>,
-}
-
-impl Stored {
-    fn of<K: Kept>(mut object: K) -> Stored {
-        let meta = object.meta_mut();
-        meta.managed_fields = None;
-        meta.uid = None;
-        meta.resource_version = None;
-        meta.generation = None;
-        meta.creation_timestamp = None;
-        meta.owner_references = None;
-        if let Some(annotations) = meta.annotations.as_mut() {
-            annotations.remove(LAST_APPLIED);
-        }
-        Stored {
-            service: object.service(),
-            // Serializing a typed object cannot fail: every key is a string.
-            json: serde_json::to_string(&object)
-                .unwrap_or_default()
-                .into_boxed_str(),
-        }
-    }
-
-    /// The service the object is part of.
-    pub(crate) fn service(&self) -> Option<&ServiceRef> {
-        self.service.as_ref()
-    }
-
-    /// The object again. `None` only if what it serialized does not read back, which would be
-    /// a bug in the API types; the object is then left out, with a log line.
-    pub(crate) fn object<K: Kept>(&self) -> Option<K> {
-        serde_json::from_str(&self.json)
-            .inspect_err(|e| {
-                let kind = std::any::type_name::<K>();
-                tracing::error!(error = %e, kind, "a stored object does not decode; left out");
-            })
-            .ok()
-    }
-}
-
-/// The objects of one kind, keyed `namespace/name`.
+/// The objects of one kind, keyed `namespace/name`, as `Kept` keeps them.
 #[derive(Debug, Clone)]
-pub(crate) struct KindStore<K> {
-    live: BTreeMap<String, Stored>,
+pub(crate) struct KindStore<K: Kept> {
+    live: BTreeMap<String, K::Compact>,
     /// Objects of a re-list in progress; swapped in at `InitDone`.
-    relist: Option<BTreeMap<String, Stored>>,
+    relist: Option<BTreeMap<String, K::Compact>>,
     /// True once the first complete list arrived.
     synced: bool,
-    kind: PhantomData<K>,
 }
 
-impl<K> Default for KindStore<K> {
+impl<K: Kept> Default for KindStore<K> {
     fn default() -> Self {
         KindStore {
             live: BTreeMap::new(),
             relist: None,
             synced: false,
-            kind: PhantomData,
         }
     }
 }
@@ -132,6 +47,9 @@ impl<K> Default for KindStore<K> {
 pub enum Change {
     /// The live objects changed (or a re-list completed): a sync is due.
     Changed,
+    /// The live objects are as before in every field the store keeps (the event touched only
+    /// fields no proxy reads, such as a label or an annotation): nothing to program.
+    Unchanged,
     /// Only the pending re-list buffer moved: nothing to program yet.
     Buffered,
 }
@@ -149,23 +67,25 @@ impl<K: Kept> KindStore<K> {
     pub(crate) fn apply_observed(
         &mut self,
         event: Event<K>,
-        mut changed: impl FnMut(&str, Option<&Stored>, Option<&Stored>),
+        mut changed: impl FnMut(&str, Option<&K::Compact>, Option<&K::Compact>),
     ) -> Change {
         match event {
             Event::Apply(obj) => {
                 let key = key(&obj);
-                let before = self.live.insert(key.clone(), Stored::of(obj));
+                let before = self.live.insert(key.clone(), obj.compact());
                 let after = self.live.get(&key);
-                if before.as_ref() != after {
-                    changed(&key, before.as_ref(), after);
+                if before.as_ref() == after {
+                    return Change::Unchanged;
                 }
+                changed(&key, before.as_ref(), after);
                 Change::Changed
             }
             Event::Delete(obj) => {
                 let key = key(&obj);
-                if let Some(before) = self.live.remove(&key) {
-                    changed(&key, Some(&before), None);
-                }
+                let Some(before) = self.live.remove(&key) else {
+                    return Change::Unchanged;
+                };
+                changed(&key, Some(&before), None);
                 Change::Changed
             }
             Event::Init => {
@@ -175,12 +95,14 @@ impl<K: Kept> KindStore<K> {
             Event::InitApply(obj) => {
                 self.relist
                     .get_or_insert_with(BTreeMap::new)
-                    .insert(key(&obj), Stored::of(obj));
+                    .insert(key(&obj), obj.compact());
                 Change::Buffered
             }
             Event::InitDone => {
-                let before =
-                    std::mem::replace(&mut self.live, self.relist.take().unwrap_or_default());
+                // Rebuilt from sorted order, the map's nodes are full: filled one object at a
+                // time in key order (as a list arrives), each node would stay half empty.
+                let listed = self.relist.take().unwrap_or_default().into_iter().collect();
+                let before = std::mem::replace(&mut self.live, listed);
                 for (key, old) in &before {
                     let now = self.live.get(key);
                     if now != Some(old) {
@@ -198,22 +120,39 @@ impl<K: Kept> KindStore<K> {
         }
     }
 
+    /// How many of kube-proxy's informer notifications (add, update, delete) `event` amounts
+    /// to, whatever it changes: one per watch event, and for a completed list one per object
+    /// listed (an add, or an update of an object already known) and one per object it no
+    /// longer has (a delete). Objects of a list still in progress are not counted yet.
+    fn notifications(&self, event: &Event<K>) -> u64 {
+        match event {
+            Event::Apply(_) | Event::Delete(_) => 1,
+            Event::Init | Event::InitApply(_) => 0,
+            Event::InitDone => {
+                let empty = BTreeMap::new();
+                let listed = self.relist.as_ref().unwrap_or(&empty);
+                let gone = self.live.keys().filter(|k| !listed.contains_key(*k));
+                (listed.len() + gone.count()) as u64
+            }
+        }
+    }
+
     pub(crate) fn synced(&self) -> bool {
         self.synced
     }
 
-    /// Every live object, decoded.
+    /// Every live object, as the model reads it.
     pub(crate) fn objects(&self) -> impl Iterator<Item = K> {
-        self.live.values().filter_map(Stored::object)
+        self.live.values().map(K::expand)
     }
 
-    /// The live object under `key` (`namespace/name`), decoded.
+    /// The live object under `key` (`namespace/name`), as the model reads it.
     pub(crate) fn get(&self, key: &str) -> Option<K> {
-        self.live.get(key)?.object()
+        self.live.get(key).map(K::expand)
     }
 
-    /// The live object under `key` as stored.
-    pub(crate) fn stored(&self, key: &str) -> Option<&Stored> {
+    /// The live object under `key` as kept.
+    pub(crate) fn kept(&self, key: &str) -> Option<&K::Compact> {
         self.live.get(key)
     }
 
@@ -254,12 +193,16 @@ pub struct ClusterStore {
     members: BTreeMap<ServiceRef, Members>,
     /// Services whose Service object or slices changed since the last `take_changed`.
     changed: BTreeSet<ServiceRef>,
-    /// kube-proxy's change counts: Service and EndpointSlice changes since start, and the
-    /// services with such changes not yet taken by a sync.
+    /// kube-proxy's change counts: Service and EndpointSlice notifications since start (every
+    /// event, as kube-proxy's informer handlers count them, see `KindStore::notifications`),
+    /// and the services whose objects changed in what the model reads, not yet taken by a sync.
     service_changes: u64,
     endpoint_changes: u64,
     service_changes_pending: BTreeSet<ServiceRef>,
     endpoint_changes_pending: BTreeSet<ServiceRef>,
+    /// Where the counts are published as they move, if anywhere: an event that changes nothing
+    /// the model reads wakes no sync, yet kube-proxy's counters count it at once.
+    metrics: Option<Metrics>,
 }
 
 /// Store keys of the objects that make up one service.
@@ -269,22 +212,36 @@ struct Members {
     slices: Keys,
 }
 
-/// A few store keys, sorted, each once. A service has one Service object and one or a few
-/// slices: a `BTreeSet` would spend a 280-byte node on each list of every service.
+/// A few store keys, sorted, each once, in one allocation: a service has one Service object
+/// and one or a few slices, and a `Vec` of boxed keys would cost two allocations for each.
+/// Each key is written as its length in bytes, `:`, then the key, so any text can be a key.
 #[derive(Debug, Default)]
-struct Keys(Vec<Box<str>>);
+struct Keys(Box<str>);
 
 impl Keys {
+    fn of(keys: &[&str]) -> Keys {
+        let mut packed = String::new();
+        for key in keys {
+            packed.push_str(&key.len().to_string());
+            packed.push(':');
+            packed.push_str(key);
+        }
+        Keys(packed.into_boxed_str())
+    }
+
     fn insert(&mut self, key: &str) {
-        if let Err(i) = self.0.binary_search_by(|k| (**k).cmp(key)) {
-            self.0.insert(i, key.into());
+        let mut keys: Vec<&str> = self.iter().collect();
+        if let Err(i) = keys.binary_search(&key) {
+            keys.insert(i, key);
+            let packed = Keys::of(&keys);
+            *self = packed;
         }
     }
 
     fn remove(&mut self, key: &str) {
-        if let Ok(i) = self.0.binary_search_by(|k| (**k).cmp(key)) {
-            self.0.remove(i);
-        }
+        let keys: Vec<&str> = self.iter().filter(|k| *k != key).collect();
+        let packed = Keys::of(&keys);
+        *self = packed;
     }
 
     fn is_empty(&self) -> bool {
@@ -292,7 +249,13 @@ impl Keys {
     }
 
     fn iter(&self) -> impl Iterator<Item = &str> {
-        self.0.iter().map(|k| &**k)
+        let mut rest = &*self.0;
+        std::iter::from_fn(move || {
+            let (len, tail) = rest.split_once(':')?;
+            let (key, tail) = tail.split_at_checked(len.parse().ok()?)?;
+            rest = tail;
+            Some(key)
+        })
     }
 }
 
@@ -331,43 +294,72 @@ fn track(
 }
 
 impl ClusterStore {
+    /// An empty store that publishes its change counts to `metrics` whenever they move.
+    pub(crate) fn publishing_to(metrics: Metrics) -> ClusterStore {
+        let store = ClusterStore {
+            metrics: Some(metrics),
+            ..ClusterStore::default()
+        };
+        store.publish_counts();
+        store
+    }
+
+    fn publish_counts(&self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.set_changes(self.change_counts());
+        }
+    }
+
     pub fn apply_service(&mut self, event: Event<Service>) -> Change {
+        self.service_changes += self.services.notifications(&event);
+        let completes_list = matches!(event, Event::InitDone);
         let (members, changed) = (&mut self.members, &mut self.changed);
-        let (total, pending) = (&mut self.service_changes, &mut self.service_changes_pending);
-        self.services.apply_observed(event, |key, before, after| {
-            *total += 1;
-            pending.extend(after.or(before).and_then(Stored::service).cloned());
+        let pending = &mut self.service_changes_pending;
+        let change = self.services.apply_observed(event, |key, before, after| {
+            pending.extend(after.or(before).and_then(Service::service));
             let list: MemberList = |m| &mut m.services;
-            track(
-                members,
-                changed,
-                list,
-                key,
-                before.and_then(Stored::service).cloned(),
-                after.and_then(Stored::service).cloned(),
-            );
-        })
+            let of = |s: Option<&_>| s.and_then(Service::service);
+            track(members, changed, list, key, of(before), of(after));
+        });
+        if completes_list {
+            self.pack_members();
+        }
+        self.publish_counts();
+        change
+    }
+
+    /// Rebuilds the member index from sorted order after a list moved many services in it:
+    /// filled one service at a time in order, each node of the map would stay half empty.
+    fn pack_members(&mut self) {
+        self.members = std::mem::take(&mut self.members).into_iter().collect();
     }
 
     pub fn apply_endpoint_slice(&mut self, event: Event<EndpointSlice>) -> Change {
-        if let Event::Apply(slice) = &event
-            && let Some(t) = trigger_time(slice)
-        {
-            self.pending_triggers.push(t);
-        }
+        self.endpoint_changes += self.endpoint_slices.notifications(&event);
+        let completes_list = matches!(event, Event::InitDone);
+        let trigger = match &event {
+            Event::Apply(slice) => trigger_time(slice),
+            _ => None,
+        };
         let (members, changed) = (&mut self.members, &mut self.changed);
-        let (total, pending) = (
-            &mut self.endpoint_changes,
-            &mut self.endpoint_changes_pending,
-        );
-        self.endpoint_slices
+        let pending = &mut self.endpoint_changes_pending;
+        let change = self
+            .endpoint_slices
             .apply_observed(event, |key, before, after| {
-                *total += 1;
-                pending.extend(after.or(before).and_then(Stored::service).cloned());
+                pending.extend(after.or(before).and_then(EndpointSlice::service));
                 let list: MemberList = |m| &mut m.slices;
-                let of = |s: Option<&Stored>| s.and_then(Stored::service).cloned();
+                let of = |s: Option<&_>| s.and_then(EndpointSlice::service);
                 track(members, changed, list, key, of(before), of(after));
-            })
+            });
+        // As kube-proxy: a trigger time is observed only with a change to program.
+        if change == Change::Changed {
+            self.pending_triggers.extend(trigger);
+        }
+        if completes_list {
+            self.pack_members();
+        }
+        self.publish_counts();
+        change
     }
 
     pub(crate) fn apply_node(&mut self, event: Event<Node>) -> Change {
@@ -393,6 +385,7 @@ impl ClusterStore {
     pub(crate) fn take_changed(&mut self) -> BTreeSet<ServiceRef> {
         self.service_changes_pending.clear();
         self.endpoint_changes_pending.clear();
+        self.publish_counts();
         std::mem::take(&mut self.changed)
     }
 
@@ -450,8 +443,8 @@ impl ClusterStore {
         self.nodes
             .live
             .iter()
-            .filter(|(k, _)| k.rsplit_once('/').is_some_and(|(_, name)| name == hostname))
-            .find_map(|(_, stored)| stored.object::<Node>())
+            .find(|(k, _)| k.rsplit_once('/').is_some_and(|(_, name)| name == hostname))
+            .map(|(_, kept)| Node::expand(kept))
     }
 
     /// Every object, as the manifests source would read them.
@@ -494,13 +487,12 @@ impl ClusterStore {
             let Some(t) = trigger_time(slice) else {
                 continue;
             };
-            let before = self.endpoint_slices.stored(&key(slice));
-            let unchanged = before.is_some_and(|b| *b == Stored::of(slice.clone()));
+            let before = self.endpoint_slices.kept(&key(slice));
+            let unchanged = before.is_some_and(|b| *b == slice.clone().compact());
             if unchanged {
                 continue;
             }
-            let before = before.and_then(Stored::object::<EndpointSlice>);
-            if before.as_ref().and_then(trigger_time) != Some(t) {
+            if before.and_then(KeptSlice::trigger_time) != Some(t) {
                 self.pending_triggers.push(t);
             }
         }
@@ -533,6 +525,7 @@ pub(crate) fn trigger_time(slice: &EndpointSlice) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::SERVICE_NAME_LABEL;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn svc(name: &str, port: i32) -> Service {
@@ -558,6 +551,25 @@ mod tests {
             .objects()
             .map(|s| s.metadata.name.clone().unwrap())
             .collect()
+    }
+
+    #[test]
+    fn member_keys_stay_sorted_and_unique_whatever_their_text() {
+        let mut keys = Keys::default();
+        for key in ["demo/web-2", "12:demo/odd", "demo/web-1", "", "demo/web-2"] {
+            keys.insert(key);
+        }
+        let all: Vec<&str> = keys.iter().collect();
+        assert_eq!(all, ["", "12:demo/odd", "demo/web-1", "demo/web-2"]);
+        keys.remove("demo/web-1");
+        keys.remove("demo/absent");
+        let all: Vec<&str> = keys.iter().collect();
+        assert_eq!(all, ["", "12:demo/odd", "demo/web-2"]);
+        let owned: Vec<String> = all.iter().map(|k| k.to_string()).collect();
+        for key in &owned {
+            keys.remove(key);
+        }
+        assert!(keys.is_empty());
     }
 
     #[test]
@@ -597,29 +609,82 @@ mod tests {
     }
 
     #[test]
-    fn objects_come_back_as_they_were_without_managed_fields_bookkeeping_and_kubectls_copy() {
-        let mut service = svc("a", 80);
-        service.metadata.annotations = Some(
-            [
-                (LAST_APPLIED.to_string(), "{\"a\": \"copy\"}".to_string()),
-                ("example.com/kept".to_string(), "yes".to_string()),
+    fn objects_come_back_with_what_the_model_reads_as_received_and_nothing_else() {
+        let service: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "demo", "uid": "7c8a0f2e", "resourceVersion": "12345",
+                "labels": {"app": "web"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}",
+                                "kubenft.io/consistent-endpoint": " client"},
+                "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.010", "clusterIPs": ["10.96.0.010"],
+                "selector": {"app": "web"}, "externalIPs": ["not an address"],
+                "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080,
+                           "targetPort": 8080}],
+                "sessionAffinity": "ClientIP",
+                "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 60}},
+                "externalTrafficPolicy": "Local", "healthCheckNodePort": 31000},
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1", "hostname": "lb"},
+                                                     {"ip": "192.0.2.2", "ipMode": "Proxy"}]}}
+        }))
+        .unwrap();
+        let expected: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "demo",
+                "annotations": {"kubenft.io/consistent-endpoint": " client"}},
+            "spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.010", "clusterIPs": ["10.96.0.010"],
+                "externalIPs": ["not an address"],
+                "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080}],
+                "sessionAffinity": "ClientIP",
+                "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 60}},
+                "externalTrafficPolicy": "Local", "healthCheckNodePort": 31000},
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"},
+                                                     {"ip": "192.0.2.2", "ipMode": "Proxy"}]}}
+        }))
+        .unwrap();
+        let mut services = KindStore::default();
+        services.apply(Event::Apply(service));
+        assert_eq!(services.get("demo/web"), Some(expected));
+        assert_eq!(services.get("demo/other"), None::<Service>);
+
+        let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-abc", "namespace": "demo", "uid": "1",
+                "labels": {"kubernetes.io/service-name": "web", "app": "web"},
+                "annotations": {LAST_CHANGE_TRIGGER_TIME: "2026-11-22T10:00:00Z"}},
+            "addressType": "IPv6",
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP", "appProtocol": "http"}],
+            "endpoints": [
+                {"addresses": ["FD00::1", "fd00::2"], "nodeName": "node-a", "zone": "z1",
+                 "conditions": {"ready": false}, "hostname": "web-0",
+                 "targetRef": {"kind": "Pod", "name": "web-0"},
+                 "hints": {"forZones": [{"name": "z1"}], "forNodes": [{"name": "node-a"}]}},
+                {"addresses": ["fd00::3"]},
+                {"addresses": []}
             ]
-            .into(),
+        }))
+        .unwrap();
+        let expected: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-abc", "namespace": "demo",
+                "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv6",
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            "endpoints": [
+                {"addresses": ["FD00::1"], "nodeName": "node-a", "zone": "z1",
+                 "conditions": {"ready": false},
+                 "hints": {"forZones": [{"name": "z1"}], "forNodes": [{"name": "node-a"}]}},
+                {"addresses": ["fd00::3"], "conditions": {}},
+                {"addresses": [], "conditions": {}}
+            ]
+        }))
+        .unwrap();
+        let mut slices = KindStore::default();
+        slices.apply(Event::Apply(slice));
+        assert_eq!(slices.get("demo/web-abc"), Some(expected));
+        let kept = slices.kept("demo/web-abc").unwrap();
+        assert_eq!(
+            kept.trigger_time()
+                .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                .map(|d| d.as_secs()),
+            Some(1_795_341_600)
         );
-        let mut expected = service.clone();
-        service.metadata.managed_fields = Some(vec![Default::default()]);
-        service.metadata.uid = Some("7c8a0f2e-0000-4000-8000-000000000001".into());
-        service.metadata.resource_version = Some("12345".into());
-        expected
-            .metadata
-            .annotations
-            .as_mut()
-            .unwrap()
-            .remove(LAST_APPLIED);
-        let mut store = KindStore::default();
-        store.apply(Event::Apply(service));
-        assert_eq!(store.get("default/a"), Some(expected));
-        assert_eq!(store.get("default/b"), None::<Service>);
     }
 
     #[test]
@@ -704,23 +769,120 @@ mod tests {
     }
 
     #[test]
-    fn changes_are_counted_as_kube_proxy_counts_them_and_pending_until_a_sync_takes_them() {
+    fn every_event_is_counted_as_kube_proxy_counts_it_and_pending_until_a_sync_takes_it() {
         let mut store = ClusterStore::default();
         store.apply_service(Event::Apply(svc("a", 80)));
         store.apply_service(Event::Apply(svc("a", 81)));
         store.apply_service(Event::Apply(svc("b", 80)));
-        // Rewriting an identical object is no change.
-        store.apply_service(Event::Apply(svc("b", 80)));
+        // Rewriting an identical object is an update kube-proxy counts, with nothing to program.
+        assert_eq!(
+            store.apply_service(Event::Apply(svc("b", 80))),
+            Change::Unchanged
+        );
         let c = store.change_counts();
-        assert_eq!(c.service_changes_total, 3);
+        assert_eq!(c.service_changes_total, 4);
         assert_eq!(c.service_changes_pending, 2, "two services wait");
         assert_eq!(c.endpoint_changes_total, 0);
         store.take_changed();
         store.apply_service(Event::Delete(svc("a", 81)));
+        // A delete of an object never seen changes nothing, but is an event all the same.
+        assert_eq!(
+            store.apply_service(Event::Delete(svc("c", 80))),
+            Change::Unchanged
+        );
         let c = store.change_counts();
-        assert_eq!(c.service_changes_total, 4);
+        assert_eq!(c.service_changes_total, 6);
         assert_eq!(c.service_changes_pending, 1);
         assert_eq!(c.endpoint_changes_pending, 0);
+    }
+
+    fn slice(name: &str, service: &str, labels: &[(&str, &str)]) -> EndpointSlice {
+        let mut slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default",
+                         "annotations": {LAST_CHANGE_TRIGGER_TIME: "2026-11-22T10:00:00Z"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": true}}],
+            "ports": [{"port": 8080, "protocol": "TCP"}]
+        }))
+        .unwrap();
+        let mut all: BTreeMap<String, String> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        all.insert(SERVICE_NAME_LABEL.into(), service.into());
+        slice.metadata.labels = Some(all);
+        slice
+    }
+
+    #[test]
+    fn an_update_of_fields_no_proxy_reads_is_counted_and_programs_nothing() {
+        let metrics = Metrics::new();
+        let mut store = ClusterStore::publishing_to(metrics.clone());
+        store.apply_service(Event::Apply(svc("web", 80)));
+        store.apply_endpoint_slice(Event::Apply(slice("web-1", "web", &[])));
+        store.take_changed();
+        store.take_triggers();
+
+        let mut labelled = svc("web", 80);
+        labelled.metadata.labels = Some([("team".to_string(), "blue".to_string())].into());
+        labelled.metadata.annotations =
+            Some([("example.com/owner".to_string(), "ops".to_string())].into());
+        assert_eq!(
+            store.apply_service(Event::Apply(labelled)),
+            Change::Unchanged,
+            "no sync is due"
+        );
+        assert_eq!(
+            store.apply_endpoint_slice(Event::Apply(slice("web-1", "web", &[("app", "web")]))),
+            Change::Unchanged
+        );
+        let c = store.change_counts();
+        assert_eq!(
+            (c.service_changes_total, c.endpoint_changes_total),
+            (2, 2),
+            "both updates counted"
+        );
+        assert_eq!(
+            (c.service_changes_pending, c.endpoint_changes_pending),
+            (0, 0),
+            "nothing waits for a sync"
+        );
+        assert!(store.take_changed().is_empty());
+        assert!(
+            store.take_triggers().is_empty(),
+            "no trigger time without a change to program"
+        );
+        let page = metrics.render();
+        assert!(
+            page.contains("kubeproxy_sync_proxy_rules_service_changes_total 2\n")
+                && page.contains("kubeproxy_sync_proxy_rules_endpoint_changes_total 2\n"),
+            "published without a sync:\n{page}"
+        );
+    }
+
+    #[test]
+    fn a_completed_relist_counts_every_object_listed_and_every_one_gone() {
+        let mut store = ClusterStore::default();
+        for name in ["a", "b", "c"] {
+            store.apply_service(Event::Apply(svc(name, 80)));
+        }
+        store.take_changed();
+        store.apply_service(Event::Init);
+        store.apply_service(Event::InitApply(svc("a", 80)));
+        store.apply_service(Event::InitApply(svc("b", 81)));
+        store.apply_service(Event::InitApply(svc("d", 80)));
+        assert_eq!(
+            store.change_counts().service_changes_total,
+            3,
+            "not before InitDone"
+        );
+        store.apply_service(Event::InitDone);
+        let c = store.change_counts();
+        assert_eq!(c.service_changes_total, 3 + 3 + 1, "three listed, c gone");
+        assert_eq!(
+            c.service_changes_pending, 3,
+            "b, c and d changed; a did not"
+        );
     }
 
     #[test]

@@ -1,0 +1,517 @@
+//! What the store keeps of each object: only the fields the cluster model reads, in compact
+//! typed form, and the object as the model reads it again on demand.
+//!
+//! A k8s-openapi object reserves room for every optional field (350 bytes per endpoint of a
+//! slice before its strings), and the JSON of one repeats every key; at 30,000 Services of 10
+//! endpoints either costs tens of MiB the proxy never reads. Values are kept as the API sent
+//! them (an invalid address stays the text it was), so the model accepts and rejects exactly
+//! what it would from the full object; `expand` gives it an object with just those fields.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::{
+    ClientIPConfig, LoadBalancerIngress, LoadBalancerStatus, Node, NodeSpec, NodeStatus, Service,
+    ServicePort, ServiceSpec, ServiceStatus, SessionAffinityConfig,
+};
+use k8s_openapi::api::discovery::v1::{
+    Endpoint, EndpointConditions, EndpointHints, EndpointPort, EndpointSlice, ForNode, ForZone,
+};
+use k8s_openapi::api::networking::v1::{ServiceCIDR, ServiceCIDRSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::cluster::{
+    CONSISTENT_ENDPOINT_ANNOTATION, SERVICE_NAME_LABEL, ServiceRef, service_ref, shared,
+    shared_name, slice_service_ref,
+};
+
+/// A text value as the API sent it. Values many objects repeat (namespaces, types, policies,
+/// protocols, port names) share one allocation (`word`); the others have their own (`text`).
+type Text = Arc<str>;
+
+/// An object kind the store keeps, and what it keeps of one.
+pub(crate) trait Kept: kube::Resource + Sized {
+    /// The fields of the object the model reads.
+    type Compact: Clone + PartialEq + std::fmt::Debug;
+
+    fn compact(self) -> Self::Compact;
+
+    /// The object as the model reads it: every field it reads, as received; no other.
+    fn expand(compact: &Self::Compact) -> Self;
+
+    /// The service the object is part of.
+    fn service(compact: &Self::Compact) -> Option<ServiceRef>;
+}
+
+fn text(s: String) -> Text {
+    s.into()
+}
+
+fn word(s: String) -> Text {
+    shared_name(&s)
+}
+
+fn texts(list: Option<Vec<String>>) -> Box<[Text]> {
+    list.into_iter().flatten().map(text).collect()
+}
+
+fn strings(list: &[Text]) -> Option<Vec<String>> {
+    (!list.is_empty()).then(|| list.iter().map(|s| s.to_string()).collect())
+}
+
+fn string(s: &Option<Text>) -> Option<String> {
+    s.as_deref().map(str::to_string)
+}
+
+/// The metadata every kept object has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Names {
+    namespace: Option<Text>,
+    name: Option<Text>,
+}
+
+impl Names {
+    fn of(meta: &mut ObjectMeta) -> Names {
+        Names {
+            namespace: meta.namespace.take().map(word),
+            name: meta.name.take().map(text),
+        }
+    }
+
+    fn meta(&self) -> ObjectMeta {
+        ObjectMeta {
+            namespace: string(&self.namespace),
+            name: string(&self.name),
+            ..ObjectMeta::default()
+        }
+    }
+}
+
+/// A map of one entry, `key` → `value`, when there is a value.
+fn single(key: &str, value: &Option<Text>) -> Option<BTreeMap<String, String>> {
+    value
+        .as_ref()
+        .map(|v| BTreeMap::from([(key.to_string(), v.to_string())]))
+}
+
+fn annotation(meta: &mut ObjectMeta, key: &str) -> Option<String> {
+    meta.annotations.as_mut()?.remove(key)
+}
+
+/// A Service: what `cluster::service` reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeptService {
+    names: Names,
+    consistent_endpoint: Option<Text>,
+    spec: Option<Box<KeptServiceSpec>>,
+    /// `status.loadBalancer.ingress`: (ip, ipMode).
+    ingress: Box<[(Option<Text>, Option<Text>)]>,
+}
+
+/// A Service port: name, protocol, port, nodePort.
+type KeptServicePort = (Option<Text>, Option<Text>, i32, Option<i32>);
+
+/// An EndpointSlice port: name, protocol, port.
+type KeptSlicePort = (Option<Text>, Option<Text>, Option<i32>);
+
+/// An endpoint's hints: the names of its forZones and of its forNodes.
+type HintNames = (Option<Box<[Text]>>, Option<Box<[Text]>>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct KeptServiceSpec {
+    type_: Option<Text>,
+    cluster_ip: Option<Text>,
+    cluster_ips: Box<[Text]>,
+    external_ips: Box<[Text]>,
+    load_balancer_source_ranges: Box<[Text]>,
+    external_traffic_policy: Option<Text>,
+    internal_traffic_policy: Option<Text>,
+    session_affinity: Option<Text>,
+    affinity_timeout_seconds: Option<i32>,
+    health_check_node_port: Option<i32>,
+    traffic_distribution: Option<Text>,
+    ports: Box<[KeptServicePort]>,
+}
+
+impl Kept for Service {
+    type Compact = KeptService;
+
+    fn compact(mut self) -> KeptService {
+        let spec = self.spec.map(|s| {
+            let cluster_ips = texts(s.cluster_ips);
+            Box::new(KeptServiceSpec {
+                type_: s.type_.map(word),
+                cluster_ip: s.cluster_ip.map(|ip| {
+                    // Most often the first of clusterIPs: one copy for both.
+                    match cluster_ips.first() {
+                        Some(first) if **first == *ip => first.clone(),
+                        _ => text(ip),
+                    }
+                }),
+                cluster_ips,
+                external_ips: texts(s.external_ips),
+                load_balancer_source_ranges: texts(s.load_balancer_source_ranges),
+                external_traffic_policy: s.external_traffic_policy.map(word),
+                internal_traffic_policy: s.internal_traffic_policy.map(word),
+                session_affinity: s.session_affinity.map(word),
+                affinity_timeout_seconds: s
+                    .session_affinity_config
+                    .and_then(|c| c.client_ip)
+                    .and_then(|c| c.timeout_seconds),
+                health_check_node_port: s.health_check_node_port,
+                traffic_distribution: s.traffic_distribution.map(word),
+                ports: s
+                    .ports
+                    .into_iter()
+                    .flatten()
+                    .map(|p| (p.name.map(word), p.protocol.map(word), p.port, p.node_port))
+                    .collect(),
+            })
+        });
+        let ingress = self
+            .status
+            .and_then(|s| s.load_balancer)
+            .and_then(|lb| lb.ingress)
+            .into_iter()
+            .flatten()
+            .map(|i| (i.ip.map(text), i.ip_mode.map(word)))
+            .collect();
+        KeptService {
+            consistent_endpoint: annotation(&mut self.metadata, CONSISTENT_ENDPOINT_ANNOTATION)
+                .map(word),
+            names: Names::of(&mut self.metadata),
+            spec,
+            ingress,
+        }
+    }
+
+    fn expand(kept: &KeptService) -> Service {
+        let mut metadata = kept.names.meta();
+        metadata.annotations = single(CONSISTENT_ENDPOINT_ANNOTATION, &kept.consistent_endpoint);
+        let spec = kept.spec.as_ref().map(|s| ServiceSpec {
+            type_: string(&s.type_),
+            cluster_ip: string(&s.cluster_ip),
+            cluster_ips: strings(&s.cluster_ips),
+            external_ips: strings(&s.external_ips),
+            load_balancer_source_ranges: strings(&s.load_balancer_source_ranges),
+            external_traffic_policy: string(&s.external_traffic_policy),
+            internal_traffic_policy: string(&s.internal_traffic_policy),
+            session_affinity: string(&s.session_affinity),
+            session_affinity_config: s.affinity_timeout_seconds.map(|t| SessionAffinityConfig {
+                client_ip: Some(ClientIPConfig {
+                    timeout_seconds: Some(t),
+                }),
+            }),
+            health_check_node_port: s.health_check_node_port,
+            traffic_distribution: string(&s.traffic_distribution),
+            ports: Some(
+                s.ports
+                    .iter()
+                    .map(|(name, protocol, port, node_port)| ServicePort {
+                        name: string(name),
+                        protocol: string(protocol),
+                        port: *port,
+                        node_port: *node_port,
+                        ..ServicePort::default()
+                    })
+                    .collect(),
+            ),
+            ..ServiceSpec::default()
+        });
+        let status = (!kept.ingress.is_empty()).then(|| ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus {
+                ingress: Some(
+                    kept.ingress
+                        .iter()
+                        .map(|(ip, ip_mode)| LoadBalancerIngress {
+                            ip: string(ip),
+                            ip_mode: string(ip_mode),
+                            ..LoadBalancerIngress::default()
+                        })
+                        .collect(),
+                ),
+            }),
+            ..ServiceStatus::default()
+        });
+        Service {
+            metadata,
+            spec,
+            status,
+        }
+    }
+
+    fn service(kept: &KeptService) -> Option<ServiceRef> {
+        Some(service_ref(&Service {
+            metadata: kept.names.meta(),
+            ..Service::default()
+        }))
+    }
+}
+
+/// An EndpointSlice: what `cluster::endpoints` reads, and the change-trigger time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeptSlice {
+    names: Names,
+    /// The `kubernetes.io/service-name` label.
+    service_name: Option<Text>,
+    trigger_time: Option<SystemTime>,
+    address_type: Text,
+    endpoints: Box<[KeptEndpoint]>,
+    ports: Box<[KeptSlicePort]>,
+}
+
+impl KeptSlice {
+    fn meta(&self) -> ObjectMeta {
+        ObjectMeta {
+            labels: single(SERVICE_NAME_LABEL, &self.service_name),
+            ..self.names.meta()
+        }
+    }
+
+    /// The slice's well-formed `last-change-trigger-time` annotation.
+    pub(crate) fn trigger_time(&self) -> Option<SystemTime> {
+        self.trigger_time
+    }
+}
+
+/// One endpoint: its first address (the only one kube-proxy reads), conditions, node, zone and
+/// hints, in 40 bytes for the usual endpoint (a k8s-openapi one takes 350 before its strings).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct KeptEndpoint {
+    /// Node and zone, shared by every endpoint on that node.
+    placement: Option<Arc<Placement>>,
+    /// Hints, and an address that does not print back as received: few endpoints have either.
+    rare: Option<Box<Rare>>,
+    address: Address,
+    ready: Option<bool>,
+    serving: Option<bool>,
+    terminating: Option<bool>,
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Placement {
+    node_name: Option<Text>,
+    zone: Option<Text>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rare {
+    address: Option<Text>,
+    hints: Option<HintNames>,
+}
+
+/// An endpoint's first address: parsed when its text is exactly how the address prints
+/// (nearly always), so that it prints back as received; otherwise its text is in `Rare`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Address {
+    Absent,
+    V4(Ipv4Addr),
+    V6(Ipv6Addr),
+    Text,
+}
+
+impl Address {
+    /// The address, and its text when it does not print back as received.
+    fn of(s: Option<String>) -> (Address, Option<Text>) {
+        let Some(s) = s else {
+            return (Address::Absent, None);
+        };
+        match s.parse::<IpAddr>() {
+            Ok(IpAddr::V4(ip)) if ip.to_string() == s => (Address::V4(ip), None),
+            Ok(IpAddr::V6(ip)) if ip.to_string() == s => (Address::V6(ip), None),
+            _ => (Address::Text, Some(text(s))),
+        }
+    }
+}
+
+impl KeptEndpoint {
+    fn of(ep: Endpoint) -> KeptEndpoint {
+        let conditions = ep.conditions.unwrap_or_default();
+        let (address, text_address) = Address::of(ep.addresses.into_iter().next());
+        let placement = (ep.node_name.is_some() || ep.zone.is_some()).then(|| {
+            static PLACEMENTS: Mutex<BTreeSet<Arc<Placement>>> = Mutex::new(BTreeSet::new());
+            let placement = Placement {
+                node_name: ep.node_name.map(word),
+                zone: ep.zone.map(word),
+            };
+            shared(&PLACEMENTS, &placement, || {
+                Arc::new(Placement {
+                    node_name: placement.node_name.clone(),
+                    zone: placement.zone.clone(),
+                })
+            })
+        });
+        let words = |list: Option<Vec<String>>| list.map(|l| l.into_iter().map(word).collect());
+        let hints = ep.hints.map(|h| {
+            (
+                words(h.for_zones.map(|z| z.into_iter().map(|z| z.name).collect())),
+                words(h.for_nodes.map(|n| n.into_iter().map(|n| n.name).collect())),
+            )
+        });
+        let rare = (text_address.is_some() || hints.is_some()).then(|| {
+            Box::new(Rare {
+                address: text_address,
+                hints,
+            })
+        });
+        KeptEndpoint {
+            placement,
+            rare,
+            address,
+            ready: conditions.ready,
+            serving: conditions.serving,
+            terminating: conditions.terminating,
+        }
+    }
+
+    fn expand(&self) -> Endpoint {
+        let rare = self.rare.as_deref();
+        let address = match self.address {
+            Address::Absent => None,
+            Address::V4(ip) => Some(ip.to_string()),
+            Address::V6(ip) => Some(ip.to_string()),
+            Address::Text => rare.and_then(|r| string(&r.address)),
+        };
+        let placement = self.placement.as_deref();
+        let names = |list: &Option<Box<[Text]>>| {
+            list.as_ref()
+                .map(|l| l.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+        };
+        Endpoint {
+            addresses: address.into_iter().collect(),
+            conditions: Some(EndpointConditions {
+                ready: self.ready,
+                serving: self.serving,
+                terminating: self.terminating,
+            }),
+            node_name: placement.and_then(|p| string(&p.node_name)),
+            zone: placement.and_then(|p| string(&p.zone)),
+            hints: rare
+                .and_then(|r| r.hints.as_ref())
+                .map(|(zones, nodes)| EndpointHints {
+                    for_zones: names(zones)
+                        .map(|z| z.into_iter().map(|name| ForZone { name }).collect()),
+                    for_nodes: names(nodes)
+                        .map(|n| n.into_iter().map(|name| ForNode { name }).collect()),
+                }),
+            ..Endpoint::default()
+        }
+    }
+}
+
+impl Kept for EndpointSlice {
+    type Compact = KeptSlice;
+
+    fn compact(mut self) -> KeptSlice {
+        let trigger_time = super::store::trigger_time(&self);
+        let endpoints = self.endpoints.into_iter().map(KeptEndpoint::of).collect();
+        KeptSlice {
+            service_name: self
+                .metadata
+                .labels
+                .as_mut()
+                .and_then(|l| l.remove(SERVICE_NAME_LABEL))
+                .map(text),
+            names: Names::of(&mut self.metadata),
+            trigger_time,
+            address_type: word(self.address_type),
+            endpoints,
+            ports: self
+                .ports
+                .into_iter()
+                .flatten()
+                .map(|p| (p.name.map(word), p.protocol.map(word), p.port))
+                .collect(),
+        }
+    }
+
+    fn expand(kept: &KeptSlice) -> EndpointSlice {
+        EndpointSlice {
+            metadata: kept.meta(),
+            address_type: kept.address_type.to_string(),
+            endpoints: kept.endpoints.iter().map(KeptEndpoint::expand).collect(),
+            ports: Some(
+                kept.ports
+                    .iter()
+                    .map(|(name, protocol, port)| EndpointPort {
+                        name: string(name),
+                        protocol: string(protocol),
+                        port: *port,
+                        ..EndpointPort::default()
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    fn service(kept: &KeptSlice) -> Option<ServiceRef> {
+        Some(slice_service_ref(&EndpointSlice {
+            metadata: kept.meta(),
+            ..EndpointSlice::default()
+        }))
+    }
+}
+
+/// The zone label, the one label of its Node the proxy reads.
+const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+/// One object per node (the watch selects only ours): it keeps its own type, with only the
+/// fields `NodeInfo` and the health check read.
+impl Kept for Node {
+    type Compact = Node;
+
+    fn compact(mut self) -> Node {
+        let zone = self
+            .metadata
+            .labels
+            .as_mut()
+            .and_then(|l| l.remove_entry(ZONE_LABEL));
+        let mut metadata = Names::of(&mut self.metadata).meta();
+        metadata.labels = zone.map(|z| BTreeMap::from([z]));
+        metadata.deletion_timestamp = self.metadata.deletion_timestamp;
+        Node {
+            metadata,
+            spec: self.spec.map(|s| NodeSpec {
+                pod_cidr: s.pod_cidr,
+                pod_cidrs: s.pod_cidrs,
+                taints: s.taints,
+                ..NodeSpec::default()
+            }),
+            status: self.status.map(|s| NodeStatus {
+                addresses: s.addresses,
+                ..NodeStatus::default()
+            }),
+        }
+    }
+
+    fn expand(kept: &Node) -> Node {
+        kept.clone()
+    }
+
+    fn service(_: &Node) -> Option<ServiceRef> {
+        None
+    }
+}
+
+/// A few objects per cluster: they keep their own type, with only their CIDRs.
+impl Kept for ServiceCIDR {
+    type Compact = ServiceCIDR;
+
+    fn compact(mut self) -> ServiceCIDR {
+        ServiceCIDR {
+            metadata: Names::of(&mut self.metadata).meta(),
+            spec: self.spec.map(|s| ServiceCIDRSpec { cidrs: s.cidrs }),
+            status: None,
+        }
+    }
+
+    fn expand(kept: &ServiceCIDR) -> ServiceCIDR {
+        kept.clone()
+    }
+
+    fn service(_: &ServiceCIDR) -> Option<ServiceRef> {
+        None
+    }
+}
