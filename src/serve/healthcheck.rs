@@ -272,121 +272,143 @@ mod tests {
         (HealthCheckServers::new(loopback_only, state.clone()), state)
     }
 
-    #[tokio::test]
-    async fn a_service_with_local_endpoints_answers_200_with_kube_proxys_body() {
-        let (mut hc, _) = servers();
-        let port = free_port();
-        hc.sync(BTreeMap::from([(port, health("default/web", 2))]))
-            .await
-            .unwrap();
-        let a = get(loopback(port), "/").await.unwrap();
-        assert_eq!(a.status, 200, "{a:?}");
-        assert_eq!(a.header("content-type"), Some("application/json"));
-        assert_eq!(a.header("x-content-type-options"), Some("nosniff"));
-        let v: serde_json::Value = serde_json::from_str(&a.body).unwrap();
-        assert_eq!(
-            v,
-            serde_json::json!({
-                "service": {"namespace": "default", "name": "web"},
-                "localEndpoints": 2,
-                "serviceProxyHealthy": true
-            })
-        );
-    }
-
-    #[tokio::test]
-    async fn no_local_endpoints_or_an_unhealthy_proxy_answers_503() {
-        let (mut hc, state) = servers();
-        let (empty, full) = (free_port(), free_port());
-        hc.sync(BTreeMap::from([
-            (empty, health("ns/empty", 0)),
-            (full, health("ns/full", 1)),
-        ]))
-        .await
-        .unwrap();
-        let a = get(loopback(empty), "/healthz").await.unwrap();
-        assert_eq!(a.status, 503);
-        assert!(a.body.contains("\"localEndpoints\":0"), "{}", a.body);
-
-        // A change queued long ago and never synced: the proxy is stale, so even a Service
-        // with endpoints must not attract traffic.
-        state.queued(SystemTime::now() - Duration::from_secs(3600));
-        let b = get(loopback(full), "/").await.unwrap();
-        assert_eq!(b.status, 503);
-        let v: serde_json::Value = serde_json::from_str(&b.body).unwrap();
-        assert_eq!(v["serviceProxyHealthy"], false);
-        assert_eq!(v["localEndpoints"], 1);
-    }
-
-    #[tokio::test]
-    async fn sync_opens_updates_and_closes_ports_as_services_come_and_go() {
-        let (mut hc, _) = servers();
-        let (a, b) = (free_port(), free_port());
-        hc.sync(BTreeMap::from([
-            (a, health("ns/a", 1)),
-            (b, health("ns/b", 0)),
-        ]))
-        .await
-        .unwrap();
-        assert_eq!(hc.ports(), {
-            let mut p = vec![a, b];
-            p.sort();
-            p
+    #[test]
+    fn a_service_with_local_endpoints_answers_200_with_kube_proxys_body() {
+        own_loopback(async || {
+            let (mut hc, _) = servers();
+            let port = free_port();
+            hc.sync(BTreeMap::from([(port, health("default/web", 2))]))
+                .await
+                .unwrap();
+            let a = get(loopback(port), "/").await.unwrap();
+            assert_eq!(a.status, 200, "{a:?}");
+            assert_eq!(a.header("content-type"), Some("application/json"));
+            assert_eq!(a.header("x-content-type-options"), Some("nosniff"));
+            let v: serde_json::Value = serde_json::from_str(&a.body).unwrap();
+            assert_eq!(
+                v,
+                serde_json::json!({
+                    "service": {"namespace": "default", "name": "web"},
+                    "localEndpoints": 2,
+                    "serviceProxyHealthy": true
+                })
+            );
         });
-        assert_eq!(get(loopback(b), "/").await.unwrap().status, 503);
-
-        // b gains an endpoint and a goes away.
-        hc.sync(BTreeMap::from([(b, health("ns/b", 3))]))
-            .await
-            .unwrap();
-        assert_eq!(hc.ports(), vec![b]);
-        let answer = get(loopback(b), "/").await.unwrap();
-        assert_eq!(answer.status, 200);
-        assert!(answer.body.contains("\"localEndpoints\":3"));
-        assert!(closed(loopback(a)).await, "port {a} should be closed");
-
-        // The port is handed to another Service: same listener, new answer.
-        hc.sync(BTreeMap::from([(b, health("other/svc", 1))]))
-            .await
-            .unwrap();
-        let v: serde_json::Value =
-            serde_json::from_str(&get(loopback(b), "/").await.unwrap().body).unwrap();
-        assert_eq!(v["service"]["namespace"], "other");
-        assert_eq!(v["service"]["name"], "svc");
-
-        hc.sync(BTreeMap::new()).await.unwrap();
-        assert!(hc.ports().is_empty());
-        assert!(closed(loopback(b)).await, "port {b} should be closed");
     }
 
-    #[tokio::test]
-    async fn a_port_in_use_is_reported_and_retried_on_the_next_sync() {
-        let (mut hc, _) = servers();
-        let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let taken = squatter.local_addr().unwrap().port();
-        let free = free_port();
-        let desired = BTreeMap::from([(taken, health("ns/x", 1)), (free, health("ns/y", 1))]);
-        let err = hc.sync(desired.clone()).await.unwrap_err();
-        let HealthCheckError::Bind { addr, service, .. } = err;
-        assert_eq!(addr, loopback(taken));
-        assert_eq!(service, "ns/x");
-        // The other port was opened regardless.
-        assert_eq!(hc.ports(), vec![free]);
-        assert_eq!(get(loopback(free), "/").await.unwrap().status, 200);
+    #[test]
+    fn no_local_endpoints_or_an_unhealthy_proxy_answers_503() {
+        own_loopback(async || {
+            let (mut hc, state) = servers();
+            let (empty, full) = (free_port(), free_port());
+            hc.sync(BTreeMap::from([
+                (empty, health("ns/empty", 0)),
+                (full, health("ns/full", 1)),
+            ]))
+            .await
+            .unwrap();
+            let a = get(loopback(empty), "/healthz").await.unwrap();
+            assert_eq!(a.status, 503);
+            assert!(a.body.contains("\"localEndpoints\":0"), "{}", a.body);
 
-        drop(squatter);
-        // Tests run in parallel and `free_port` binds port 0 and lets go, so another test can
-        // hold the freed port for a moment: retry a few times, as the daemon's next sync would.
-        let mut retried = hc.sync(desired.clone()).await;
-        for _ in 0..20 {
-            if retried.is_ok() {
-                break;
+            // A change queued long ago and never synced: the proxy is stale, so even a Service
+            // with endpoints must not attract traffic.
+            state.queued(SystemTime::now() - Duration::from_secs(3600));
+            let b = get(loopback(full), "/").await.unwrap();
+            assert_eq!(b.status, 503);
+            let v: serde_json::Value = serde_json::from_str(&b.body).unwrap();
+            assert_eq!(v["serviceProxyHealthy"], false);
+            assert_eq!(v["localEndpoints"], 1);
+        });
+    }
+
+    #[test]
+    fn sync_opens_updates_and_closes_ports_as_services_come_and_go() {
+        own_loopback(async || {
+            let (mut hc, _) = servers();
+            let (a, b) = (free_port(), free_port());
+            hc.sync(BTreeMap::from([
+                (a, health("ns/a", 1)),
+                (b, health("ns/b", 0)),
+            ]))
+            .await
+            .unwrap();
+            assert_eq!(hc.ports(), {
+                let mut p = vec![a, b];
+                p.sort();
+                p
+            });
+            assert_eq!(get(loopback(b), "/").await.unwrap().status, 503);
+
+            // b gains an endpoint and a goes away.
+            hc.sync(BTreeMap::from([(b, health("ns/b", 3))]))
+                .await
+                .unwrap();
+            assert_eq!(hc.ports(), vec![b]);
+            let answer = get(loopback(b), "/").await.unwrap();
+            assert_eq!(answer.status, 200);
+            assert!(answer.body.contains("\"localEndpoints\":3"));
+            assert!(closed(loopback(a)).await, "port {a} should be closed");
+
+            // The port is handed to another Service: same listener, new answer.
+            hc.sync(BTreeMap::from([(b, health("other/svc", 1))]))
+                .await
+                .unwrap();
+            let v: serde_json::Value =
+                serde_json::from_str(&get(loopback(b), "/").await.unwrap().body).unwrap();
+            assert_eq!(v["service"]["namespace"], "other");
+            assert_eq!(v["service"]["name"], "svc");
+
+            hc.sync(BTreeMap::new()).await.unwrap();
+            assert!(hc.ports().is_empty());
+            assert!(closed(loopback(b)).await, "port {b} should be closed");
+        });
+    }
+
+    #[test]
+    fn a_port_in_use_is_reported_and_retried_on_the_next_sync() {
+        own_loopback(async || {
+            let (mut hc, _) = servers();
+            let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let taken = squatter.local_addr().unwrap().port();
+            let free = free_port();
+            let desired = BTreeMap::from([(taken, health("ns/x", 1)), (free, health("ns/y", 1))]);
+            let err = hc.sync(desired.clone()).await.unwrap_err();
+            let HealthCheckError::Bind { addr, service, .. } = err;
+            assert_eq!(addr, loopback(taken));
+            assert_eq!(service, "ns/x");
+            // The other port was opened regardless.
+            assert_eq!(hc.ports(), vec![free]);
+            assert_eq!(get(loopback(free), "/").await.unwrap().status, 200);
+
+            drop(squatter);
+            // Tests run in parallel and `free_port` binds port 0 and lets go, so another test can
+            // hold the freed port for a moment: retry a few times, as the daemon's next sync would.
+            let mut retried = hc.sync(desired.clone()).await;
+            for _ in 0..20 {
+                if retried.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                retried = hc.sync(desired.clone()).await;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            retried = hc.sync(desired.clone()).await;
+            retried.unwrap();
+            assert_eq!(get(loopback(taken), "/").await.unwrap().status, 200);
+        });
+    }
+
+    /// Runs `test` where no other process can take the ports `free_port` gave it: in a network
+    /// namespace of its own when one can be made (root), else on the host's loopback.
+    fn own_loopback(test: impl AsyncFnOnce() + Send + 'static) {
+        if crate::netns::can_create() {
+            in_netns("hcPorts", test);
+        } else {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(test());
         }
-        retried.unwrap();
-        assert_eq!(get(loopback(taken), "/").await.unwrap().status, 200);
     }
 
     /// Runs `test` on a runtime of its own inside a fresh network namespace, so wildcard
@@ -450,33 +472,37 @@ mod tests {
         });
     }
 
-    #[tokio::test]
-    async fn new_addresses_move_the_open_ports_to_them() {
-        let (mut hc, _) = servers();
-        let port = free_port();
-        let desired = BTreeMap::from([(port, health("ns/a", 1))]);
-        hc.sync(desired.clone()).await.unwrap();
-        assert_eq!(get(loopback(port), "/").await.unwrap().status, 200);
+    #[test]
+    fn new_addresses_move_the_open_ports_to_them() {
+        own_loopback(async || {
+            let (mut hc, _) = servers();
+            let port = free_port();
+            let desired = BTreeMap::from([(port, health("ns/a", 1))]);
+            hc.sync(desired.clone()).await.unwrap();
+            assert_eq!(get(loopback(port), "/").await.unwrap().status, 200);
 
-        let other = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
-        hc.set_addresses(vec![other]);
-        assert!(hc.ports().is_empty(), "closed until the next sync");
-        assert!(closed(loopback(port)).await);
-        hc.sync(desired).await.unwrap();
-        let a = get(SocketAddr::new(other, port), "/").await.unwrap();
-        assert_eq!(a.status, 200);
-        assert!(closed(loopback(port)).await, "not on the old address");
+            let other = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+            hc.set_addresses(vec![other]);
+            assert!(hc.ports().is_empty(), "closed until the next sync");
+            assert!(closed(loopback(port)).await);
+            hc.sync(desired).await.unwrap();
+            let a = get(SocketAddr::new(other, port), "/").await.unwrap();
+            assert_eq!(a.status, 200);
+            assert!(closed(loopback(port)).await, "not on the old address");
+        });
     }
 
-    #[tokio::test]
-    async fn dropping_the_manager_closes_every_port() {
-        let (mut hc, _) = servers();
-        let port = free_port();
-        hc.sync(BTreeMap::from([(port, health("ns/a", 1))]))
-            .await
-            .unwrap();
-        assert_eq!(get(loopback(port), "/").await.unwrap().status, 200);
-        drop(hc);
-        assert!(closed(loopback(port)).await);
+    #[test]
+    fn dropping_the_manager_closes_every_port() {
+        own_loopback(async || {
+            let (mut hc, _) = servers();
+            let port = free_port();
+            hc.sync(BTreeMap::from([(port, health("ns/a", 1))]))
+                .await
+                .unwrap();
+            assert_eq!(get(loopback(port), "/").await.unwrap().status, 200);
+            drop(hc);
+            assert!(closed(loopback(port)).await);
+        });
     }
 }
