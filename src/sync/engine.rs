@@ -172,7 +172,7 @@ struct KernelRead {
     /// Sets left without their elements because a record vouches for them.
     unread: BTreeMap<Family, BTreeSet<String>>,
     /// Of those, the ones `Syncer::read_sets_differing_from` found planned as recorded.
-    settled: BTreeSet<(Family, String)>,
+    settled: BTreeSet<FamilySet>,
 }
 
 /// A set of one of our tables: its family and name.
@@ -214,7 +214,7 @@ pub struct Syncer<K> {
     unread: BTreeMap<Family, BTreeSet<String>>,
     /// Sets `read_sets_differing_from` left unread because their planned digests equal their
     /// records; the next `sync` of the same plan takes them as settled.
-    settled: BTreeSet<(Family, String)>,
+    settled: BTreeSet<FamilySet>,
     /// Whether a read may leave out the elements of the sets the kernel's records vouch for
     /// (`digests`). Only on a restart: from a new engine's first read until its first sync.
     /// Later reads happen because something may have changed our table behind our back (a
@@ -408,7 +408,7 @@ impl<K: Kernel> Syncer<K> {
             // The records go last in the same batch: each set's digest is summed while its
             // elements stream into the batch, and the records are made from the sums when their
             // turn comes. Whether a table gets them is decided first, from element counts.
-            let sums: BTreeMap<(Family, String), Cell<SetDigest>> = desired
+            let sums: BTreeMap<FamilySet, Cell<SetDigest>> = desired
                 .iter()
                 .flat_map(|t| {
                     let filled = elements.sets_with_elements(t.family);
@@ -638,7 +638,7 @@ impl<K: Kernel> Syncer<K> {
         &mut self,
         desired: &[Table],
         planned: &dyn SetElements,
-    ) -> Result<Vec<(Family, String)>, SyncError> {
+    ) -> Result<Vec<FamilySet>, SyncError> {
         if self.unread.is_empty() && self.settled.is_empty() {
             return Ok(Vec::new());
         }
