@@ -232,11 +232,23 @@ mod tests {
         }
     }
 
-    /// A port that was free a moment ago on 127.0.0.1 and that no other test of this process
-    /// was given: the kernel may hand a just-released port out again to the next `bind(0)`.
+    thread_local! {
+        /// Set on the thread `in_netns` runs a test on: its loopback is the test's alone.
+        static IN_OWN_NAMESPACE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// A port for a test to listen on, given to no other test of this process. In a namespace
+    /// of the test's own, any port below the ephemeral range is free. On the host, a port
+    /// that was free a moment ago: binding port 0 and letting go is racy there, as a process
+    /// forked meanwhile by another test holds the socket until it execs.
     fn free_port() -> u16 {
         static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
         let mut given = GIVEN.lock().unwrap();
+        if IN_OWN_NAMESPACE.get() {
+            let port = 20_000 + given.len() as u16;
+            given.push(port);
+            return port;
+        }
         loop {
             let port = std::net::TcpListener::bind("127.0.0.1:0")
                 .unwrap()
@@ -424,6 +436,7 @@ mod tests {
         let ns = crate::netns::Netns::create(tag).unwrap();
         let result = ns
             .run(move || {
+                IN_OWN_NAMESPACE.set(true);
                 tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
