@@ -36,8 +36,13 @@ fn main() {
         let mut planner = Planner::new();
         let mut syncer = Syncer::new(Nftables::open().unwrap(), &proxy.table_name);
         syncer.read_back().unwrap();
+        let started = Instant::now();
         let tables = planner.plan_without_elements(&state, &proxy);
+        let plan = started.elapsed();
+        let started = Instant::now();
         syncer.sync_filling(tables, &planner, false).unwrap();
+        let sync = started.elapsed();
+        println!("first sync: plan {plan:.3?}, netlink sync {sync:.3?}");
         drop((planner, syncer));
 
         println!("restart  read back   plan       digests    sync       ops");
