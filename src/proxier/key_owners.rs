@@ -6,8 +6,8 @@
 //! into each owner's fragment for the exact key, so a collision costs a look, never a wrong
 //! answer.
 
+use std::collections::BTreeMap;
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::cluster::ServicePortName;
@@ -21,10 +21,10 @@ const MANY: OwnerId = OwnerId::MAX;
 #[derive(Debug, Clone, Default)]
 pub(super) struct KeyOwners {
     /// The owner of each key, by hash, or `MANY`. Nearly every key has one.
-    one: HashMap<u32, OwnerId>,
+    one: foldhash::HashMap<u32, OwnerId>,
     /// The owners of keys with several (two services with one address and port, or hashes
     /// that collide), in service order: the table holds the first one's element.
-    many: HashMap<u32, Vec<OwnerId>>,
+    many: foldhash::HashMap<u32, Vec<OwnerId>>,
     names: Names,
 }
 
@@ -101,6 +101,9 @@ struct Names {
     held: Vec<Option<(Arc<ServicePortName>, usize)>>,
     ids: BTreeMap<Arc<ServicePortName>, OwnerId>,
     free: Vec<OwnerId>,
+    /// The owner held last, known by its `Arc`: a fragment adds its keys one after another,
+    /// so nearly every `hold` is this one's and needs no lookup by name.
+    last: Option<(Arc<ServicePortName>, OwnerId)>,
 }
 
 impl Names {
@@ -113,7 +116,17 @@ impl Names {
 
     /// The id of `name`, owning one more key.
     fn hold(&mut self, name: &Arc<ServicePortName>) -> OwnerId {
-        if let Some(&id) = self.ids.get(name) {
+        let known = match &self.last {
+            Some((last, id)) if Arc::ptr_eq(last, name) => Some(*id),
+            _ => {
+                let id = self.ids.get(name).copied();
+                if let Some(id) = id {
+                    self.last = Some((name.clone(), id));
+                }
+                id
+            }
+        };
+        if let Some(id) = known {
             if let Some((_, keys)) = &mut self.held[id as usize] {
                 *keys += 1;
             }
@@ -128,6 +141,7 @@ impl Names {
         };
         self.held[id as usize] = Some((name.clone(), 1));
         self.ids.insert(name.clone(), id);
+        self.last = Some((name.clone(), id));
         id
     }
 
@@ -143,6 +157,9 @@ impl Names {
         self.ids.remove(&**name);
         self.held[id as usize] = None;
         self.free.push(id);
+        if self.last.as_ref().is_some_and(|(_, last)| *last == id) {
+            self.last = None;
+        }
     }
 }
 
@@ -209,5 +226,19 @@ mod tests {
         index.add(3, &api);
         assert_eq!(index.names.held.len(), 1, "api took web's freed id");
         assert_eq!(owners(&index, 3), ["api"]);
+    }
+
+    #[test]
+    fn an_owner_coming_back_after_owning_nothing_is_held_again() {
+        let mut index = KeyOwners::default();
+        let (web, api) = (name("web"), name("api"));
+        index.add(1, &web);
+        index.remove(1, &web);
+        // The same `Arc` as the owner held last, whose id was freed meanwhile.
+        index.add(2, &web);
+        index.add(3, &api);
+        assert_eq!(owners(&index, 2), ["web"]);
+        assert_eq!(owners(&index, 3), ["api"]);
+        assert_eq!(index.names.held.len(), 2, "web and api hold an id each");
     }
 }

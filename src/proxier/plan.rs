@@ -16,7 +16,7 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use ipnet::IpNet;
@@ -381,9 +381,10 @@ struct FamilyPlan {
     owners: KeyOwners,
 }
 
-/// The `owners` key of `key` in `set`.
+/// The `owners` key of `key` in `set`: a fast hash, as collisions cost a look, never a wrong
+/// owner (`KeyOwners`).
 fn key_hash(set: &str, key: &[Value]) -> u64 {
-    let mut h = DefaultHasher::new();
+    let mut h = foldhash::fast::FixedState::default().build_hasher();
     set.hash(&mut h);
     key.hash(&mut h);
     h.finish()
