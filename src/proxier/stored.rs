@@ -334,23 +334,7 @@ impl<'a> SortedElements<'a> {
                 Part::Packed(_, bytes) => !bytes.is_empty(),
             })
             .collect();
-        let mut order: Vec<(u32, u32)> = Vec::new();
-        for (i, part) in parts.iter().enumerate() {
-            let i = u32::try_from(i).expect("fewer than 2^32 parts");
-            match part {
-                Part::Unpacked(elements) => {
-                    order.extend((0..elements.len()).map(|at| (i, at as u32)));
-                }
-                Part::Packed(_, all) => {
-                    let mut bytes = *all;
-                    while !bytes.is_empty() {
-                        order.push((i, (all.len() - bytes.len()) as u32));
-                        next_packed(&mut bytes);
-                    }
-                }
-            }
-        }
-        let key = |&(part, at): &(u32, u32)| match &parts[part as usize] {
+        let key = |part: u32, at: u32| match &parts[part as usize] {
             Part::Unpacked(elements) => KeyValues::Unpacked(elements[at as usize].key.iter()),
             Part::Packed(_, bytes) => {
                 let mut bytes = &bytes[at as usize..];
@@ -358,13 +342,107 @@ impl<'a> SortedElements<'a> {
                 KeyValues::Packed { bytes, left }
             }
         };
+        // Each element with its key's order prefix, decoded once here: most comparisons of
+        // the sort are then of two numbers, not of two keys decoded again.
+        let mut order: Vec<(u64, u32, u32)> = Vec::new();
+        for (i, part) in parts.iter().enumerate() {
+            let i = u32::try_from(i).expect("fewer than 2^32 parts");
+            match part {
+                Part::Unpacked(elements) => {
+                    order.extend((0..elements.len() as u32).map(|at| {
+                        let prefix = order_prefix(key(i, at));
+                        (prefix, i, at)
+                    }));
+                }
+                Part::Packed(_, all) => {
+                    let mut bytes = *all;
+                    while !bytes.is_empty() {
+                        let at = (all.len() - bytes.len()) as u32;
+                        order.push((order_prefix(key(i, at)), i, at));
+                        next_packed(&mut bytes);
+                    }
+                }
+            }
+        }
         // Stable, so equal keys stay in part order and `dedup_by` keeps the first.
-        order.sort_by(|a, b| key(a).cmp(key(b)));
-        order.dedup_by(|later, first| key(later).eq(key(first)));
+        order.sort_by(|&(pa, a, at_a), &(pb, b, at_b)| {
+            pa.cmp(&pb).then_with(|| key(a, at_a).cmp(key(b, at_b)))
+        });
+        order.dedup_by(|&mut (pl, l, at_l), &mut (pf, f, at_f)| {
+            pl == pf && key(l, at_l).eq(key(f, at_f))
+        });
         SortedElements {
             parts,
-            order: order.into_iter(),
+            order: order
+                .into_iter()
+                .map(|(_, part, at)| (part, at))
+                .collect::<Vec<_>>()
+                .into_iter(),
         }
+    }
+}
+
+/// The first eight bytes of an encoding of `key` that sorts as keys do (each value's variant,
+/// then its fields big-endian, a name ended by a zero), as a number: of two keys in order,
+/// the first one's prefix is never the larger.
+fn order_prefix<'v>(key: impl Iterator<Item = Cow<'v, Value>>) -> u64 {
+    let mut prefix = Prefix::default();
+    for value in key {
+        let room = match &*value {
+            Value::Ipv4(a) => prefix.push(&[0]) && prefix.push(&a.octets()),
+            Value::Ipv6(a) => prefix.push(&[1]) && prefix.push(&a.octets()),
+            Value::Ipv4Net(n) => {
+                prefix.push(&[2])
+                    && prefix.push(&n.addr().octets())
+                    && prefix.push(&[n.prefix_len()])
+            }
+            Value::Ipv6Net(n) => {
+                prefix.push(&[3])
+                    && prefix.push(&n.addr().octets())
+                    && prefix.push(&[n.prefix_len()])
+            }
+            Value::Proto(p) => prefix.push(&[4, *p]),
+            Value::Port(p) => prefix.push(&[5]) && prefix.push(&p.to_be_bytes()),
+            Value::Mark(m) => prefix.push(&[6]) && prefix.push(&m.to_be_bytes()),
+            Value::NfProto(p) => prefix.push(&[7, *p]),
+            Value::IfName(name) => {
+                prefix.push(&[8]) && prefix.push(name.as_bytes()) && prefix.push(&[0])
+            }
+            // Ordered by variant, whose numbering this need not repeat: the prefix ends here,
+            // equal for every address type.
+            Value::AddrType(_) => {
+                prefix.push(&[9]);
+                false
+            }
+            Value::CtState(s) => prefix.push(&[10]) && prefix.push(&s.0.to_be_bytes()),
+            Value::CtStatus(s) => prefix.push(&[11]) && prefix.push(&s.0.to_be_bytes()),
+            Value::IntRange { first, last } => {
+                prefix.push(&[12])
+                    && prefix.push(&first.to_be_bytes())
+                    && prefix.push(&last.to_be_bytes())
+            }
+        };
+        if !room {
+            break;
+        }
+    }
+    u64::from_be_bytes(prefix.bytes)
+}
+
+/// Up to eight bytes, the rest zero.
+#[derive(Default)]
+struct Prefix {
+    bytes: [u8; 8],
+    len: usize,
+}
+
+impl Prefix {
+    /// Appends what fits of `bytes`; false once full.
+    fn push(&mut self, bytes: &[u8]) -> bool {
+        let n = bytes.len().min(8 - self.len);
+        self.bytes[self.len..self.len + n].copy_from_slice(&bytes[..n]);
+        self.len += n;
+        self.len < 8
     }
 }
 
@@ -874,5 +952,89 @@ mod tests {
         assert_eq!(sorted, expected);
         let none: Vec<Element> = SortedElements::new(&[], &stored, "none").collect();
         assert_eq!(none, Vec::new());
+    }
+
+    /// Values of every kind from small domains, so that keys often share a beginning.
+    fn any_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let net4 = (any::<u8>(), 0u8..=32).prop_map(|(last, len)| {
+            Value::Ipv4Net(Ipv4Net::new([10, 0, 0, last].into(), len).unwrap())
+        });
+        let net6 = (any::<u8>(), 0u8..=128).prop_map(|(last, len)| {
+            let addr = std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, last.into());
+            Value::Ipv6Net(Ipv6Net::new(addr, len).unwrap())
+        });
+        prop_oneof![
+            (0u32..4).prop_map(|n| Value::Ipv4((0x0a00_0000 + n).into())),
+            (0u128..4).prop_map(|n| Value::Ipv6((0xfd00u128 << 112 | n).into())),
+            net4,
+            net6,
+            (0u8..3).prop_map(Value::Proto),
+            (0u16..590).prop_map(|p| Value::Port(p * 111)),
+            any::<u32>().prop_map(Value::Mark),
+            (0u8..3).prop_map(Value::NfProto),
+            "[a-c]{0,9}".prop_map(Value::IfName),
+            prop_oneof![
+                Just(AddrType::Unicast),
+                Just(AddrType::Local),
+                Just(AddrType::Multicast)
+            ]
+            .prop_map(Value::AddrType),
+            (0u32..4).prop_map(|n| Value::CtState(CtState(n))),
+            (0u32..4).prop_map(|n| Value::CtStatus(CtStatus(n << 30))),
+            (0u32..3, 0u32..3).prop_map(|(first, n)| Value::IntRange {
+                first,
+                last: first + n
+            }),
+        ]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn keys_in_order_have_their_order_prefixes_in_order(
+            mut keys in proptest::collection::vec(proptest::collection::vec(any_value(), 0..4), 2..60),
+        ) {
+            keys.sort();
+            let prefixes: Vec<u64> =
+                keys.iter().map(|k| order_prefix(k.iter().map(Cow::Borrowed))).collect();
+            for (pair, keys) in prefixes.windows(2).zip(keys.windows(2)) {
+                proptest::prop_assert!(pair[0] <= pair[1], "{:?}", keys);
+            }
+        }
+
+        #[test]
+        fn sorted_elements_sort_any_keys_as_their_values_sort(
+            parts in proptest::collection::vec(
+                proptest::collection::vec(proptest::collection::vec(any_value(), 1..3), 0..12),
+                1..5,
+            ),
+        ) {
+            let element = |key: &Vec<Value>, part: usize| Element {
+                key: key.clone(),
+                data: None,
+                comment: Some(format!("part {part}")),
+            };
+            let parts: Vec<Vec<Element>> = parts
+                .iter()
+                .enumerate()
+                .map(|(p, keys)| keys.iter().map(|k| element(k, p)).collect())
+                .collect();
+            let stored: Vec<Stored> = parts[1..]
+                .iter()
+                .map(|elements| {
+                    let fragment = Fragment {
+                        chains: Vec::new(),
+                        sets: Vec::new(),
+                        elements: vec![("s".into(), elements.clone())],
+                    };
+                    Stored::pack(&fragment, |s| Arc::new(s.clone()))
+                })
+                .collect();
+            let mut expected = parts.concat();
+            expected.sort_by(|a, b| a.key.cmp(&b.key));
+            expected.dedup_by(|later, first| later.key == first.key);
+            let sorted: Vec<Element> = SortedElements::new(&parts[0], &stored, "s").collect();
+            proptest::prop_assert_eq!(sorted, expected);
+        }
     }
 }
