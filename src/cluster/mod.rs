@@ -459,9 +459,16 @@ impl ServicePortName {
 
 /// The service a Service object defines (no namespace means `default`, as the API does).
 pub(crate) fn service_ref(svc: &Service) -> ServiceRef {
+    let meta = &svc.metadata;
+    service_ref_named(meta.namespace.as_deref(), meta.name.as_deref())
+}
+
+/// The service named `name` in `namespace` (none means `default`, as the API does; no name is
+/// the empty name, which no Service can have).
+pub(crate) fn service_ref_named(namespace: Option<&str>, name: Option<&str>) -> ServiceRef {
     (
-        namespace_of(&svc.metadata),
-        svc.metadata.name.clone().unwrap_or_default(),
+        namespace.unwrap_or("default").to_string(),
+        name.unwrap_or_default().to_string(),
     )
 }
 
@@ -469,16 +476,9 @@ pub(crate) fn service_ref(svc: &Service) -> ServiceRef {
 /// without the label belongs to no service: it is grouped under the empty name, which no
 /// Service can have, and rejected when converted.
 pub(crate) fn slice_service_ref(slice: &EndpointSlice) -> ServiceRef {
-    (
-        namespace_of(&slice.metadata),
-        slice
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(SERVICE_NAME_LABEL))
-            .cloned()
-            .unwrap_or_default(),
-    )
+    let meta = &slice.metadata;
+    let service = meta.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL));
+    service_ref_named(meta.namespace.as_deref(), service.map(String::as_str))
 }
 
 /// The label that ties an EndpointSlice to its Service.

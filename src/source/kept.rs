@@ -23,8 +23,8 @@ use k8s_openapi::api::networking::v1::{ServiceCIDR, ServiceCIDRSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::cluster::{
-    CONSISTENT_ENDPOINT_ANNOTATION, SERVICE_NAME_LABEL, ServiceRef, service_ref, shared,
-    shared_name, slice_service_ref,
+    CONSISTENT_ENDPOINT_ANNOTATION, SERVICE_NAME_LABEL, ServiceRef, service_ref_named, shared,
+    shared_name,
 };
 
 /// A text value as the API sent it. Values many objects repeat (namespaces, types, policies,
@@ -243,10 +243,8 @@ impl Kept for Service {
     }
 
     fn service(kept: &KeptService) -> Option<ServiceRef> {
-        Some(service_ref(&Service {
-            metadata: kept.names.meta(),
-            ..Service::default()
-        }))
+        let Names { namespace, name } = &kept.names;
+        Some(service_ref_named(namespace.as_deref(), name.as_deref()))
     }
 }
 
@@ -319,7 +317,9 @@ impl Address {
             return (Address::Absent, None);
         };
         match s.parse::<IpAddr>() {
-            Ok(IpAddr::V4(ip)) if ip.to_string() == s => (Address::V4(ip), None),
+            // The parser takes only four decimal octets without leading zeros, which is how
+            // an address prints: no need to print it to compare (300,000 times at a start).
+            Ok(IpAddr::V4(ip)) => (Address::V4(ip), None),
             Ok(IpAddr::V6(ip)) if ip.to_string() == s => (Address::V6(ip), None),
             _ => (Address::Text, Some(text(s))),
         }
@@ -447,10 +447,8 @@ impl Kept for EndpointSlice {
     }
 
     fn service(kept: &KeptSlice) -> Option<ServiceRef> {
-        Some(slice_service_ref(&EndpointSlice {
-            metadata: kept.meta(),
-            ..EndpointSlice::default()
-        }))
+        let namespace = kept.names.namespace.as_deref();
+        Some(service_ref_named(namespace, kept.service_name.as_deref()))
     }
 }
 

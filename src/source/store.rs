@@ -26,8 +26,10 @@ pub(crate) const LAST_CHANGE_TRIGGER_TIME: &str =
 #[derive(Debug, Clone)]
 pub(crate) struct KindStore<K: Kept> {
     live: BTreeMap<String, K::Compact>,
-    /// Objects of a re-list in progress; swapped in at `InitDone`.
-    relist: Option<BTreeMap<String, K::Compact>>,
+    /// Objects of a re-list in progress, in the order received (a key again replaces the
+    /// earlier object); swapped in at `InitDone`. A list arrives sorted by key, so appending
+    /// here and building the map once at the end costs no search per object.
+    relist: Option<Vec<(String, K::Compact)>>,
     /// True once the first complete list arrived.
     synced: bool,
 }
@@ -67,15 +69,28 @@ impl<K: Kept> KindStore<K> {
     pub(crate) fn apply_observed(
         &mut self,
         event: Event<K>,
-        mut changed: impl FnMut(&str, Option<&K::Compact>, Option<&K::Compact>),
+        changed: impl FnMut(&str, Option<&K::Compact>, Option<&K::Compact>),
     ) -> Change {
-        match event {
+        self.apply_counted(event, changed).0
+    }
+
+    /// `apply_observed`, also returning how many of kube-proxy's informer notifications (add,
+    /// update, delete) the event amounts to, whatever it changes: one per watch event, and for
+    /// a completed list one per object listed (an add, or an update of an object already
+    /// known) and one per object it no longer has (a delete). Objects of a list still in
+    /// progress are not counted yet.
+    fn apply_counted(
+        &mut self,
+        event: Event<K>,
+        mut changed: impl FnMut(&str, Option<&K::Compact>, Option<&K::Compact>),
+    ) -> (Change, u64) {
+        let change = match event {
             Event::Apply(obj) => {
                 let key = key(&obj);
                 let before = self.live.insert(key.clone(), obj.compact());
                 let after = self.live.get(&key);
                 if before.as_ref() == after {
-                    return Change::Unchanged;
+                    return (Change::Unchanged, 1);
                 }
                 changed(&key, before.as_ref(), after);
                 Change::Changed
@@ -83,28 +98,31 @@ impl<K: Kept> KindStore<K> {
             Event::Delete(obj) => {
                 let key = key(&obj);
                 let Some(before) = self.live.remove(&key) else {
-                    return Change::Unchanged;
+                    return (Change::Unchanged, 1);
                 };
                 changed(&key, Some(&before), None);
                 Change::Changed
             }
             Event::Init => {
-                self.relist = Some(BTreeMap::new());
-                Change::Buffered
+                self.relist = Some(Vec::new());
+                return (Change::Buffered, 0);
             }
             Event::InitApply(obj) => {
                 self.relist
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(key(&obj), obj.compact());
-                Change::Buffered
+                    .get_or_insert_with(Vec::new)
+                    .push((key(&obj), obj.compact()));
+                return (Change::Buffered, 0);
             }
             Event::InitDone => {
-                // Rebuilt from sorted order, the map's nodes are full: filled one object at a
-                // time in key order (as a list arrives), each node would stay half empty.
+                // Built at once from sorted order, the map's nodes are full (filled one object
+                // at a time in key order, each node would stay half empty); of objects listed
+                // under one key, the map keeps the last.
                 let listed = self.relist.take().unwrap_or_default().into_iter().collect();
                 let before = std::mem::replace(&mut self.live, listed);
+                let mut gone = 0;
                 for (key, old) in &before {
                     let now = self.live.get(key);
+                    gone += u64::from(now.is_none());
                     if now != Some(old) {
                         changed(key, Some(old), now);
                     }
@@ -115,26 +133,10 @@ impl<K: Kept> KindStore<K> {
                     }
                 }
                 self.synced = true;
-                Change::Changed
+                return (Change::Changed, self.live.len() as u64 + gone);
             }
-        }
-    }
-
-    /// How many of kube-proxy's informer notifications (add, update, delete) `event` amounts
-    /// to, whatever it changes: one per watch event, and for a completed list one per object
-    /// listed (an add, or an update of an object already known) and one per object it no
-    /// longer has (a delete). Objects of a list still in progress are not counted yet.
-    fn notifications(&self, event: &Event<K>) -> u64 {
-        match event {
-            Event::Apply(_) | Event::Delete(_) => 1,
-            Event::Init | Event::InitApply(_) => 0,
-            Event::InitDone => {
-                let empty = BTreeMap::new();
-                let listed = self.relist.as_ref().unwrap_or(&empty);
-                let gone = self.live.keys().filter(|k| !listed.contains_key(*k));
-                (listed.len() + gone.count()) as u64
-            }
-        }
+        };
+        (change, 1)
     }
 
     pub(crate) fn synced(&self) -> bool {
@@ -293,6 +295,25 @@ fn track(
     }
 }
 
+/// `track`, with the service of the object (as it is now, or as it was if gone) also marked
+/// as having a change no sync has taken yet.
+fn track_pending<K: Kept>(
+    members: &mut BTreeMap<ServiceRef, Members>,
+    changed: &mut BTreeSet<ServiceRef>,
+    pending: &mut BTreeSet<ServiceRef>,
+    list: MemberList,
+    key: &str,
+    before: Option<&K::Compact>,
+    after: Option<&K::Compact>,
+) {
+    let before = before.and_then(K::service);
+    let after = after.and_then(K::service);
+    if let Some(service) = after.as_ref().or(before.as_ref()) {
+        pending.insert(service.clone());
+    }
+    track(members, changed, list, key, before, after);
+}
+
 impl ClusterStore {
     /// An empty store that publishes its change counts to `metrics` whenever they move.
     pub(crate) fn publishing_to(metrics: Metrics) -> ClusterStore {
@@ -311,16 +332,14 @@ impl ClusterStore {
     }
 
     pub fn apply_service(&mut self, event: Event<Service>) -> Change {
-        self.service_changes += self.services.notifications(&event);
         let completes_list = matches!(event, Event::InitDone);
         let (members, changed) = (&mut self.members, &mut self.changed);
         let pending = &mut self.service_changes_pending;
-        let change = self.services.apply_observed(event, |key, before, after| {
-            pending.extend(after.or(before).and_then(Service::service));
+        let (change, notifications) = self.services.apply_counted(event, |key, before, after| {
             let list: MemberList = |m| &mut m.services;
-            let of = |s: Option<&_>| s.and_then(Service::service);
-            track(members, changed, list, key, of(before), of(after));
+            track_pending::<Service>(members, changed, pending, list, key, before, after);
         });
+        self.service_changes += notifications;
         if completes_list {
             self.pack_members();
         }
@@ -335,7 +354,6 @@ impl ClusterStore {
     }
 
     pub fn apply_endpoint_slice(&mut self, event: Event<EndpointSlice>) -> Change {
-        self.endpoint_changes += self.endpoint_slices.notifications(&event);
         let completes_list = matches!(event, Event::InitDone);
         let trigger = match &event {
             Event::Apply(slice) => trigger_time(slice),
@@ -343,14 +361,15 @@ impl ClusterStore {
         };
         let (members, changed) = (&mut self.members, &mut self.changed);
         let pending = &mut self.endpoint_changes_pending;
-        let change = self
-            .endpoint_slices
-            .apply_observed(event, |key, before, after| {
-                pending.extend(after.or(before).and_then(EndpointSlice::service));
-                let list: MemberList = |m| &mut m.slices;
-                let of = |s: Option<&_>| s.and_then(EndpointSlice::service);
-                track(members, changed, list, key, of(before), of(after));
-            });
+        let (change, notifications) =
+            self.endpoint_slices
+                .apply_counted(event, |key, before, after| {
+                    let list: MemberList = |m| &mut m.slices;
+                    track_pending::<EndpointSlice>(
+                        members, changed, pending, list, key, before, after,
+                    );
+                });
+        self.endpoint_changes += notifications;
         // As kube-proxy: a trigger time is observed only with a change to program.
         if change == Change::Changed {
             self.pending_triggers.extend(trigger);
@@ -883,6 +902,61 @@ mod tests {
             c.service_changes_pending, 3,
             "b, c and d changed; a did not"
         );
+    }
+
+    #[test]
+    fn a_relist_naming_an_object_twice_keeps_the_last_and_counts_it_once() {
+        let mut store = ClusterStore::default();
+        store.apply_service(Event::Init);
+        store.apply_service(Event::InitApply(svc("b", 80)));
+        store.apply_service(Event::InitApply(svc("a", 80)));
+        store.apply_service(Event::InitApply(svc("b", 81)));
+        store.apply_service(Event::InitDone);
+        assert_eq!(names(&store.services), ["a", "b"]);
+        let ports = |s: Service| s.spec.and_then(|s| s.ports).unwrap()[0].port;
+        assert_eq!(store.services.get("default/b").map(ports), Some(81));
+        assert_eq!(store.change_counts().service_changes_total, 2);
+        assert_eq!(store.change_counts().service_changes_pending, 2);
+    }
+
+    #[test]
+    fn endpoint_addresses_come_back_as_received_even_when_they_do_not_print_back() {
+        let texts = [
+            "10.1.2.3",
+            "10.1.2.03",
+            "010.1.2.3",
+            "10.1.2.3 ",
+            "10.1.2",
+            "fd00::1",
+            "FD00::1",
+            "fd00:0::1",
+        ];
+        let slice = EndpointSlice {
+            metadata: ObjectMeta {
+                name: Some("web-1".into()),
+                namespace: Some("demo".into()),
+                ..Default::default()
+            },
+            address_type: "IPv4".into(),
+            endpoints: texts
+                .iter()
+                .map(|a| k8s_openapi::api::discovery::v1::Endpoint {
+                    addresses: vec![a.to_string()],
+                    ..Default::default()
+                })
+                .collect(),
+            ports: None,
+        };
+        let mut slices = KindStore::default();
+        slices.apply(Event::Apply(slice));
+        let back: Vec<String> = slices
+            .get("demo/web-1")
+            .unwrap()
+            .endpoints
+            .into_iter()
+            .map(|e| e.addresses[0].clone())
+            .collect();
+        assert_eq!(back, texts);
     }
 
     #[test]
