@@ -350,6 +350,7 @@ struct SyncLoop {
 impl SyncLoop {
     async fn run(&mut self, wake: Arc<Notify>) {
         let mut announced_wait = false;
+        let mut first_list_pending = true;
         loop {
             let synced = lock(&self.store).synced();
             if !synced {
@@ -360,6 +361,12 @@ impl SyncLoop {
                 wake.notified().await;
                 self.queued();
                 continue;
+            }
+            if std::mem::take(&mut first_list_pending) {
+                // Every list page has been decoded and dropped by now, leaving holes between
+                // the store's kept objects; hand them back before the first sync allocates
+                // the model, the plan and the batch, or the start-up peak holds both.
+                release_freed_memory();
             }
             let at = self.schedule.next_sync(Instant::now());
             tokio::select! {
