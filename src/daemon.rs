@@ -86,6 +86,7 @@ pub(crate) fn run(proxy: &ProxyConfig, settings: RunSettings) -> Result<(), Daem
         },
     };
     share_one_malloc_arena();
+    map_large_allocations_alone();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -681,6 +682,18 @@ fn share_one_malloc_arena() {
     // SAFETY: mallopt only changes the allocator's tuning; called before any other thread exists.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
+/// Allocations from this size up are mapped on their own and unmapped when freed. Left to
+/// itself, glibc raises this threshold to the size of each mapped block freed (up to 32 MiB):
+/// once the list pages' response bodies are freed, the first sync's large buffers (the batch,
+/// growing by doubling) come from the heap instead, where each outgrown copy stays resident.
+fn map_large_allocations_alone() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only changes the allocator's tuning; called before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
     }
 }
 
