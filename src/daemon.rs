@@ -692,11 +692,15 @@ fn share_one_malloc_arena() {
 /// itself, glibc raises this threshold to the size of each mapped block freed (up to 32 MiB):
 /// once the list pages' response bodies are freed, the first sync's large buffers (the batch,
 /// growing by doubling) come from the heap instead, where each outgrown copy stays resident.
+/// A fixed threshold also stops glibc raising the heap's trim threshold along with it: left at
+/// 128 KiB, the top of the heap would be handed back and faulted in again all through planning.
+/// The daemon trims explicitly around full syncs instead (`release_freed_memory`).
 fn map_large_allocations_alone() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only changes the allocator's tuning; called before any other thread exists.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 * 1024 * 1024);
     }
 }
 
