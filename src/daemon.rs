@@ -86,6 +86,7 @@ pub(crate) fn run(proxy: &ProxyConfig, settings: RunSettings) -> Result<(), Daem
         },
     };
     share_one_malloc_arena();
+    map_large_allocations_alone();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -350,6 +351,7 @@ struct SyncLoop {
 impl SyncLoop {
     async fn run(&mut self, wake: Arc<Notify>) {
         let mut announced_wait = false;
+        let mut first_list_pending = true;
         loop {
             let synced = lock(&self.store).synced();
             if !synced {
@@ -360,6 +362,12 @@ impl SyncLoop {
                 wake.notified().await;
                 self.queued();
                 continue;
+            }
+            if std::mem::take(&mut first_list_pending) {
+                // Every list page has been decoded and dropped by now, leaving holes between
+                // the store's kept objects; hand them back before the first sync allocates
+                // the model, the plan and the batch, or the start-up peak holds both.
+                release_freed_memory();
             }
             let at = self.schedule.next_sync(Instant::now());
             tokio::select! {
@@ -474,12 +482,15 @@ impl SyncLoop {
     /// too): unchanged services then plan to unchanged rules and elements and nothing is sent
     /// for them (`crate::full_sync`). If the read fails, the sync reads again.
     fn full_sync(&mut self, proxy: &ProxyConfig) -> Result<SyncReport, crate::sync::SyncError> {
+        // Planning leaves its temporaries freed in heap holes that the batch, mapped on its
+        // own, does not reuse: handed back before encoding, the peak holds one, not both.
         tokio::task::block_in_place(|| {
             crate::full_sync::full_sync(
                 &mut self.syncer,
                 &mut self.planner,
                 &self.live.state,
                 proxy,
+                release_freed_memory,
             )
         })
     }
@@ -677,10 +688,26 @@ fn share_one_malloc_arena() {
     }
 }
 
+/// Allocations from this size up are mapped on their own and unmapped when freed. Left to
+/// itself, glibc raises this threshold to the size of each mapped block freed (up to 32 MiB):
+/// once the list pages' response bodies are freed, the first sync's large buffers (the batch,
+/// growing by doubling) come from the heap instead, where each outgrown copy stays resident.
+/// A fixed threshold also stops glibc raising the heap's trim threshold along with it: left at
+/// 128 KiB, the top of the heap would be handed back and faulted in again all through planning.
+/// The daemon trims explicitly around full syncs instead (`release_freed_memory`).
+fn map_large_allocations_alone() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only changes the allocator's tuning; called before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 * 1024 * 1024);
+    }
+}
+
 /// A full sync frees a whole plan, its transaction and its encoded batch at once, but glibc
 /// keeps freed heap pages mapped, so the daemon's resident memory would stay at the peak of
 /// its largest sync. Handing them back keeps RSS near what the daemon actually holds. Only
-/// after full syncs: a partial sync frees little, and trimming after each one made the next
+/// around full syncs: a partial sync frees little, and trimming after each one made the next
 /// fault its pages back in (2–4 ms of a one-endpoint sync at 10,000 services on this VM).
 fn release_freed_memory() {
     #[cfg(target_env = "gnu")]

@@ -15,12 +15,14 @@ use crate::proxier::{Planner, ProxyConfig};
 use crate::sync::{Kernel, SyncError, SyncReport, Syncer};
 
 /// Reads our tables back and brings the kernel to `state`'s plan, keeping what the kernel
-/// holds. If the read fails, the sync reads again (as a full one).
+/// holds. If the read fails, the sync reads again (as a full one). `planned` runs between
+/// planning and encoding, when planning's temporaries are freed and the batch not yet made.
 pub fn full_sync<K: Kernel>(
     syncer: &mut Syncer<K>,
     planner: &mut Planner,
     state: &ClusterState,
     proxy: &ProxyConfig,
+    planned: impl FnOnce(),
 ) -> Result<SyncReport, SyncError> {
     let mut full = true;
     match syncer.read_back() {
@@ -29,6 +31,7 @@ pub fn full_sync<K: Kernel>(
     }
     let mut tables = plan_as_held(syncer, planner, state, proxy);
     read_differing_sets(syncer, planner, &mut tables, state, proxy)?;
+    planned();
     // The planner holds the tables' elements packed, service by service: they are unpacked
     // one at a time as the sync encodes them.
     syncer.sync_filling(tables, planner, full)
