@@ -930,28 +930,42 @@ mod tests {
         let parts: Vec<Vec<Element>> = (0..5)
             .map(|p| (0..40).map(|i| element((i * (p + 3)) % 60, p)).collect())
             .collect();
-        let stored: Vec<Stored> = parts[1..]
-            .iter()
-            .map(|elements| {
-                let fragment = Fragment {
-                    chains: Vec::new(),
-                    sets: Vec::new(),
-                    elements: vec![
-                        ("other".into(), vec![element(1, 9)]),
-                        ("s".into(), elements.clone()),
-                    ],
-                };
-                Stored::pack(&fragment, |s| Arc::new(s.clone()))
-            })
-            .collect();
-        let mut expected = parts.concat();
-        expected.sort_by(|a, b| a.key.cmp(&b.key));
-        expected.dedup_by(|later, first| later.key == first.key);
+        let stored = packed_in_set_s(&parts[1..], Some(element(1, 9)));
+        let expected = sorted_by_key_first_kept(&parts);
         assert!(expected.len() < parts.concat().len());
         let sorted: Vec<Element> = SortedElements::new(&parts[0], &stored, "s").collect();
         assert_eq!(sorted, expected);
         let none: Vec<Element> = SortedElements::new(&[], &stored, "none").collect();
         assert_eq!(none, Vec::new());
+    }
+
+    /// Each of `parts` packed as a fragment holding it in set `s` (and `other` in a set of
+    /// that name).
+    fn packed_in_set_s(parts: &[Vec<Element>], other: Option<Element>) -> Vec<Stored> {
+        parts
+            .iter()
+            .map(|elements| {
+                let mut sets = vec![("s".to_string(), elements.clone())];
+                if let Some(other) = &other {
+                    sets.insert(0, ("other".into(), vec![other.clone()]));
+                }
+                let fragment = Fragment {
+                    chains: Vec::new(),
+                    sets: Vec::new(),
+                    elements: sets,
+                };
+                Stored::pack(&fragment, |s| Arc::new(s.clone()))
+            })
+            .collect()
+    }
+
+    /// The parts' elements as `assemble` puts them in a set: sorted by key, the first of equal
+    /// keys kept.
+    fn sorted_by_key_first_kept(parts: &[Vec<Element>]) -> Vec<Element> {
+        let mut all = parts.concat();
+        all.sort_by(|a, b| a.key.cmp(&b.key));
+        all.dedup_by(|later, first| later.key == first.key);
+        all
     }
 
     /// Values of every kind from small domains, so that keys often share a beginning.
@@ -1019,22 +1033,9 @@ mod tests {
                 .enumerate()
                 .map(|(p, keys)| keys.iter().map(|k| element(k, p)).collect())
                 .collect();
-            let stored: Vec<Stored> = parts[1..]
-                .iter()
-                .map(|elements| {
-                    let fragment = Fragment {
-                        chains: Vec::new(),
-                        sets: Vec::new(),
-                        elements: vec![("s".into(), elements.clone())],
-                    };
-                    Stored::pack(&fragment, |s| Arc::new(s.clone()))
-                })
-                .collect();
-            let mut expected = parts.concat();
-            expected.sort_by(|a, b| a.key.cmp(&b.key));
-            expected.dedup_by(|later, first| later.key == first.key);
+            let stored = packed_in_set_s(&parts[1..], None);
             let sorted: Vec<Element> = SortedElements::new(&parts[0], &stored, "s").collect();
-            proptest::prop_assert_eq!(sorted, expected);
+            proptest::prop_assert_eq!(sorted, sorted_by_key_first_kept(&parts));
         }
     }
 }
