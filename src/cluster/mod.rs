@@ -467,7 +467,7 @@ pub(crate) fn service_ref(svc: &Service) -> ServiceRef {
 /// the empty name, which no Service can have).
 pub(crate) fn service_ref_named(namespace: Option<&str>, name: Option<&str>) -> ServiceRef {
     (
-        namespace.unwrap_or("default").to_string(),
+        namespace_or_default(namespace).to_string(),
         name.unwrap_or_default().to_string(),
     )
 }
@@ -485,5 +485,10 @@ pub(crate) fn slice_service_ref(slice: &EndpointSlice) -> ServiceRef {
 pub(crate) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 fn namespace_of(meta: &ObjectMeta) -> String {
-    meta.namespace.clone().unwrap_or_else(|| "default".into())
+    namespace_or_default(meta.namespace.as_deref()).to_string()
+}
+
+/// An object's namespace, `default` when it names none, as the API does.
+fn namespace_or_default(namespace: Option<&str>) -> &str {
+    namespace.unwrap_or("default")
 }
