@@ -382,51 +382,60 @@ impl<'a> SortedElements<'a> {
     }
 }
 
-/// The first eight bytes of an encoding of `key` that sorts as keys do (each value's variant,
+/// The first eight bytes of an encoding of `key` that sorts as keys do (each value's tag,
 /// then its fields big-endian, a name ended by a zero), as a number: of two keys in order,
 /// the first one's prefix is never the larger.
 fn order_prefix<'v>(key: impl Iterator<Item = Cow<'v, Value>>) -> u64 {
     let mut prefix = Prefix::default();
     for value in key {
-        let room = match &*value {
-            Value::Ipv4(a) => prefix.push(&[0]) && prefix.push(&a.octets()),
-            Value::Ipv6(a) => prefix.push(&[1]) && prefix.push(&a.octets()),
-            Value::Ipv4Net(n) => {
-                prefix.push(&[2])
-                    && prefix.push(&n.addr().octets())
-                    && prefix.push(&[n.prefix_len()])
-            }
-            Value::Ipv6Net(n) => {
-                prefix.push(&[3])
-                    && prefix.push(&n.addr().octets())
-                    && prefix.push(&[n.prefix_len()])
-            }
-            Value::Proto(p) => prefix.push(&[4, *p]),
-            Value::Port(p) => prefix.push(&[5]) && prefix.push(&p.to_be_bytes()),
-            Value::Mark(m) => prefix.push(&[6]) && prefix.push(&m.to_be_bytes()),
-            Value::NfProto(p) => prefix.push(&[7, *p]),
-            Value::IfName(name) => {
-                prefix.push(&[8]) && prefix.push(name.as_bytes()) && prefix.push(&[0])
-            }
-            // Ordered by variant, whose numbering this need not repeat: the prefix ends here,
-            // equal for every address type.
-            Value::AddrType(_) => {
-                prefix.push(&[9]);
-                false
-            }
-            Value::CtState(s) => prefix.push(&[10]) && prefix.push(&s.0.to_be_bytes()),
-            Value::CtStatus(s) => prefix.push(&[11]) && prefix.push(&s.0.to_be_bytes()),
-            Value::IntRange { first, last } => {
-                prefix.push(&[12])
-                    && prefix.push(&first.to_be_bytes())
-                    && prefix.push(&last.to_be_bytes())
-            }
-        };
+        let room = prefix.push(&[value_tag(&value)])
+            && match &*value {
+                Value::Ipv4(a) => prefix.push(&a.octets()),
+                Value::Ipv6(a) => prefix.push(&a.octets()),
+                Value::Ipv4Net(n) => {
+                    prefix.push(&n.addr().octets()) && prefix.push(&[n.prefix_len()])
+                }
+                Value::Ipv6Net(n) => {
+                    prefix.push(&n.addr().octets()) && prefix.push(&[n.prefix_len()])
+                }
+                Value::Proto(p) | Value::NfProto(p) => prefix.push(&[*p]),
+                Value::Port(p) => prefix.push(&p.to_be_bytes()),
+                Value::Mark(m) => prefix.push(&m.to_be_bytes()),
+                Value::IfName(name) => prefix.push(name.as_bytes()) && prefix.push(&[0]),
+                // Address types are ordered by their own declaration, which this need not
+                // repeat: the prefix ends here, equal for every address type.
+                Value::AddrType(_) => false,
+                Value::CtState(s) => prefix.push(&s.0.to_be_bytes()),
+                Value::CtStatus(s) => prefix.push(&s.0.to_be_bytes()),
+                Value::IntRange { first, last } => {
+                    prefix.push(&first.to_be_bytes()) && prefix.push(&last.to_be_bytes())
+                }
+            };
         if !room {
             break;
         }
     }
     u64::from_be_bytes(prefix.bytes)
+}
+
+/// A value's tag in the packed form: its variant's place in `Value`'s declaration, so tags
+/// sort as values do (`order_prefix` relies on it).
+fn value_tag(v: &Value) -> u8 {
+    match v {
+        Value::Ipv4(_) => 0,
+        Value::Ipv6(_) => 1,
+        Value::Ipv4Net(_) => 2,
+        Value::Ipv6Net(_) => 3,
+        Value::Proto(_) => 4,
+        Value::Port(_) => 5,
+        Value::Mark(_) => 6,
+        Value::NfProto(_) => 7,
+        Value::IfName(_) => 8,
+        Value::AddrType(_) => 9,
+        Value::CtState(_) => 10,
+        Value::CtStatus(_) => 11,
+        Value::IntRange { .. } => 12,
+    }
 }
 
 /// Up to eight bytes, the rest zero.
@@ -642,58 +651,31 @@ fn write_key(out: &mut Vec<u8>, values: &[Value]) {
 }
 
 fn write_value(out: &mut Vec<u8>, v: &Value) {
+    out.push(value_tag(v));
     match v {
-        Value::Ipv4(a) => {
-            out.push(0);
-            out.extend(a.octets());
-        }
-        Value::Ipv6(a) => {
-            out.push(1);
-            out.extend(a.octets());
-        }
+        Value::Ipv4(a) => out.extend(a.octets()),
+        Value::Ipv6(a) => out.extend(a.octets()),
         Value::Ipv4Net(n) => {
-            out.push(2);
             out.extend(n.addr().octets());
             out.push(n.prefix_len());
         }
         Value::Ipv6Net(n) => {
-            out.push(3);
             out.extend(n.addr().octets());
             out.push(n.prefix_len());
         }
-        Value::Proto(p) => out.extend([4, *p]),
-        Value::Port(p) => {
-            out.push(5);
-            out.extend(p.to_le_bytes());
-        }
-        Value::Mark(m) => {
-            out.push(6);
-            out.extend(m.to_le_bytes());
-        }
-        Value::NfProto(p) => out.extend([7, *p]),
-        Value::IfName(s) => {
-            out.push(8);
-            write_str(out, s);
-        }
-        Value::AddrType(t) => out.extend([
-            9,
-            match t {
-                AddrType::Unicast => 0,
-                AddrType::Local => 1,
-                AddrType::Broadcast => 2,
-                AddrType::Multicast => 3,
-            },
-        ]),
-        Value::CtState(s) => {
-            out.push(10);
-            out.extend(s.0.to_le_bytes());
-        }
-        Value::CtStatus(s) => {
-            out.push(11);
-            out.extend(s.0.to_le_bytes());
-        }
+        Value::Proto(p) | Value::NfProto(p) => out.push(*p),
+        Value::Port(p) => out.extend(p.to_le_bytes()),
+        Value::Mark(m) => out.extend(m.to_le_bytes()),
+        Value::IfName(s) => write_str(out, s),
+        Value::AddrType(t) => out.push(match t {
+            AddrType::Unicast => 0,
+            AddrType::Local => 1,
+            AddrType::Broadcast => 2,
+            AddrType::Multicast => 3,
+        }),
+        Value::CtState(s) => out.extend(s.0.to_le_bytes()),
+        Value::CtStatus(s) => out.extend(s.0.to_le_bytes()),
         Value::IntRange { first, last } => {
-            out.push(12);
             out.extend(first.to_le_bytes());
             out.extend(last.to_le_bytes());
         }
