@@ -28,10 +28,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 fn main() {
     let mut args = std::env::args().skip(1);
     let scale = args.next().unwrap_or_else(|| "10000x10".into());
-    let (services, endpoints): (usize, usize) = scale
-        .split_once('x')
-        .and_then(|(s, e)| Some((s.parse().ok()?, e.parse().ok()?)))
-        .expect("an argument like 10000x10");
+    let (services, endpoints) = synthetic::parse_scale(&scale).unwrap_or_else(|e| panic!("{e}"));
     let per_round: usize = args
         .next()
         .map_or(500, |n| n.parse().expect("changes per round"));

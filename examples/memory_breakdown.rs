@@ -93,10 +93,7 @@ fn step<T>(name: &str, f: impl FnOnce() -> T) -> T {
 
 fn main() {
     let scale = std::env::args().nth(1).unwrap_or_else(|| "10000x10".into());
-    let (services, endpoints) = scale
-        .split_once('x')
-        .and_then(|(s, e)| Some((s.parse().ok()?, e.parse().ok()?)))
-        .expect("an argument like 10000x10");
+    let (services, endpoints) = synthetic::parse_scale(&scale).unwrap_or_else(|e| panic!("{e}"));
     let dir = std::env::temp_dir().join(format!("kubenft-memory-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for (name, text) in synthetic::manifests(services, endpoints) {

@@ -21,10 +21,7 @@ use kubenft::sync::Syncer;
 fn main() {
     let mut args = std::env::args().skip(1);
     let scale = args.next().unwrap_or_else(|| "30000x10".into());
-    let (services, endpoints): (usize, usize) = scale
-        .split_once('x')
-        .and_then(|(s, e)| Some((s.parse().ok()?, e.parse().ok()?)))
-        .expect("an argument like 30000x10");
+    let (services, endpoints) = synthetic::parse_scale(&scale).unwrap_or_else(|e| panic!("{e}"));
     let restarts: usize = args.next().map_or(3, |n| n.parse().expect("restarts"));
     // Extra plans after each restart's read, untimed: for a profiler to see planning.
     let extra_plans: usize = args.next().map_or(0, |n| n.parse().expect("extra plans"));

@@ -64,13 +64,7 @@ struct Args {
 }
 
 fn pair(s: &str) -> (usize, usize) {
-    let (a, b) = s
-        .split_once('x')
-        .unwrap_or_else(|| panic!("{s}: expected AxB, like 1000x10"));
-    (
-        a.parse().expect("a count before the x"),
-        b.parse().expect("a count after the x"),
-    )
+    synthetic::parse_scale(s).unwrap_or_else(|e| panic!("{e}"))
 }
 
 const USAGE: &str = "usage: kubenft-bench [--scales 1000x10,10000x10] [--repeats 3] \

@@ -52,6 +52,14 @@ fn node_port(s: usize) -> Option<u16> {
     (after > before).then(|| (NODEPORT_BASE + before) as u16)
 }
 
+/// A scale written `SxE`: `S` services with `E` endpoints each.
+pub fn parse_scale(scale: &str) -> Result<(usize, usize), String> {
+    scale
+        .split_once('x')
+        .and_then(|(s, e)| Some((s.parse().ok()?, e.parse().ok()?)))
+        .ok_or_else(|| format!("{scale}: expected services x endpoints, like 10000x10"))
+}
+
 pub fn service_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::from(0x0a60_0000u32 + 1 + i as u32) // 10.96.0.0/12
 }
