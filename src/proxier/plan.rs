@@ -784,7 +784,7 @@ fn by_key(elements: impl Iterator<Item = Element>) -> Vec<Element> {
 /// Adds the slots `stored` gives endpoints in the shared slot maps to `layouts`.
 fn add_slot_layouts(layouts: &mut SlotLayouts, stored: &Stored) {
     for set in stored.element_sets().filter(|s| is_pick_slots(s)) {
-        layouts.add(set, &stored.elements_of(set).collect::<Vec<_>>());
+        layouts.add(set, stored.elements_of(set));
     }
 }
 
