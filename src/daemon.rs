@@ -211,6 +211,8 @@ async fn run_async(
         store,
         after_sync,
         live: LiveState::default(),
+        converted: BTreeSet::new(),
+        unconverted_since: None,
         rejected_before: BTreeSet::new(),
         nodeport_fallbacks_logged: Vec::new(),
     };
@@ -304,6 +306,11 @@ fn lock(store: &Mutex<ClusterStore>) -> std::sync::MutexGuard<'_, ClusterStore> 
     store.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// How long changes may wait in the store before they are converted into the model ahead of
+/// their sync: often enough that a sync finds only the last moments' changes to convert, seldom
+/// enough that a burst is converted in one go.
+const CONVERT_AHEAD_AFTER: Duration = Duration::from_millis(100);
+
 /// Failed syncs in a row before a Warning event says so: one failure is retried at once and
 /// usually passes; three mean something needs a look.
 const FAILURES_BEFORE_EVENT: u32 = 3;
@@ -339,8 +346,13 @@ struct SyncLoop {
     store: Arc<Mutex<ClusterStore>>,
     /// UDP services and local endpoints as of the last successful sync.
     after_sync: AfterSyncFacts,
-    /// The cluster as of the last sync, kept up to date service by service.
+    /// The cluster as of the last sync, kept up to date service by service (and ahead of the
+    /// next sync, while it waits out `min_sync_period`).
     live: LiveState,
+    /// The services converted into `live` since the last sync took its changes.
+    converted: BTreeSet<ServiceRef>,
+    /// When the store first had changes not yet converted into `live`.
+    unconverted_since: Option<Instant>,
     /// Objects rejected at the last sync, so each rejection is logged and counted once.
     rejected_before: BTreeSet<(&'static str, String, String, String)>,
     /// The families whose NodePorts take every local address, as last logged: logged again
@@ -370,9 +382,19 @@ impl SyncLoop {
                 release_freed_memory();
             }
             let at = self.schedule.next_sync(Instant::now());
+            // Changes that wait for the sync are converted ahead of it, so the sync itself
+            // converts only the latest ones and programs them that much sooner.
+            let convert_at = self
+                .unconverted_since
+                .map(|t| t + CONVERT_AHEAD_AFTER)
+                .filter(|c| *c + CONVERT_AHEAD_AFTER < at);
             tokio::select! {
                 () = wake.notified() => {
                     self.queued();
+                    continue;
+                }
+                () = tokio::time::sleep_until(convert_at.unwrap_or(at).into()), if convert_at.is_some() => {
+                    self.convert_changes(|_| ());
                     continue;
                 }
                 () = tokio::time::sleep_until(at.into()) => {}
@@ -385,6 +407,7 @@ impl SyncLoop {
 
     fn queued(&mut self) {
         self.schedule.changed();
+        self.unconverted_since.get_or_insert_with(Instant::now);
         let now = SystemTime::now();
         self.health.queued(now);
         self.metrics
@@ -598,15 +621,25 @@ impl SyncLoop {
         }
     }
 
-    /// Brings the model up to date with the store: re-converts only the services whose
-    /// objects changed (every one at the first sync), and the node's facts. Returns those
-    /// services and the change-trigger times to observe.
+    /// Brings the model up to date with the store for a sync: returns the services converted
+    /// since the last sync took its changes (every one at the first sync) and the
+    /// change-trigger times to observe, taken together so no trigger comes without its change.
     fn update_model(&mut self) -> (BTreeSet<ServiceRef>, Vec<SystemTime>) {
-        let mut store = lock(&self.store);
+        let triggers = self.convert_changes(ClusterStore::take_triggers);
+        (std::mem::take(&mut self.converted), triggers)
+    }
+
+    /// Re-converts the services whose objects changed since the last conversion, and the
+    /// node's facts, then calls `then` on the store, still locked.
+    fn convert_changes<T>(&mut self, then: impl FnOnce(&mut ClusterStore) -> T) -> T {
+        let store = self.store.clone();
+        let mut store = lock(&store);
         let changed = store.update_model(&mut self.live, &self.proxy.hostname);
+        self.converted.extend(changed);
+        self.unconverted_since = None;
         self.health
             .set_node_eligible(node_eligible(store.node(&self.proxy.hostname).as_ref()));
-        (changed, store.take_triggers())
+        then(&mut store)
     }
 
     /// Warns once about each NodePort a local process also listens on, and counts them.

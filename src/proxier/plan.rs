@@ -223,20 +223,20 @@ impl Planner {
     }
 
     /// The service ports in `scope` whose inputs differ from their last plan (new and deleted
-    /// ones included), with their digests updated.
+    /// ones included), in name order, with their digests updated.
     fn changed_services(
         &mut self,
         state: &ClusterState,
         scope: Option<&BTreeSet<ServiceRef>>,
     ) -> Vec<Arc<ServicePortName>> {
-        let candidates: BTreeSet<ServicePortName> = match scope {
+        let digest = |n: &ServicePortName, sp| input_digest(sp, state.endpoints.get(n));
+        let mut changed = Vec::new();
+        let Some(services) = scope else {
             // Compared in place: only the changed names are cloned.
-            None => state
+            let candidates: BTreeSet<ServicePortName> = state
                 .services
                 .iter()
-                .filter(|(n, sp)| {
-                    self.inputs.get(*n).copied() != Some(input_digest(sp, state.endpoints.get(*n)))
-                })
+                .filter(|(n, sp)| self.inputs.get(*n).copied() != Some(digest(n, sp)))
                 .map(|(n, _)| n)
                 .chain(
                     self.inputs
@@ -245,41 +245,63 @@ impl Planner {
                         .filter(|n| !state.services.contains_key(*n)),
                 )
                 .cloned()
-                .collect(),
-            Some(services) => services
-                .iter()
-                .flat_map(|s| {
-                    let lowest = ServicePortName::lowest_of(s);
-                    let planned = self.inputs.range::<ServicePortName, _>(&lowest..);
-                    state
-                        .services
-                        .range(&lowest..)
-                        .map(|(n, _)| n)
-                        .take_while(|n| n.is_port_of(s))
-                        .chain(planned.map(|(n, _)| &**n).take_while(|n| n.is_port_of(s)))
-                        .cloned()
-                        .collect::<Vec<_>>()
-                })
-                .collect(),
-        };
-        let mut changed = Vec::new();
-        for name in candidates {
-            let now = state
-                .services
-                .get(&name)
-                .map(|sp| input_digest(sp, state.endpoints.get(&name)));
-            let was = self.inputs.get(&name).copied();
-            if now == was {
-                continue;
+                .collect();
+            for name in candidates {
+                let now = state.services.get(&name).map(|sp| digest(&name, sp));
+                changed.extend(self.record_input(&name, now));
             }
-            let name = Arc::new(name);
-            match now {
-                Some(d) => self.inputs.insert(name.clone(), d),
-                None => self.inputs.remove(&name),
-            };
-            changed.push(name);
+            return changed;
+        };
+        // Each service's ports are adjacent in name order, where they are now and where they
+        // were planned: one range of each per service, and every port's digest from its range.
+        for s in services {
+            let lowest = ServicePortName::lowest_of(s);
+            let now: Vec<(&ServicePortName, u64)> = state
+                .services
+                .range(&lowest..)
+                .take_while(|(n, _)| n.is_port_of(s))
+                .map(|(n, sp)| (n, digest(n, sp)))
+                .collect();
+            let gone: Vec<Arc<ServicePortName>> = self
+                .inputs
+                .range::<ServicePortName, _>(&lowest..)
+                .map(|(n, _)| n)
+                .take_while(|n| n.is_port_of(s))
+                .filter(|n| !now.iter().any(|(m, _)| *m == &***n))
+                .cloned()
+                .collect();
+            let first = changed.len();
+            for (name, d) in now {
+                changed.extend(self.record_input(name, Some(d)));
+            }
+            for name in gone {
+                changed.extend(self.record_input(&name, None));
+            }
+            changed[first..].sort();
         }
         changed
+    }
+
+    /// Keeps `now` as the digest of `name`'s inputs (`None`: it has none, the port is gone);
+    /// returns the name if that changed its digest, as the planner holds it.
+    fn record_input(
+        &mut self,
+        name: &ServicePortName,
+        now: Option<u64>,
+    ) -> Option<Arc<ServicePortName>> {
+        let (held, was) = match self.inputs.get_key_value(name) {
+            Some((held, was)) => (Some(held.clone()), Some(*was)),
+            None => (None, None),
+        };
+        if now == was {
+            return None;
+        }
+        let name = held.unwrap_or_else(|| Arc::new(name.clone()));
+        match now {
+            Some(d) => self.inputs.insert(name.clone(), d),
+            None => self.inputs.remove(&*name),
+        };
+        Some(name)
     }
 }
 
@@ -781,7 +803,7 @@ fn by_key(elements: impl Iterator<Item = Element>) -> Vec<Element> {
 /// Adds the slots `stored` gives endpoints in the shared slot maps to `layouts`.
 fn add_slot_layouts(layouts: &mut SlotLayouts, stored: &Stored) {
     for set in stored.element_sets().filter(|s| is_pick_slots(s)) {
-        layouts.add(set, &stored.elements_of(set).collect::<Vec<_>>());
+        layouts.add(set, stored.elements_of(set));
     }
 }
 

@@ -176,9 +176,10 @@ impl Builder<'_> {
             // so the fallback churns no more than the slots do.
             self.fallback_element(&frontend, laid_out[0], &label);
             for (slot, ep) in laid_out.into_iter().enumerate() {
-                let mut key = frontend.clone();
+                let mut key = Vec::with_capacity(frontend.len() + 1);
+                key.extend_from_slice(&frontend);
                 key.push(Value::Mark(slot as u32));
-                let data = MapData::Values(target_of(ep));
+                let data = MapData::Values(target_of(ep).into());
                 self.out
                     .push_element(&map, Element::map(key, data).with_comment(label.clone()));
             }
@@ -206,7 +207,7 @@ impl Builder<'_> {
 
     /// `frontend` (`address . protocol . port`) in `PICK_FALLBACK`, sent to `ep`.
     fn fallback_element(&mut self, frontend: &[Value], ep: &Endpoint, label: &str) {
-        let data = MapData::Values(target_of(ep));
+        let data = MapData::Values(target_of(ep).into());
         self.out.push_element(
             PICK_FALLBACK,
             Element::map(frontend.to_vec(), data).with_comment(label.to_string()),

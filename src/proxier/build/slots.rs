@@ -9,6 +9,7 @@
 //! from scratch) endpoint i in address order takes slot i. So replacing one endpoint rewrites
 //! one slot, where address order would shift every slot after the newcomer's place.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 
 use super::ip_value;
@@ -17,16 +18,18 @@ use crate::nft::model::{Element, MapData, Table, Value};
 use crate::proxier::names::is_pick_slots;
 
 /// An endpoint as slot elements hold it: `address . port`.
-type Target = Vec<Value>;
-/// A slot map's name and a frontend key (`address . protocol . port`) in it.
-type MapFrontend = (String, Vec<Value>);
+type Target = [Value; 2];
+/// A frontend key (`address . protocol . port`) in a slot map.
+type Frontend = Vec<Value>;
 
 /// For each frontend (`address . protocol . port`) of each shared slot map, the endpoint in
 /// each slot: the layout the next plan keeps.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SlotLayouts {
-    /// By slot map and frontend key; the slots in the order they were found.
-    by_frontend: HashMap<MapFrontend, Vec<(u32, Target)>>,
+    /// By slot map, then frontend key (nested, so both are looked up borrowed); the slots in
+    /// the order they were found. A replan of hundreds of services builds and drops one of
+    /// these per sync, so a slot holds its target inline.
+    by_frontend: HashMap<String, HashMap<Frontend, Vec<(u32, Target)>>>,
 }
 
 impl SlotLayouts {
@@ -44,17 +47,29 @@ impl SlotLayouts {
     }
 
     /// Adds the slot elements `elements` of map `set`.
-    pub(crate) fn add<'a>(&mut self, set: &str, elements: impl IntoIterator<Item = &'a Element>) {
+    pub(crate) fn add(&mut self, set: &str, elements: impl IntoIterator<Item: Borrow<Element>>) {
         for e in elements {
+            let e = e.borrow();
+            // A target of another shape is no endpoint's: no endpoint could keep its slot.
             let ([frontend @ .., Value::Mark(slot)], Some(MapData::Values(target))) =
                 (e.key.as_slice(), &e.data)
             else {
                 continue;
             };
-            self.by_frontend
-                .entry((set.to_string(), frontend.to_vec()))
-                .or_default()
-                .push((*slot, target.clone()));
+            let [address, port] = target.as_slice() else {
+                continue;
+            };
+            if !self.by_frontend.contains_key(set) {
+                self.by_frontend.insert(set.to_string(), HashMap::new());
+            }
+            let map = self.by_frontend.get_mut(set).expect("inserted above");
+            let slot = (*slot, [address.clone(), port.clone()]);
+            match map.get_mut(frontend) {
+                Some(slots) => slots.push(slot),
+                None => {
+                    map.insert(frontend.to_vec(), vec![slot]);
+                }
+            }
         }
     }
 
@@ -66,9 +81,7 @@ impl SlotLayouts {
         frontend: &[Value],
         eps: &'e [Endpoint],
     ) -> Vec<&'e Endpoint> {
-        // Looking a borrowed key up in a map of owned pairs needs an owned key; frontends are
-        // three values, and only shared-pick services of changed services come here.
-        match self.by_frontend.get(&(set.to_string(), frontend.to_vec())) {
+        match self.by_frontend.get(set).and_then(|m| m.get(frontend)) {
             Some(previous) => stable_layout(previous, eps),
             None => eps.iter().collect(),
         }
@@ -77,7 +90,7 @@ impl SlotLayouts {
 
 /// The target `ep` is in a slot element.
 pub(super) fn target_of(ep: &Endpoint) -> Target {
-    vec![ip_value(ep.ip), Value::Port(ep.port)]
+    [ip_value(ep.ip), Value::Port(ep.port)]
 }
 
 /// `eps` (in address order) laid out over slots 0..n-1, keeping `previous` (slot, endpoint)
@@ -85,9 +98,9 @@ pub(super) fn target_of(ep: &Endpoint) -> Target {
 /// counts.
 fn stable_layout<'e>(previous: &[(u32, Target)], eps: &'e [Endpoint]) -> Vec<&'e Endpoint> {
     let n = eps.len();
-    let mut was: HashMap<&[Value], u32> = HashMap::with_capacity(previous.len());
+    let mut was: HashMap<&Target, u32> = HashMap::with_capacity(previous.len());
     for (slot, target) in previous {
-        was.entry(target.as_slice())
+        was.entry(target)
             .and_modify(|s| *s = (*s).min(*slot))
             .or_insert(*slot);
     }
@@ -96,7 +109,7 @@ fn stable_layout<'e>(previous: &[(u32, Target)], eps: &'e [Endpoint]) -> Vec<&'e
     let mut movers: Vec<(u32, &Endpoint)> = Vec::new();
     let mut newcomers: Vec<&Endpoint> = Vec::new();
     for ep in eps {
-        match was.get(target_of(ep).as_slice()) {
+        match was.get(&target_of(ep)) {
             Some(&slot) if (slot as usize) < n && slots[slot as usize].is_none() => {
                 slots[slot as usize] = Some(ep);
             }
@@ -120,13 +133,17 @@ fn stable_layout<'e>(previous: &[(u32, Target)], eps: &'e [Endpoint]) -> Vec<&'e
 #[cfg(test)]
 pub(crate) fn is_valid(layouts: &SlotLayouts) -> bool {
     use std::collections::BTreeSet;
-    layouts.by_frontend.values().all(|slots| {
-        let taken: BTreeSet<u32> = slots.iter().map(|(s, _)| *s).collect();
-        let targets: BTreeSet<&Target> = slots.iter().map(|(_, t)| t).collect();
-        taken.len() == slots.len()
-            && targets.len() == slots.len()
-            && taken.iter().copied().eq(0..slots.len() as u32)
-    })
+    layouts
+        .by_frontend
+        .values()
+        .flat_map(|m| m.values())
+        .all(|slots| {
+            let taken: BTreeSet<u32> = slots.iter().map(|(s, _)| *s).collect();
+            let targets: BTreeSet<&Target> = slots.iter().map(|(_, t)| t).collect();
+            taken.len() == slots.len()
+                && targets.len() == slots.len()
+                && taken.iter().copied().eq(0..slots.len() as u32)
+        })
 }
 
 #[cfg(test)]
@@ -220,7 +237,7 @@ mod tests {
         let element = |slot: u32, last: u8| {
             let mut key = frontend.clone();
             key.push(Value::Mark(slot));
-            Element::map(key, MapData::Values(target_of(&ep(last))))
+            Element::map(key, MapData::Values(target_of(&ep(last)).into()))
         };
         let mut layouts = SlotLayouts::default();
         layouts.add(
