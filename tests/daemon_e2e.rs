@@ -83,6 +83,23 @@ fn services_follow_creates_scaling_updates_and_deletes_made_through_the_api() {
 }
 
 #[test]
+fn a_change_that_waits_out_the_min_sync_period_is_programmed_by_the_next_sync() {
+    let Some((topo, api)) = lab("e2eW") else {
+        return;
+    };
+    api.apply(service("web", "10.96.0.10", 80));
+    api.apply(slice("web", &[1]));
+    let _daemon = start_daemon(&topo, &api, &["--min-sync-period", "3s"]);
+    wait_for_backends(&topo, WEB, &["pod-1"], Duration::from_secs(20));
+
+    // Made just after the first sync, the change waits most of 3 s for the next one; the
+    // daemon converts it into its model meanwhile, and that sync must still program it.
+    api.apply(slice("web", &[1, 2]));
+    let took = wait_for_backends(&topo, WEB, &["pod-1", "pod-2"], Duration::from_secs(10));
+    assert!(took < Duration::from_secs(4), "the change took {took:?}");
+}
+
+#[test]
 fn restarting_the_daemon_under_traffic_fails_no_connection_and_changes_nothing() {
     let Some((topo, api)) = lab("e2eR") else {
         return;

@@ -207,10 +207,12 @@ pub fn start_daemon_wrapped(
         NODE,
         "--cluster-cidr",
         "10.244.0.0/16",
-        "--min-sync-period",
-        "50ms",
         "-v",
     ];
+    // Short, so tests wait little for a change to be programmed, unless a test sets its own.
+    if !extra.contains(&"--min-sync-period") {
+        args.extend(["--min-sync-period", "50ms"]);
+    }
     args.extend_from_slice(extra);
     Daemon::start_wrapped(&topo.node, wrapper, &args)
 }
