@@ -381,12 +381,14 @@ impl SyncLoop {
                 // the model, the plan and the batch, or the start-up peak holds both.
                 release_freed_memory();
             }
-            let at = self.schedule.next_sync(Instant::now());
+            let now = Instant::now();
+            let at = self.schedule.next_sync(now);
             // Changes that wait for the sync are converted ahead of it, so the sync itself
-            // converts only the latest ones and programs them that much sooner.
+            // converts only the latest ones and programs them that much sooner. A sync that is
+            // due (the first one, say) converts its changes itself: nothing waits there.
             let convert_at = self
                 .unconverted_since
-                .map(|t| t + CONVERT_AHEAD_AFTER)
+                .map(|t| (t + CONVERT_AHEAD_AFTER).max(now))
                 .filter(|c| *c + CONVERT_AHEAD_AFTER < at);
             tokio::select! {
                 () = wake.notified() => {
