@@ -23,8 +23,6 @@ pub(crate) struct Categorized {
     pub(crate) cluster: Option<Vec<Endpoint>>,
     /// This node's, for the Local policy; `None` when the port never uses that policy.
     pub(crate) local: Option<Vec<Endpoint>>,
-    /// Every endpoint either list holds, each once, in the input's order.
-    pub(crate) all_reachable: Vec<Endpoint>,
     /// Whether some endpoint anywhere could serve (ready, or serving while terminating): when
     /// a policy's list is empty, its traffic is dropped if so and rejected if not.
     pub(crate) has_any: bool,
@@ -78,9 +76,8 @@ pub(crate) fn categorize(
     let mut out = Categorized::default();
     // A node without the label has no zone hints meant for it.
     let zone = zone.unwrap_or_default();
-    let mut topology = Topology::Everywhere;
     if uses_cluster {
-        topology = topology_of(all, node_name, zone);
+        let topology = topology_of(all, node_name, zone);
         let mut cluster: Vec<Endpoint> = all
             .iter()
             .filter(|e| e.ready && available(e, topology, node_name, zone))
@@ -94,7 +91,6 @@ pub(crate) fn categorize(
         out.has_any = !cluster.is_empty();
         out.cluster = Some(cluster);
     }
-    let mut local_terminating = false;
     if uses_local {
         out.has_any |= all.iter().any(|e| e.ready || fallback(e));
         let mut local: Vec<Endpoint> = all
@@ -108,23 +104,9 @@ pub(crate) fn categorize(
                 .filter(|e| is_local(e) && fallback(e))
                 .cloned()
                 .collect();
-            local_terminating = !local.is_empty();
         }
         out.local = Some(local);
     }
-    out.all_reachable = match (&out.cluster, &out.local) {
-        (Some(c), None) => c.clone(),
-        (None, Some(l)) => l.clone(),
-        // Without topology and with ready local endpoints, the cluster list holds every
-        // local one.
-        (Some(c), Some(_)) if topology == Topology::Everywhere && !local_terminating => c.clone(),
-        (Some(c), Some(l)) => all
-            .iter()
-            .filter(|e| c.contains(e) || l.contains(e))
-            .cloned()
-            .collect(),
-        (None, None) => Vec::new(),
-    };
     out
 }
 
