@@ -1,8 +1,9 @@
 //! Which endpoints a node may send a service port's traffic to, categorised as kube-proxy's
-//! `CategorizeEndpoints` does: the endpoints of the Cluster policy (topology applied), those of
-//! the Local policy, and every endpoint reachable from this node. Internal traffic (ClusterIPs)
-//! follows internalTrafficPolicy, external traffic (NodePorts, external and load-balancer IPs)
-//! follows externalTrafficPolicy; each policy picks one of the first two lists.
+//! `CategorizeEndpoints` does: the endpoints of the Cluster policy (topology applied) and those
+//! of the Local policy (its third list, every endpoint reachable from this node, is their union,
+//! which no rule needs). Internal traffic (ClusterIPs) follows internalTrafficPolicy, external
+//! traffic (NodePorts, external and load-balancer IPs) follows externalTrafficPolicy; each policy
+//! picks one of the two lists.
 //!
 //! Usable means ready; where none is, serving-and-terminating ones (separately for the Cluster
 //! and the Local list). Topology comes from the hints the EndpointSlice controller writes for a
