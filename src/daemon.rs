@@ -395,11 +395,11 @@ impl SyncLoop {
                     self.queued();
                     continue;
                 }
-                () = tokio::time::sleep_until(convert_at.unwrap_or(at).into()), if convert_at.is_some() => {
-                    self.convert_changes(|_| ());
-                    continue;
-                }
-                () = tokio::time::sleep_until(at.into()) => {}
+                () = tokio::time::sleep_until(convert_at.unwrap_or(at).into()) => {}
+            }
+            if convert_at.is_some() {
+                self.convert_changes(|_| ());
+                continue;
             }
             if self.sync_once().await == SyncKind::Full {
                 release_freed_memory();
