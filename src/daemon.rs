@@ -87,8 +87,12 @@ pub(crate) fn run(proxy: &ProxyConfig, settings: RunSettings) -> Result<(), Daem
     };
     share_one_malloc_arena();
     map_large_allocations_alone();
+    no_fast_bins();
+    // The sync loop runs on this thread (`block_on`); one worker runs the watchers and the
+    // servers beside it. A second worker only had the watchers decode list pages in parallel
+    // on the one malloc arena: at 30,000 Services × 10 the listing took 0.3–0.4 s longer.
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
         .enable_all()
         .build()
         .map_err(DaemonError::Runtime)?;
@@ -736,6 +740,19 @@ fn map_large_allocations_alone() {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 64 * 1024 * 1024);
+    }
+}
+
+/// Without fast bins, small freed blocks go to the thread cache and then straight to the
+/// ordinary bins. With them, decoding a list page frees thousands of small blocks into the
+/// fast bins, and every larger request then merges them all first (`malloc_consolidate`): 16%
+/// of the listing's time at 30,000 Services × 10. Measured side by side: the listing 0.1–0.3 s
+/// shorter, a churn sync's median 0.058 → 0.046 s, the same memory.
+fn no_fast_bins() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only changes the allocator's tuning; called before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MXFAST, 0);
     }
 }
 
