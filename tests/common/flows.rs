@@ -519,6 +519,14 @@ impl Lab {
             ]
         };
         batch(&upstream, v6, &up);
+        // A router: without forwarding on, the kernel drops what it may not forward without
+        // answering "prohibited", and a new namespace starts with the host's setting.
+        upstream
+            .run(|| {
+                sysctl("net/ipv4/ip_forward", "1");
+                sysctl("net/ipv6/conf/all/forwarding", "1");
+            })
+            .unwrap();
 
         for (a, host) in &hosts {
             let mut cmds = vec![
