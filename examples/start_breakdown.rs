@@ -1,5 +1,6 @@
 //! Where the daemon's start goes outside the sync, in CPU time on one thread: decoding list
-//! pages as kube-rs does, keeping each object in the store, completing the lists, and building
+//! pages as the daemon's watchers do (Services as k8s-openapi objects, EndpointSlices straight
+//! into their kept form), keeping each object in the store, completing the lists, and building
 //! the model at the first sync, for the benchmark's synthetic cluster.
 //!
 //! `cargo run --release --example start_breakdown -- 30000x10`
@@ -11,12 +12,11 @@ mod synthetic;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::core::ObjectList;
 use kube::runtime::watcher::Event;
 use kubenft::cli::load_inputs;
 use kubenft::cluster::LiveState;
-use kubenft::source::store::ClusterStore;
+use kubenft::source::store::{ClusterStore, DecodedSlice};
 
 /// Objects per list page, as the daemon asks.
 const PAGE: usize = 1000;
@@ -70,11 +70,11 @@ fn main() {
             })
             .collect()
     });
-    let slices: Vec<Vec<EndpointSlice>> = timed("EndpointSlices decoded", || {
+    let slices: Vec<Vec<DecodedSlice>> = timed("EndpointSlices decoded", || {
         slice_pages
             .iter()
             .map(|p| {
-                serde_json::from_slice::<ObjectList<EndpointSlice>>(p)
+                serde_json::from_slice::<ObjectList<DecodedSlice>>(p)
                     .unwrap()
                     .items
             })
@@ -91,13 +91,13 @@ fn main() {
         store.apply_service(Event::InitDone)
     });
     timed("EndpointSlices kept", || {
-        store.apply_endpoint_slice(Event::Init);
+        store.apply_decoded_slice(Event::Init);
         for s in slices.into_iter().flatten() {
-            store.apply_endpoint_slice(Event::InitApply(s));
+            store.apply_decoded_slice(Event::InitApply(s));
         }
     });
     timed("EndpointSlices listed (InitDone)", || {
-        store.apply_endpoint_slice(Event::InitDone)
+        store.apply_decoded_slice(Event::InitDone)
     });
     let mut live = LiveState::default();
     timed("model built", || {

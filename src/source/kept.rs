@@ -29,17 +29,20 @@ use crate::cluster::{
 
 /// A text value as the API sent it. Values many objects repeat (namespaces, types, policies,
 /// protocols, port names) share one allocation (`word`); the others have their own (`text`).
-type Text = Arc<str>;
+pub(super) type Text = Arc<str>;
 
-/// An object kind the store keeps, and what it keeps of one.
+/// An object kind the store keeps, as it is received, and what it keeps of one.
 pub(crate) trait Kept: kube::Resource + Sized {
     /// The fields of the object the model reads.
     type Compact: Clone + PartialEq + std::fmt::Debug;
 
+    /// The Kubernetes object the model reads.
+    type Object;
+
     fn compact(self) -> Self::Compact;
 
     /// The object as the model reads it: every field it reads, as received; no other.
-    fn expand(compact: &Self::Compact) -> Self;
+    fn expand(compact: &Self::Compact) -> Self::Object;
 
     /// The service the object is part of.
     fn service(compact: &Self::Compact) -> Option<ServiceRef>;
@@ -67,9 +70,9 @@ fn string(s: &Option<Text>) -> Option<String> {
 
 /// The metadata every kept object has.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Names {
-    namespace: Option<Text>,
-    name: Option<Text>,
+pub(super) struct Names {
+    pub(super) namespace: Option<Text>,
+    pub(super) name: Option<Text>,
 }
 
 impl Names {
@@ -114,10 +117,10 @@ pub(crate) struct KeptService {
 type KeptServicePort = (Option<Text>, Option<Text>, i32, Option<i32>);
 
 /// An EndpointSlice port: name, protocol, port.
-type KeptSlicePort = (Option<Text>, Option<Text>, Option<i32>);
+pub(super) type KeptSlicePort = (Option<Text>, Option<Text>, Option<i32>);
 
 /// An endpoint's hints: the names of its forZones and of its forNodes.
-type HintNames = (Option<Box<[Text]>>, Option<Box<[Text]>>);
+pub(super) type HintNames = (Option<Box<[Text]>>, Option<Box<[Text]>>);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct KeptServiceSpec {
@@ -137,6 +140,7 @@ struct KeptServiceSpec {
 
 impl Kept for Service {
     type Compact = KeptService;
+    type Object = Service;
 
     fn compact(mut self) -> KeptService {
         let spec = self.spec.map(|s| {
@@ -251,13 +255,13 @@ impl Kept for Service {
 /// An EndpointSlice: what `cluster::endpoints` reads, and the change-trigger time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct KeptSlice {
-    names: Names,
+    pub(super) names: Names,
     /// The `kubernetes.io/service-name` label.
-    service_name: Option<Text>,
-    trigger_time: Option<SystemTime>,
-    address_type: Text,
-    endpoints: Box<[KeptEndpoint]>,
-    ports: Box<[KeptSlicePort]>,
+    pub(super) service_name: Option<Text>,
+    pub(super) trigger_time: Option<SystemTime>,
+    pub(super) address_type: Text,
+    pub(super) endpoints: Box<[KeptEndpoint]>,
+    pub(super) ports: Box<[KeptSlicePort]>,
 }
 
 impl KeptSlice {
@@ -277,7 +281,7 @@ impl KeptSlice {
 /// One endpoint: its first address (the only one kube-proxy reads), conditions, node, zone and
 /// hints, in 40 bytes for the usual endpoint (a k8s-openapi one takes 350 before its strings).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct KeptEndpoint {
+pub(super) struct KeptEndpoint {
     /// Node and zone, shared by every endpoint on that node.
     placement: Option<Arc<Placement>>,
     /// Hints, and an address that does not print back as received: few endpoints have either.
@@ -302,8 +306,9 @@ struct Rare {
 
 /// An endpoint's first address: parsed when its text is exactly how the address prints
 /// (nearly always), so that it prints back as received; otherwise its text is in `Rare`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Address {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum Address {
+    #[default]
     Absent,
     V4(Ipv4Addr),
     V6(Ipv6Addr),
@@ -312,7 +317,7 @@ enum Address {
 
 impl Address {
     /// The address, and its text when it does not print back as received.
-    fn of(s: Option<String>) -> (Address, Option<Text>) {
+    pub(super) fn of(s: Option<&str>) -> (Address, Option<Text>) {
         let Some(s) = s else {
             return (Address::Absent, None);
         };
@@ -321,34 +326,63 @@ impl Address {
             // an address prints: no need to print it to compare (300,000 times at a start).
             Ok(IpAddr::V4(ip)) => (Address::V4(ip), None),
             Ok(IpAddr::V6(ip)) if ip.to_string() == s => (Address::V6(ip), None),
-            _ => (Address::Text, Some(text(s))),
+            _ => (Address::Text, Some(s.into())),
         }
     }
+}
+
+/// The fields of an endpoint the model reads, each as kept.
+#[derive(Debug, Default)]
+pub(super) struct EndpointFields {
+    /// The first address: what `Address::of` makes of it.
+    pub(super) address: (Address, Option<Text>),
+    pub(super) ready: Option<bool>,
+    pub(super) serving: Option<bool>,
+    pub(super) terminating: Option<bool>,
+    pub(super) node_name: Option<Text>,
+    pub(super) zone: Option<Text>,
+    pub(super) hints: Option<HintNames>,
 }
 
 impl KeptEndpoint {
     fn of(ep: Endpoint) -> KeptEndpoint {
         let conditions = ep.conditions.unwrap_or_default();
-        let (address, text_address) = Address::of(ep.addresses.into_iter().next());
-        let placement = (ep.node_name.is_some() || ep.zone.is_some()).then(|| {
+        let words = |list: Option<Vec<String>>| list.map(|l| l.into_iter().map(word).collect());
+        KeptEndpoint::new(EndpointFields {
+            address: Address::of(ep.addresses.first().map(String::as_str)),
+            ready: conditions.ready,
+            serving: conditions.serving,
+            terminating: conditions.terminating,
+            node_name: ep.node_name.map(word),
+            zone: ep.zone.map(word),
+            hints: ep.hints.map(|h| {
+                (
+                    words(h.for_zones.map(|z| z.into_iter().map(|z| z.name).collect())),
+                    words(h.for_nodes.map(|n| n.into_iter().map(|n| n.name).collect())),
+                )
+            }),
+        })
+    }
+
+    pub(super) fn new(fields: EndpointFields) -> KeptEndpoint {
+        let EndpointFields {
+            address: (address, text_address),
+            ready,
+            serving,
+            terminating,
+            node_name,
+            zone,
+            hints,
+        } = fields;
+        let placement = (node_name.is_some() || zone.is_some()).then(|| {
             static PLACEMENTS: Mutex<BTreeSet<Arc<Placement>>> = Mutex::new(BTreeSet::new());
-            let placement = Placement {
-                node_name: ep.node_name.map(word),
-                zone: ep.zone.map(word),
-            };
+            let placement = Placement { node_name, zone };
             shared(&PLACEMENTS, &placement, || {
                 Arc::new(Placement {
                     node_name: placement.node_name.clone(),
                     zone: placement.zone.clone(),
                 })
             })
-        });
-        let words = |list: Option<Vec<String>>| list.map(|l| l.into_iter().map(word).collect());
-        let hints = ep.hints.map(|h| {
-            (
-                words(h.for_zones.map(|z| z.into_iter().map(|z| z.name).collect())),
-                words(h.for_nodes.map(|n| n.into_iter().map(|n| n.name).collect())),
-            )
         });
         let rare = (text_address.is_some() || hints.is_some()).then(|| {
             Box::new(Rare {
@@ -360,9 +394,9 @@ impl KeptEndpoint {
             placement,
             rare,
             address,
-            ready: conditions.ready,
-            serving: conditions.serving,
-            terminating: conditions.terminating,
+            ready,
+            serving,
+            terminating,
         }
     }
 
@@ -403,6 +437,7 @@ impl KeptEndpoint {
 
 impl Kept for EndpointSlice {
     type Compact = KeptSlice;
+    type Object = EndpointSlice;
 
     fn compact(mut self) -> KeptSlice {
         let trigger_time = super::store::trigger_time(&self);
@@ -459,6 +494,7 @@ const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// fields `NodeInfo` and the health check read.
 impl Kept for Node {
     type Compact = Node;
+    type Object = Node;
 
     fn compact(mut self) -> Node {
         let zone = self
@@ -496,6 +532,7 @@ impl Kept for Node {
 /// A few objects per cluster: they keep their own type, with only their CIDRs.
 impl Kept for ServiceCIDR {
     type Compact = ServiceCIDR;
+    type Object = ServiceCIDR;
 
     fn compact(mut self) -> ServiceCIDR {
         ServiceCIDR {

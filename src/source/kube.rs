@@ -11,13 +11,12 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio::sync::Notify;
 
-use super::store::{Change, ClusterStore};
+use super::store::{Change, ClusterStore, DecodedSlice};
 
 /// Label kube-proxy uses to leave a Service to another proxy.
 pub(crate) const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
@@ -93,12 +92,13 @@ pub(crate) fn spawn_watchers(
             wake.clone(),
             ClusterStore::apply_service,
         )),
+        // Decoded straight into what the store keeps: most of a list's bytes are slices.
         tokio::spawn(watch(
-            Api::<EndpointSlice>::all(client.clone()),
+            Api::<DecodedSlice>::all(client.clone()),
             objects,
             store.clone(),
             wake.clone(),
-            ClusterStore::apply_endpoint_slice,
+            ClusterStore::apply_decoded_slice,
         )),
         tokio::spawn(watch(
             Api::<Node>::all(client.clone()),

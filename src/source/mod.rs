@@ -2,6 +2,8 @@
 //! YAML manifests) into one store, and this host's interface addresses.
 
 #[cfg(feature = "daemon")]
+mod decoded;
+#[cfg(feature = "daemon")]
 mod kept;
 #[cfg(feature = "daemon")]
 pub(crate) mod kube;

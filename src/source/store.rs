@@ -12,6 +12,7 @@ use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::runtime::watcher::Event;
 
 use super::Inputs;
+pub use super::decoded::DecodedSlice;
 pub(crate) use super::kept::Kept;
 use super::kept::KeptSlice;
 use crate::cluster::{LiveState, NodeInfo, ServiceRef};
@@ -144,12 +145,12 @@ impl<K: Kept> KindStore<K> {
     }
 
     /// Every live object, as the model reads it.
-    pub(crate) fn objects(&self) -> impl Iterator<Item = K> {
+    pub(crate) fn objects(&self) -> impl Iterator<Item = K::Object> {
         self.live.values().map(K::expand)
     }
 
     /// The live object under `key` (`namespace/name`), as the model reads it.
-    pub(crate) fn get(&self, key: &str) -> Option<K> {
+    pub(crate) fn get(&self, key: &str) -> Option<K::Object> {
         self.live.get(key).map(K::expand)
     }
 
@@ -184,7 +185,7 @@ fn key<K: kube::Resource>(obj: &K) -> String {
 #[derive(Debug, Default)]
 pub struct ClusterStore {
     pub(crate) services: KindStore<Service>,
-    pub(crate) endpoint_slices: KindStore<EndpointSlice>,
+    pub(crate) endpoint_slices: KindStore<DecodedSlice>,
     pub(crate) nodes: KindStore<Node>,
     pub(crate) service_cidrs: KindStore<ServiceCIDR>,
     /// Whether a ServiceCIDR changed since the last `update_model`.
@@ -354,9 +355,21 @@ impl ClusterStore {
     }
 
     pub fn apply_endpoint_slice(&mut self, event: Event<EndpointSlice>) -> Change {
+        let event = match event {
+            Event::Apply(slice) => Event::Apply(slice.into()),
+            Event::Delete(slice) => Event::Delete(slice.into()),
+            Event::Init => Event::Init,
+            Event::InitApply(slice) => Event::InitApply(slice.into()),
+            Event::InitDone => Event::InitDone,
+        };
+        self.apply_decoded_slice(event)
+    }
+
+    /// `apply_endpoint_slice` for a slice the watch decoded straight into its kept form.
+    pub fn apply_decoded_slice(&mut self, event: Event<DecodedSlice>) -> Change {
         let completes_list = matches!(event, Event::InitDone);
         let trigger = match &event {
-            Event::Apply(slice) => trigger_time(slice),
+            Event::Apply(slice) => slice.kept().trigger_time(),
             _ => None,
         };
         let (members, changed) = (&mut self.members, &mut self.changed);
@@ -365,7 +378,7 @@ impl ClusterStore {
             self.endpoint_slices
                 .apply_counted(event, |key, before, after| {
                     let list: MemberList = |m| &mut m.slices;
-                    track_pending::<EndpointSlice>(
+                    track_pending::<DecodedSlice>(
                         members, changed, pending, list, key, before, after,
                     );
                 });
@@ -537,6 +550,11 @@ pub(crate) fn trigger_time(slice: &EndpointSlice) -> Option<SystemTime> {
         .annotations
         .as_ref()?
         .get(LAST_CHANGE_TRIGGER_TIME)?;
+    parse_trigger_time(text)
+}
+
+/// A `last-change-trigger-time` annotation's value, when well-formed.
+pub(crate) fn parse_trigger_time(text: &str) -> Option<SystemTime> {
     let ts: jiff::Timestamp = text.parse().ok()?;
     Some(SystemTime::from(ts))
 }
