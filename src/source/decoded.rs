@@ -1,47 +1,56 @@
-//! EndpointSlices decoded from the API's JSON straight into the form the store keeps.
+//! Services and EndpointSlices decoded from the API's JSON straight into the form the store
+//! keeps.
 //!
 //! Decoded as k8s-openapi objects first, a list page of 1,000 slices makes every field of every
 //! endpoint, a dozen allocations each, only for the store to keep a few of them and drop the
 //! rest; at 30,000 slices that was the largest part of the daemon's listing. This decoder reads
-//! the fields the proxy reads and skips the others unread. Every slice that k8s-openapi accepts
+//! the fields the proxy reads and skips the others unread. Every object that k8s-openapi accepts
 //! decodes to the same kept form as through it; a value of the wrong JSON type in a field the
-//! proxy reads (or in the slice's labels or annotations) is an error as there. The values of
-//! fields the proxy never reads (an endpoint's `targetRef`, `metadata.managedFields`, …) are not
-//! checked: the API server has validated them, and the proxy would not look at them anyway.
+//! proxy reads (or in the object's labels or annotations) is an error as there. The values of
+//! fields the proxy never reads (an endpoint's `targetRef`, a port's `targetPort`,
+//! `metadata.managedFields`, …) are not checked: the API server has validated them, and the
+//! proxy would not look at them anyway.
 
 use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::kept::{
-    Address, EndpointFields, Kept, KeptEndpoint, KeptSlice, KeptSlicePort, Names, Text,
+    Address, EndpointFields, Kept, KeptEndpoint, KeptService, KeptServicePort, KeptServiceSpec,
+    KeptSlice, KeptSlicePort, Names, Text, cluster_ip,
 };
 use super::store::{LAST_CHANGE_TRIGGER_TIME, parse_trigger_time};
-use crate::cluster::{SERVICE_NAME_LABEL, ServiceRef, shared_name};
+use crate::cluster::{CONSISTENT_ENDPOINT_ANNOTATION, SERVICE_NAME_LABEL, ServiceRef, shared_name};
 
-/// An EndpointSlice as the watch receives it, already in the store's kept form.
+/// An object of kind `K` as the watch receives it, already in the store's kept form.
 #[derive(Debug, Clone)]
-pub struct DecodedSlice {
+pub struct Decoded<K: Kept> {
     /// Namespace, name and resourceVersion: what the watcher and the store's keys read.
     metadata: ObjectMeta,
-    kept: KeptSlice,
+    kept: K::Compact,
 }
 
-impl k8s_openapi::Resource for DecodedSlice {
-    const API_VERSION: &'static str = <EndpointSlice as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <EndpointSlice as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <EndpointSlice as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <EndpointSlice as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str =
-        <EndpointSlice as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = <EndpointSlice as k8s_openapi::Resource>::Scope;
+/// An EndpointSlice decoded into its kept form.
+pub type DecodedSlice = Decoded<EndpointSlice>;
+
+/// A Service decoded into its kept form.
+pub type DecodedService = Decoded<Service>;
+
+impl<K: Kept + k8s_openapi::Resource> k8s_openapi::Resource for Decoded<K> {
+    const API_VERSION: &'static str = K::API_VERSION;
+    const GROUP: &'static str = K::GROUP;
+    const KIND: &'static str = K::KIND;
+    const VERSION: &'static str = K::VERSION;
+    const URL_PATH_SEGMENT: &'static str = K::URL_PATH_SEGMENT;
+    type Scope = <K as k8s_openapi::Resource>::Scope;
 }
 
-impl k8s_openapi::Metadata for DecodedSlice {
+impl<K: Kept + k8s_openapi::Resource> k8s_openapi::Metadata for Decoded<K> {
     type Ty = ObjectMeta;
 
     fn metadata(&self) -> &ObjectMeta {
@@ -53,42 +62,60 @@ impl k8s_openapi::Metadata for DecodedSlice {
     }
 }
 
-impl Kept for DecodedSlice {
-    type Compact = KeptSlice;
-    type Object = EndpointSlice;
+impl<K> Kept for Decoded<K>
+where
+    K: Kept + k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta> + Clone,
+    K::Compact: Send + Sync,
+{
+    type Compact = K::Compact;
+    type Object = K::Object;
 
-    fn compact(self) -> KeptSlice {
+    fn compact(self) -> K::Compact {
         self.kept
     }
 
-    fn expand(kept: &KeptSlice) -> EndpointSlice {
-        EndpointSlice::expand(kept)
+    fn expand(kept: &K::Compact) -> K::Object {
+        K::expand(kept)
     }
 
-    fn service(kept: &KeptSlice) -> Option<ServiceRef> {
-        EndpointSlice::service(kept)
+    fn service(kept: &K::Compact) -> Option<ServiceRef> {
+        K::service(kept)
     }
 }
 
-impl From<EndpointSlice> for DecodedSlice {
-    fn from(slice: EndpointSlice) -> DecodedSlice {
-        let meta = &slice.metadata;
+impl<K> From<K> for Decoded<K>
+where
+    K: Kept + k8s_openapi::Metadata<Ty = ObjectMeta>,
+{
+    fn from(object: K) -> Decoded<K> {
+        let meta = object.metadata();
         let metadata = ObjectMeta {
             namespace: meta.namespace.clone(),
             name: meta.name.clone(),
             resource_version: meta.resource_version.clone(),
             ..ObjectMeta::default()
         };
-        DecodedSlice {
+        Decoded {
             metadata,
-            kept: slice.compact(),
+            kept: object.compact(),
         }
     }
 }
 
-impl DecodedSlice {
-    pub(crate) fn kept(&self) -> &KeptSlice {
+impl<K: Kept> Decoded<K> {
+    pub(crate) fn kept(&self) -> &K::Compact {
         &self.kept
+    }
+
+    /// The metadata the watcher reads, from the kept names and the resourceVersion.
+    fn of(names: &Names, resource_version: Option<String>, kept: K::Compact) -> Decoded<K> {
+        let metadata = ObjectMeta {
+            namespace: names.namespace.as_deref().map(str::to_string),
+            name: names.name.as_deref().map(str::to_string),
+            resource_version,
+            ..ObjectMeta::default()
+        };
+        Decoded { metadata, kept }
     }
 }
 
@@ -183,10 +210,7 @@ fn expect_value<'de, A: MapAccess<'de>>(map: &mut A, expected: &str) -> Result<(
 
 #[derive(Default)]
 struct SliceFields {
-    names: (Option<Text>, Option<Text>),
-    resource_version: Option<String>,
-    service_name: Option<Text>,
-    trigger_time: Option<std::time::SystemTime>,
+    meta: Meta<ServiceNameLabel, TriggerTimeAnnotation>,
     address_type: Option<Text>,
     endpoints: Vec<KeptEndpoint>,
     ports: Vec<KeptSlicePort>,
@@ -197,8 +221,10 @@ impl<'de> Fields<'de> for SliceFields {
 
     fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
         match key {
-            "apiVersion" => expect_value(map, <DecodedSlice as k8s_openapi::Resource>::API_VERSION),
-            "kind" => expect_value(map, <DecodedSlice as k8s_openapi::Resource>::KIND),
+            "apiVersion" => {
+                expect_value(map, <EndpointSlice as k8s_openapi::Resource>::API_VERSION)
+            }
+            "kind" => expect_value(map, <EndpointSlice as k8s_openapi::Resource>::KIND),
             "addressType" => {
                 self.address_type = word(map.next_value()?);
                 Ok(())
@@ -213,12 +239,7 @@ impl<'de> Fields<'de> for SliceFields {
                 Ok(())
             }
             "metadata" => {
-                let meta: Option<Object<MetaFields>> = map.next_value()?;
-                let meta = meta.map(|m| m.0).unwrap_or_default();
-                self.names = (word(meta.namespace), text(meta.name));
-                self.resource_version = meta.resource_version.map(|v| v.0.into_owned());
-                self.service_name = meta.labels.and_then(|l| l.0);
-                self.trigger_time = meta.annotations.and_then(|a| a.0);
+                self.meta = Meta::read(map)?;
                 Ok(())
             }
             "ports" => {
@@ -234,39 +255,89 @@ impl<'de> Fields<'de> for SliceFields {
 impl<'de> Deserialize<'de> for DecodedSlice {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let Object(slice) = Object::<SliceFields>::deserialize(d)?;
-        let (namespace, name) = slice.names;
-        let metadata = ObjectMeta {
-            namespace: namespace.as_deref().map(str::to_string),
-            name: name.as_deref().map(str::to_string),
-            resource_version: slice.resource_version,
-            ..ObjectMeta::default()
-        };
+        let Meta {
+            names,
+            resource_version,
+            label,
+            annotation,
+        } = slice.meta;
         let kept = KeptSlice {
-            names: Names { namespace, name },
-            service_name: slice.service_name,
-            trigger_time: slice.trigger_time,
+            names: names.clone(),
+            service_name: label,
+            trigger_time: annotation,
             address_type: slice.address_type.unwrap_or_else(|| shared_name("")),
             endpoints: slice.endpoints.into_boxed_slice(),
             ports: slice.ports.into_boxed_slice(),
         };
-        Ok(DecodedSlice { metadata, kept })
+        Ok(Decoded::of(&names, resource_version, kept))
     }
 }
 
-/// The metadata fields a slice's kept form reads.
-#[derive(Default)]
-struct MetaFields<'de> {
+/// What the kept forms read of an object's metadata: its names, its resourceVersion, the
+/// label `L` and the annotation `A`.
+struct Meta<L: Pick, A: Pick> {
+    names: Names,
+    resource_version: Option<String>,
+    label: Option<L::Value>,
+    annotation: Option<A::Value>,
+}
+
+impl<L: Pick, A: Pick> Default for Meta<L, A> {
+    fn default() -> Self {
+        Meta {
+            names: Names {
+                namespace: None,
+                name: None,
+            },
+            resource_version: None,
+            label: None,
+            annotation: None,
+        }
+    }
+}
+
+impl<L: Pick, A: Pick> Meta<L, A> {
+    /// The value of a `metadata` field (null: as if absent).
+    fn read<'de, M: MapAccess<'de>>(map: &mut M) -> Result<Self, M::Error> {
+        let meta: Option<Object<MetaFields<'de, L, A>>> = map.next_value()?;
+        let meta = meta.map(|m| m.0).unwrap_or_default();
+        Ok(Meta {
+            names: Names {
+                namespace: word(meta.namespace),
+                name: text(meta.name),
+            },
+            resource_version: meta.resource_version.map(|v| v.0.into_owned()),
+            label: meta.labels.and_then(|l| l.0),
+            annotation: meta.annotations.and_then(|a| a.0),
+        })
+    }
+}
+
+/// The metadata fields the kept forms read, as decoded.
+struct MetaFields<'de, L: Pick, A: Pick> {
     namespace: Option<Str<'de>>,
     name: Option<Str<'de>>,
     resource_version: Option<Str<'de>>,
-    labels: Option<Picked<ServiceNameLabel>>,
-    annotations: Option<Picked<TriggerTimeAnnotation>>,
+    labels: Option<Picked<L>>,
+    annotations: Option<Picked<A>>,
 }
 
-impl<'de> Fields<'de> for MetaFields<'de> {
+impl<L: Pick, A: Pick> Default for MetaFields<'_, L, A> {
+    fn default() -> Self {
+        MetaFields {
+            namespace: None,
+            name: None,
+            resource_version: None,
+            labels: None,
+            annotations: None,
+        }
+    }
+}
+
+impl<'de, L: Pick, A: Pick> Fields<'de> for MetaFields<'de, L, A> {
     const WHAT: &'static str = "ObjectMeta";
 
-    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+    fn field<M: MapAccess<'de>>(&mut self, key: &str, map: &mut M) -> Result<(), M::Error> {
         match key {
             "namespace" => self.namespace = map.next_value()?,
             "name" => self.name = map.next_value()?,
@@ -299,6 +370,29 @@ impl Pick for ServiceNameLabel {
 
     fn value(text: &str) -> Option<Text> {
         Some(text.into())
+    }
+}
+
+/// A label or annotation the kept form does not read: its map's values are only checked.
+struct NoEntry;
+
+impl Pick for NoEntry {
+    const KEY: &'static str = "";
+    type Value = std::convert::Infallible;
+
+    fn value(_: &str) -> Option<std::convert::Infallible> {
+        None
+    }
+}
+
+struct ConsistentEndpointAnnotation;
+
+impl Pick for ConsistentEndpointAnnotation {
+    const KEY: &'static str = CONSISTENT_ENDPOINT_ANNOTATION;
+    type Value = Text;
+
+    fn value(text: &str) -> Option<Text> {
+        Some(shared_name(text))
     }
 }
 
@@ -483,6 +577,261 @@ impl<'de> Fields<'de> for PortFields {
     }
 }
 
+/// A list of strings, each kept as its own text (`None`: null or absent).
+fn texts(list: Option<Vec<Str<'_>>>) -> Box<[Text]> {
+    list.into_iter()
+        .flatten()
+        .map(|s| s.0.as_ref().into())
+        .collect()
+}
+
+#[derive(Default)]
+struct ServiceFields {
+    meta: Meta<NoEntry, ConsistentEndpointAnnotation>,
+    spec: Option<Box<KeptServiceSpec>>,
+    ingress: Box<[(Option<Text>, Option<Text>)]>,
+}
+
+impl<'de> Fields<'de> for ServiceFields {
+    const WHAT: &'static str = "Service";
+
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "apiVersion" => expect_value(map, <Service as k8s_openapi::Resource>::API_VERSION)?,
+            "kind" => expect_value(map, <Service as k8s_openapi::Resource>::KIND)?,
+            "metadata" => self.meta = Meta::read(map)?,
+            "spec" => {
+                let spec: Option<Object<SpecFields<'de>>> = map.next_value()?;
+                self.spec = spec.map(|s| Box::new(s.0.kept()));
+            }
+            "status" => {
+                let status: Option<Object<StatusFields>> = map.next_value()?;
+                self.ingress = status
+                    .and_then(|s| s.0.load_balancer)
+                    .and_then(|lb| lb.0.ingress)
+                    .into_iter()
+                    .flatten()
+                    .map(|i| (i.0.ip, i.0.ip_mode))
+                    .collect();
+            }
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+}
+
+impl<'de> Deserialize<'de> for DecodedService {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let Object(service) = Object::<ServiceFields>::deserialize(d)?;
+        let Meta {
+            names,
+            resource_version,
+            annotation,
+            ..
+        } = service.meta;
+        let kept = KeptService {
+            names: names.clone(),
+            consistent_endpoint: annotation,
+            spec: service.spec,
+            ingress: service.ingress,
+        };
+        Ok(Decoded::of(&names, resource_version, kept))
+    }
+}
+
+/// A Service's spec as decoded; `clusterIP` is kept once its `clusterIPs` are known.
+#[derive(Default)]
+struct SpecFields<'de> {
+    type_: Option<Text>,
+    cluster_ip: Option<Str<'de>>,
+    cluster_ips: Box<[Text]>,
+    external_ips: Box<[Text]>,
+    load_balancer_source_ranges: Box<[Text]>,
+    external_traffic_policy: Option<Text>,
+    internal_traffic_policy: Option<Text>,
+    session_affinity: Option<Text>,
+    affinity_timeout_seconds: Option<i32>,
+    health_check_node_port: Option<i32>,
+    traffic_distribution: Option<Text>,
+    ports: Box<[KeptServicePort]>,
+}
+
+impl SpecFields<'_> {
+    fn kept(self) -> KeptServiceSpec {
+        KeptServiceSpec {
+            type_: self.type_,
+            cluster_ip: self
+                .cluster_ip
+                .map(|ip| cluster_ip(&ip.0, &self.cluster_ips)),
+            cluster_ips: self.cluster_ips,
+            external_ips: self.external_ips,
+            load_balancer_source_ranges: self.load_balancer_source_ranges,
+            external_traffic_policy: self.external_traffic_policy,
+            internal_traffic_policy: self.internal_traffic_policy,
+            session_affinity: self.session_affinity,
+            affinity_timeout_seconds: self.affinity_timeout_seconds,
+            health_check_node_port: self.health_check_node_port,
+            traffic_distribution: self.traffic_distribution,
+            ports: self.ports,
+        }
+    }
+}
+
+impl<'de> Fields<'de> for SpecFields<'de> {
+    const WHAT: &'static str = "ServiceSpec";
+
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "type" => self.type_ = word(map.next_value()?),
+            "clusterIP" => self.cluster_ip = map.next_value()?,
+            "clusterIPs" => self.cluster_ips = texts(map.next_value()?),
+            "externalIPs" => self.external_ips = texts(map.next_value()?),
+            "loadBalancerSourceRanges" => {
+                self.load_balancer_source_ranges = texts(map.next_value()?);
+            }
+            "externalTrafficPolicy" => self.external_traffic_policy = word(map.next_value()?),
+            "internalTrafficPolicy" => self.internal_traffic_policy = word(map.next_value()?),
+            "sessionAffinity" => self.session_affinity = word(map.next_value()?),
+            "sessionAffinityConfig" => {
+                let config: Option<Object<AffinityConfig>> = map.next_value()?;
+                self.affinity_timeout_seconds = config
+                    .and_then(|c| c.0.client_ip)
+                    .and_then(|c| c.0.timeout_seconds);
+            }
+            "healthCheckNodePort" => self.health_check_node_port = map.next_value()?,
+            "trafficDistribution" => self.traffic_distribution = word(map.next_value()?),
+            "ports" => {
+                let ports: Option<Vec<Object<ServicePortFields>>> = map.next_value()?;
+                self.ports = ports
+                    .into_iter()
+                    .flatten()
+                    .map(|p| {
+                        (
+                            p.0.name,
+                            p.0.protocol,
+                            p.0.port.unwrap_or_default(),
+                            p.0.node_port,
+                        )
+                    })
+                    .collect();
+            }
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct AffinityConfig {
+    client_ip: Option<Object<ClientIp>>,
+}
+
+impl<'de> Fields<'de> for AffinityConfig {
+    const WHAT: &'static str = "SessionAffinityConfig";
+
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "clientIP" => self.client_ip = map.next_value()?,
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct ClientIp {
+    timeout_seconds: Option<i32>,
+}
+
+impl<'de> Fields<'de> for ClientIp {
+    const WHAT: &'static str = "ClientIPConfig";
+
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "timeoutSeconds" => self.timeout_seconds = map.next_value()?,
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+}
+
+/// A Service port: `port` is 0 when null or absent, as k8s-openapi reads it.
+#[derive(Default)]
+struct ServicePortFields {
+    name: Option<Text>,
+    protocol: Option<Text>,
+    port: Option<i32>,
+    node_port: Option<i32>,
+}
+
+impl<'de> Fields<'de> for ServicePortFields {
+    const WHAT: &'static str = "ServicePort";
+
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "name" => self.name = word(map.next_value()?),
+            "protocol" => self.protocol = word(map.next_value()?),
+            "port" => self.port = map.next_value()?,
+            "nodePort" => self.node_port = map.next_value()?,
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct StatusFields {
+    load_balancer: Option<Object<LoadBalancer>>,
+}
+
+impl<'de> Fields<'de> for StatusFields {
+    const WHAT: &'static str = "ServiceStatus";
+
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "loadBalancer" => self.load_balancer = map.next_value()?,
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct LoadBalancer {
+    ingress: Option<Vec<Object<Ingress>>>,
+}
+
+impl<'de> Fields<'de> for LoadBalancer {
+    const WHAT: &'static str = "LoadBalancerStatus";
+
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "ingress" => self.ingress = map.next_value()?,
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct Ingress {
+    ip: Option<Text>,
+    ip_mode: Option<Text>,
+}
+
+impl<'de> Fields<'de> for Ingress {
+    const WHAT: &'static str = "LoadBalancerIngress";
+
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "ip" => self.ip = text(map.next_value()?),
+            "ipMode" => self.ip_mode = word(map.next_value()?),
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -659,52 +1008,213 @@ mod tests {
             )
     }
 
-    /// What the store would keep of `text` decoded by k8s-openapi, and its metadata's names.
-    fn through_k8s_openapi(
-        slice: Result<EndpointSlice, serde_json::Error>,
-    ) -> Option<(KeptSlice, ObjectMeta)> {
-        slice.ok().map(|s| {
-            let decoded = DecodedSlice::from(s);
+    /// What the store keeps of an object k8s-openapi decoded, and its metadata as the watcher
+    /// reads it; `None`: refused.
+    fn through_k8s_openapi<K>(
+        object: Result<K, serde_json::Error>,
+    ) -> Option<(K::Compact, ObjectMeta)>
+    where
+        K: Kept + k8s_openapi::Metadata<Ty = ObjectMeta>,
+    {
+        object.ok().map(|o| {
+            let decoded = Decoded::from(o);
             (decoded.kept, decoded.metadata)
         })
     }
 
-    fn decoded(slice: Result<DecodedSlice, serde_json::Error>) -> Option<(KeptSlice, ObjectMeta)> {
-        slice.ok().map(|s| (s.kept, s.metadata))
+    fn decoded<K: Kept>(
+        object: Result<Decoded<K>, serde_json::Error>,
+    ) -> Option<(K::Compact, ObjectMeta)> {
+        object.ok().map(|d| (d.kept, d.metadata))
+    }
+
+    /// Decodes `value` both ways, from text, inside a list page (buffered by kube's list type
+    /// first) and from an already parsed value (every string owned), and compares.
+    fn same_both_ways<K>(value: Value) -> Result<(), TestCaseError>
+    where
+        K: Kept + k8s_openapi::Metadata<Ty = ObjectMeta> + serde::de::DeserializeOwned + Clone,
+        Decoded<K>: serde::de::DeserializeOwned,
+    {
+        let text = value.to_string();
+        prop_assert_eq!(
+            decoded::<K>(serde_json::from_str(&text)),
+            through_k8s_openapi::<K>(serde_json::from_str(&text)),
+            "{}",
+            text
+        );
+        prop_assert_eq!(
+            decoded::<K>(serde_json::from_value(value.clone())),
+            through_k8s_openapi::<K>(serde_json::from_value(value.clone())),
+            "{}",
+            text
+        );
+        let page = json!({"metadata": {"resourceVersion": "9"}, "items": [value]}).to_string();
+        let ours = serde_json::from_str::<ObjectList<Decoded<K>>>(&page).map(|l| {
+            l.items
+                .into_iter()
+                .map(|d| (d.kept, d.metadata))
+                .collect::<Vec<_>>()
+        });
+        let theirs = serde_json::from_str::<ObjectList<K>>(&page).map(|l| {
+            l.items
+                .into_iter()
+                .map(|o| {
+                    let d = Decoded::from(o);
+                    (d.kept, d.metadata)
+                })
+                .collect::<Vec<_>>()
+        });
+        prop_assert_eq!(ours.ok(), theirs.ok(), "{}", page);
+        Ok(())
+    }
+
+    fn strings() -> impl Strategy<Value = Value> {
+        prop::collection::vec(prop_oneof![8 => address(), 1 => Just(Value::Null)], 0..3)
+            .prop_map(Value::from)
+    }
+
+    fn integer() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            8 => (0i64..70000).prop_map(|p| json!(p)),
+            1 => Just(json!(3_000_000_000i64)),
+            1 => Just(json!("80")),
+        ]
+    }
+
+    fn service_port() -> impl Strategy<Value = Value> {
+        (
+            field(string()),
+            field(string()),
+            field(integer()),
+            field(integer()),
+        )
+            .prop_map(|(name, protocol, port, node_port)| {
+                object(vec![
+                    ("name", name),
+                    ("protocol", protocol),
+                    ("port", port),
+                    ("nodePort", node_port),
+                    ("targetPort", Some(json!("http"))),
+                ])
+            })
+    }
+
+    fn service() -> impl Strategy<Value = Value> {
+        let affinity = field(field(integer()).prop_map(|t| object(vec![("timeoutSeconds", t)])))
+            .prop_map(|client_ip| object(vec![("clientIP", client_ip)]));
+        let spec = (
+            (
+                field(string()),
+                field(address()),
+                field(strings()),
+                field(strings()),
+            ),
+            (
+                field(strings()),
+                field(string()),
+                field(string()),
+                field(string()),
+            ),
+            (
+                field(affinity),
+                field(integer()),
+                field(string()),
+                field(prop::collection::vec(service_port(), 0..3).prop_map(Value::from)),
+            ),
+        )
+            .prop_map(
+                |((t, ip, ips, ext), (lbsr, etp, itp, sa), (sac, hc, td, ports))| {
+                    object(vec![
+                        ("type", t),
+                        ("clusterIP", ip),
+                        ("clusterIPs", ips),
+                        ("externalIPs", ext),
+                        ("loadBalancerSourceRanges", lbsr),
+                        ("externalTrafficPolicy", etp),
+                        ("internalTrafficPolicy", itp),
+                        ("sessionAffinity", sa),
+                        ("sessionAffinityConfig", sac),
+                        ("healthCheckNodePort", hc),
+                        ("trafficDistribution", td),
+                        ("ports", ports),
+                        ("selector", Some(json!({"app": "web"}))),
+                    ])
+                },
+            );
+        let ingress = (field(address()), field(string())).prop_map(|(ip, mode)| {
+            object(vec![
+                ("ip", ip),
+                ("ipMode", mode),
+                ("hostname", Some(json!("lb"))),
+            ])
+        });
+        let status = field(
+            field(prop::collection::vec(ingress, 0..3).prop_map(Value::from))
+                .prop_map(|ingress| object(vec![("ingress", ingress)])),
+        )
+        .prop_map(|lb| object(vec![("loadBalancer", lb)]));
+        (
+            field(prop_oneof![8 => Just(json!("v1")), 1 => Just(json!("discovery.k8s.io/v1"))]),
+            field(prop_oneof![8 => Just(json!("Service")), 1 => Just(json!("EndpointSlice"))]),
+            field(service_metadata()),
+            field(spec),
+            field(status),
+        )
+            .prop_map(|(api_version, kind, metadata, spec, status)| {
+                object(vec![
+                    ("apiVersion", api_version.filter(|v| !v.is_null())),
+                    ("kind", kind.filter(|v| !v.is_null())),
+                    ("metadata", metadata),
+                    ("spec", spec),
+                    ("status", status),
+                ])
+            })
+    }
+
+    fn service_metadata() -> impl Strategy<Value = Value> {
+        (
+            field(string()),
+            field(string()),
+            field(string()),
+            field(strings_map("app", vec!["web"])),
+            field(strings_map(
+                CONSISTENT_ENDPOINT_ANNOTATION,
+                vec!["client", "connection", "", "a\"b"],
+            )),
+        )
+            .prop_map(|(namespace, name, rv, labels, annotations)| {
+                object(vec![
+                    ("namespace", namespace),
+                    ("name", name),
+                    ("resourceVersion", rv),
+                    ("labels", labels),
+                    ("annotations", annotations),
+                ])
+            })
     }
 
     proptest! {
         /// Whatever k8s-openapi accepts decodes to the same kept slice (and the same names and
-        /// resourceVersion); whatever it rejects is rejected: from text (strings borrowed where
-        /// they can be), inside a list page (buffered by kube's list type first), and from an
-        /// already parsed value (every string owned).
+        /// resourceVersion); whatever it rejects is rejected.
         #[test]
-        fn decodes_what_k8s_openapi_decodes_into_the_same_kept_form(value in slice()) {
-            let text = value.to_string();
-            prop_assert_eq!(
-                decoded(serde_json::from_str(&text)),
-                through_k8s_openapi(serde_json::from_str(&text)),
-                "{}", text
-            );
-            prop_assert_eq!(
-                decoded(serde_json::from_value(value.clone())),
-                through_k8s_openapi(serde_json::from_value(value.clone())),
-                "{}", text
-            );
-            let page = json!({"metadata": {"resourceVersion": "9"}, "items": [value]}).to_string();
-            let ours = serde_json::from_str::<ObjectList<DecodedSlice>>(&page)
-                .map(|l| l.items.into_iter().map(|s| (s.kept, s.metadata)).collect::<Vec<_>>());
-            let theirs = serde_json::from_str::<ObjectList<EndpointSlice>>(&page).map(|l| {
-                l.items
-                    .into_iter()
-                    .map(|s| {
-                        let d = DecodedSlice::from(s);
-                        (d.kept, d.metadata)
-                    })
-                    .collect::<Vec<_>>()
-            });
-            prop_assert_eq!(ours.ok(), theirs.ok(), "{}", page);
+        fn a_slice_decodes_as_through_k8s_openapi(value in slice()) {
+            same_both_ways::<EndpointSlice>(value)?;
         }
+
+        /// The same for Services.
+        #[test]
+        fn a_service_decodes_as_through_k8s_openapi(value in service()) {
+            same_both_ways::<Service>(value)?;
+        }
+    }
+
+    #[test]
+    fn a_service_port_without_a_number_keeps_port_0_as_k8s_openapi_reads_it() {
+        let service = json!({
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"ports": [{"name": "a", "port": null}, {"name": "b"}]},
+        });
+        same_both_ways::<Service>(service).unwrap();
     }
 
     #[test]

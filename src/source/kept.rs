@@ -32,7 +32,7 @@ use crate::cluster::{
 pub(super) type Text = Arc<str>;
 
 /// An object kind the store keeps, as it is received, and what it keeps of one.
-pub(crate) trait Kept: kube::Resource + Sized {
+pub trait Kept: kube::Resource + Sized {
     /// The fields of the object the model reads.
     type Compact: Clone + PartialEq + std::fmt::Debug;
 
@@ -103,18 +103,26 @@ fn annotation(meta: &mut ObjectMeta, key: &str) -> Option<String> {
     meta.annotations.as_mut()?.remove(key)
 }
 
+/// `clusterIP`, which is most often the first of `clusterIPs`: one copy for both.
+pub(super) fn cluster_ip(ip: &str, cluster_ips: &[Text]) -> Text {
+    match cluster_ips.first() {
+        Some(first) if **first == *ip => first.clone(),
+        _ => ip.into(),
+    }
+}
+
 /// A Service: what `cluster::service` reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct KeptService {
-    names: Names,
-    consistent_endpoint: Option<Text>,
-    spec: Option<Box<KeptServiceSpec>>,
+pub struct KeptService {
+    pub(super) names: Names,
+    pub(super) consistent_endpoint: Option<Text>,
+    pub(super) spec: Option<Box<KeptServiceSpec>>,
     /// `status.loadBalancer.ingress`: (ip, ipMode).
-    ingress: Box<[(Option<Text>, Option<Text>)]>,
+    pub(super) ingress: Box<[(Option<Text>, Option<Text>)]>,
 }
 
 /// A Service port: name, protocol, port, nodePort.
-type KeptServicePort = (Option<Text>, Option<Text>, i32, Option<i32>);
+pub(super) type KeptServicePort = (Option<Text>, Option<Text>, i32, Option<i32>);
 
 /// An EndpointSlice port: name, protocol, port.
 pub(super) type KeptSlicePort = (Option<Text>, Option<Text>, Option<i32>);
@@ -123,19 +131,19 @@ pub(super) type KeptSlicePort = (Option<Text>, Option<Text>, Option<i32>);
 pub(super) type HintNames = (Option<Box<[Text]>>, Option<Box<[Text]>>);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct KeptServiceSpec {
-    type_: Option<Text>,
-    cluster_ip: Option<Text>,
-    cluster_ips: Box<[Text]>,
-    external_ips: Box<[Text]>,
-    load_balancer_source_ranges: Box<[Text]>,
-    external_traffic_policy: Option<Text>,
-    internal_traffic_policy: Option<Text>,
-    session_affinity: Option<Text>,
-    affinity_timeout_seconds: Option<i32>,
-    health_check_node_port: Option<i32>,
-    traffic_distribution: Option<Text>,
-    ports: Box<[KeptServicePort]>,
+pub(super) struct KeptServiceSpec {
+    pub(super) type_: Option<Text>,
+    pub(super) cluster_ip: Option<Text>,
+    pub(super) cluster_ips: Box<[Text]>,
+    pub(super) external_ips: Box<[Text]>,
+    pub(super) load_balancer_source_ranges: Box<[Text]>,
+    pub(super) external_traffic_policy: Option<Text>,
+    pub(super) internal_traffic_policy: Option<Text>,
+    pub(super) session_affinity: Option<Text>,
+    pub(super) affinity_timeout_seconds: Option<i32>,
+    pub(super) health_check_node_port: Option<i32>,
+    pub(super) traffic_distribution: Option<Text>,
+    pub(super) ports: Box<[KeptServicePort]>,
 }
 
 impl Kept for Service {
@@ -147,13 +155,7 @@ impl Kept for Service {
             let cluster_ips = texts(s.cluster_ips);
             Box::new(KeptServiceSpec {
                 type_: s.type_.map(word),
-                cluster_ip: s.cluster_ip.map(|ip| {
-                    // Most often the first of clusterIPs: one copy for both.
-                    match cluster_ips.first() {
-                        Some(first) if **first == *ip => first.clone(),
-                        _ => text(ip),
-                    }
-                }),
+                cluster_ip: s.cluster_ip.map(|ip| cluster_ip(&ip, &cluster_ips)),
                 cluster_ips,
                 external_ips: texts(s.external_ips),
                 load_balancer_source_ranges: texts(s.load_balancer_source_ranges),
@@ -254,7 +256,7 @@ impl Kept for Service {
 
 /// An EndpointSlice: what `cluster::endpoints` reads, and the change-trigger time.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct KeptSlice {
+pub struct KeptSlice {
     pub(super) names: Names,
     /// The `kubernetes.io/service-name` label.
     pub(super) service_name: Option<Text>,

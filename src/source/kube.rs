@@ -10,13 +10,13 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio::sync::Notify;
 
-use super::store::{Change, ClusterStore, DecodedSlice};
+use super::store::{Change, ClusterStore, DecodedService, DecodedSlice};
 
 /// Label kube-proxy uses to leave a Service to another proxy.
 pub(crate) const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
@@ -85,14 +85,14 @@ pub(crate) fn spawn_watchers(
         .page_size(OBJECT_LIST_PAGE_SIZE);
     let node = watcher::Config::default().fields(&format!("metadata.name={node_name}"));
     vec![
+        // Both decoded straight into what the store keeps.
         tokio::spawn(watch(
-            Api::<Service>::all(client.clone()),
+            Api::<DecodedService>::all(client.clone()),
             objects.clone(),
             store.clone(),
             wake.clone(),
-            ClusterStore::apply_service,
+            ClusterStore::apply_decoded_service,
         )),
-        // Decoded straight into what the store keeps: most of a list's bytes are slices.
         tokio::spawn(watch(
             Api::<DecodedSlice>::all(client.clone()),
             objects,

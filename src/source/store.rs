@@ -9,12 +9,12 @@ use std::time::SystemTime;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
 
 use super::Inputs;
-pub use super::decoded::DecodedSlice;
-pub(crate) use super::kept::Kept;
-use super::kept::KeptSlice;
+pub use super::decoded::{Decoded, DecodedService, DecodedSlice};
+pub use super::kept::{Kept, KeptService, KeptSlice};
 use crate::cluster::{LiveState, NodeInfo, ServiceRef};
 use crate::serve::{ChangeCounts, Metrics};
 
@@ -170,6 +170,17 @@ impl<K: Kept> KindStore<K> {
     }
 }
 
+/// An event of a k8s-openapi object as the event of its decoded form.
+fn decoded<K: Kept + k8s_openapi::Metadata<Ty = ObjectMeta>>(event: Event<K>) -> Event<Decoded<K>> {
+    match event {
+        Event::Apply(object) => Event::Apply(object.into()),
+        Event::Delete(object) => Event::Delete(object.into()),
+        Event::Init => Event::Init,
+        Event::InitApply(object) => Event::InitApply(object.into()),
+        Event::InitDone => Event::InitDone,
+    }
+}
+
 fn key<K: kube::Resource>(obj: &K) -> String {
     let meta = obj.meta();
     format!(
@@ -184,7 +195,7 @@ fn key<K: kube::Resource>(obj: &K) -> String {
 /// since the last sync took them.
 #[derive(Debug, Default)]
 pub struct ClusterStore {
-    pub(crate) services: KindStore<Service>,
+    pub(crate) services: KindStore<DecodedService>,
     pub(crate) endpoint_slices: KindStore<DecodedSlice>,
     pub(crate) nodes: KindStore<Node>,
     pub(crate) service_cidrs: KindStore<ServiceCIDR>,
@@ -333,12 +344,17 @@ impl ClusterStore {
     }
 
     pub fn apply_service(&mut self, event: Event<Service>) -> Change {
+        self.apply_decoded_service(decoded(event))
+    }
+
+    /// `apply_service` for a Service the watch decoded straight into its kept form.
+    pub fn apply_decoded_service(&mut self, event: Event<DecodedService>) -> Change {
         let completes_list = matches!(event, Event::InitDone);
         let (members, changed) = (&mut self.members, &mut self.changed);
         let pending = &mut self.service_changes_pending;
         let (change, notifications) = self.services.apply_counted(event, |key, before, after| {
             let list: MemberList = |m| &mut m.services;
-            track_pending::<Service>(members, changed, pending, list, key, before, after);
+            track_pending::<DecodedService>(members, changed, pending, list, key, before, after);
         });
         self.service_changes += notifications;
         if completes_list {
@@ -355,14 +371,7 @@ impl ClusterStore {
     }
 
     pub fn apply_endpoint_slice(&mut self, event: Event<EndpointSlice>) -> Change {
-        let event = match event {
-            Event::Apply(slice) => Event::Apply(slice.into()),
-            Event::Delete(slice) => Event::Delete(slice.into()),
-            Event::Init => Event::Init,
-            Event::InitApply(slice) => Event::InitApply(slice.into()),
-            Event::InitDone => Event::InitDone,
-        };
-        self.apply_decoded_slice(event)
+        self.apply_decoded_slice(decoded(event))
     }
 
     /// `apply_endpoint_slice` for a slice the watch decoded straight into its kept form.
@@ -583,7 +592,7 @@ mod tests {
         }
     }
 
-    fn names(store: &KindStore<Service>) -> Vec<String> {
+    fn names<K: Kept<Object = Service>>(store: &KindStore<K>) -> Vec<String> {
         store
             .objects()
             .map(|s| s.metadata.name.clone().unwrap())
