@@ -605,10 +605,10 @@ impl<'de> Fields<'de> for ServiceFields {
                 self.spec = spec.map(|s| Box::new(s.0.kept()));
             }
             "status" => {
-                let status: Option<Object<StatusFields>> = map.next_value()?;
+                let status: Option<Object<Only<LoadBalancerOf>>> = map.next_value()?;
                 self.ingress = status
-                    .and_then(|s| s.0.load_balancer)
-                    .and_then(|lb| lb.0.ingress)
+                    .and_then(|s| s.0.value())
+                    .and_then(|lb| lb.0.value())
                     .into_iter()
                     .flatten()
                     .map(|i| (i.0.ip, i.0.ip_mode))
@@ -693,10 +693,9 @@ impl<'de> Fields<'de> for SpecFields<'de> {
             "internalTrafficPolicy" => self.internal_traffic_policy = word(map.next_value()?),
             "sessionAffinity" => self.session_affinity = word(map.next_value()?),
             "sessionAffinityConfig" => {
-                let config: Option<Object<AffinityConfig>> = map.next_value()?;
-                self.affinity_timeout_seconds = config
-                    .and_then(|c| c.0.client_ip)
-                    .and_then(|c| c.0.timeout_seconds);
+                let config: Option<Object<Only<ClientIpOf>>> = map.next_value()?;
+                self.affinity_timeout_seconds =
+                    config.and_then(|c| c.0.value()).and_then(|c| c.0.value());
             }
             "healthCheckNodePort" => self.health_check_node_port = map.next_value()?,
             "trafficDistribution" => self.traffic_distribution = word(map.next_value()?),
@@ -715,40 +714,6 @@ impl<'de> Fields<'de> for SpecFields<'de> {
                     })
                     .collect();
             }
-            _ => skip(map)?,
-        }
-        Ok(())
-    }
-}
-
-#[derive(Default)]
-struct AffinityConfig {
-    client_ip: Option<Object<ClientIp>>,
-}
-
-impl<'de> Fields<'de> for AffinityConfig {
-    const WHAT: &'static str = "SessionAffinityConfig";
-
-    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
-        match key {
-            "clientIP" => self.client_ip = map.next_value()?,
-            _ => skip(map)?,
-        }
-        Ok(())
-    }
-}
-
-#[derive(Default)]
-struct ClientIp {
-    timeout_seconds: Option<i32>,
-}
-
-impl<'de> Fields<'de> for ClientIp {
-    const WHAT: &'static str = "ClientIPConfig";
-
-    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
-        match key {
-            "timeoutSeconds" => self.timeout_seconds = map.next_value()?,
             _ => skip(map)?,
         }
         Ok(())
@@ -779,38 +744,78 @@ impl<'de> Fields<'de> for ServicePortFields {
     }
 }
 
-#[derive(Default)]
-struct StatusFields {
-    load_balancer: Option<Object<LoadBalancer>>,
+/// An object of which the proxy reads one field, `F::KEY` (null or absent: `None`).
+struct Only<F: OnlyField>(Option<F::Value>);
+
+/// The one field `Only` reads, and the object it is read from.
+trait OnlyField {
+    const WHAT: &'static str;
+    const KEY: &'static str;
+    type Value;
 }
 
-impl<'de> Fields<'de> for StatusFields {
+impl<F: OnlyField> Default for Only<F> {
+    fn default() -> Self {
+        Only(None)
+    }
+}
+
+impl<F: OnlyField> Only<F> {
+    fn value(self) -> Option<F::Value> {
+        self.0
+    }
+}
+
+impl<'de, F: OnlyField> Fields<'de> for Only<F>
+where
+    F::Value: Deserialize<'de>,
+{
+    const WHAT: &'static str = F::WHAT;
+
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        if key == F::KEY {
+            self.0 = map.next_value()?;
+            Ok(())
+        } else {
+            skip(map)
+        }
+    }
+}
+
+/// `sessionAffinityConfig.clientIP`.
+struct ClientIpOf;
+
+impl OnlyField for ClientIpOf {
+    const WHAT: &'static str = "SessionAffinityConfig";
+    const KEY: &'static str = "clientIP";
+    type Value = Object<Only<TimeoutOf>>;
+}
+
+/// `clientIP.timeoutSeconds`.
+struct TimeoutOf;
+
+impl OnlyField for TimeoutOf {
+    const WHAT: &'static str = "ClientIPConfig";
+    const KEY: &'static str = "timeoutSeconds";
+    type Value = i32;
+}
+
+/// `status.loadBalancer`.
+struct LoadBalancerOf;
+
+impl OnlyField for LoadBalancerOf {
     const WHAT: &'static str = "ServiceStatus";
-
-    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
-        match key {
-            "loadBalancer" => self.load_balancer = map.next_value()?,
-            _ => skip(map)?,
-        }
-        Ok(())
-    }
+    const KEY: &'static str = "loadBalancer";
+    type Value = Object<Only<IngressOf>>;
 }
 
-#[derive(Default)]
-struct LoadBalancer {
-    ingress: Option<Vec<Object<Ingress>>>,
-}
+/// `loadBalancer.ingress`.
+struct IngressOf;
 
-impl<'de> Fields<'de> for LoadBalancer {
+impl OnlyField for IngressOf {
     const WHAT: &'static str = "LoadBalancerStatus";
-
-    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
-        match key {
-            "ingress" => self.ingress = map.next_value()?,
-            _ => skip(map)?,
-        }
-        Ok(())
-    }
+    const KEY: &'static str = "ingress";
+    type Value = Vec<Object<Ingress>>;
 }
 
 #[derive(Default)]
