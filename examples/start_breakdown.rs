@@ -1,6 +1,5 @@
 //! Where the daemon's start goes outside the sync, in CPU time on one thread: decoding list
-//! pages as the daemon's watchers do (Services as k8s-openapi objects, EndpointSlices straight
-//! into their kept form), keeping each object in the store, completing the lists, and building
+//! pages as the daemon's watchers do (straight into the store's kept form), keeping each object in the store, completing the lists, and building
 //! the model at the first sync, for the benchmark's synthetic cluster.
 //!
 //! `cargo run --release --example start_breakdown -- 30000x10`
@@ -11,12 +10,11 @@ mod synthetic;
 
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::Service;
 use kube::core::ObjectList;
 use kube::runtime::watcher::Event;
 use kubenft::cli::load_inputs;
 use kubenft::cluster::LiveState;
-use kubenft::source::store::{ClusterStore, DecodedSlice};
+use kubenft::source::store::{ClusterStore, DecodedService, DecodedSlice};
 
 /// Objects per list page, as the daemon asks.
 const PAGE: usize = 1000;
@@ -60,11 +58,11 @@ fn main() {
         slice_pages.iter().map(Vec::len).sum::<usize>() as f64 / 1048576.0
     );
     println!("| step | wall time |\n|---|---|");
-    let services: Vec<Vec<Service>> = timed("Services decoded", || {
+    let services: Vec<Vec<DecodedService>> = timed("Services decoded", || {
         service_pages
             .iter()
             .map(|p| {
-                serde_json::from_slice::<ObjectList<Service>>(p)
+                serde_json::from_slice::<ObjectList<DecodedService>>(p)
                     .unwrap()
                     .items
             })
@@ -82,13 +80,13 @@ fn main() {
     });
     let mut store = ClusterStore::default();
     timed("Services kept", || {
-        store.apply_service(Event::Init);
+        store.apply_decoded_service(Event::Init);
         for s in services.into_iter().flatten() {
-            store.apply_service(Event::InitApply(s));
+            store.apply_decoded_service(Event::InitApply(s));
         }
     });
     timed("Services listed (InitDone)", || {
-        store.apply_service(Event::InitDone)
+        store.apply_decoded_service(Event::InitDone)
     });
     timed("EndpointSlices kept", || {
         store.apply_decoded_slice(Event::Init);

@@ -1,7 +1,7 @@
 //! The cluster as the proxy sees it: service ports with their endpoints, and this node's facts,
-//! converted from Kubernetes objects and validated, and the cluster's ClusterIP ranges. An
-//! invalid object is rejected with a reason and never affects another; headless and
-//! ExternalName Services are not proxied at all.
+//! converted from Kubernetes objects (in the form `kept` keeps them) and validated, and the
+//! cluster's ClusterIP ranges. An invalid object is rejected with a reason and never affects
+//! another; headless and ExternalName Services are not proxied at all.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -11,15 +11,16 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 mod endpoints;
+pub(crate) mod kept;
 mod node;
 mod service;
 #[cfg(test)]
 mod tests;
 
 use endpoints::add_slice;
+use kept::{Kept, KeptService, KeptSlice};
 use service::service_ports;
 
 /// Transport protocol of a service port.
@@ -122,13 +123,8 @@ pub enum ConsistentEndpoint {
 impl ConsistentEndpoint {
     /// The annotation's value on `svc`: none without the annotation, an error for a value
     /// that is not a mode.
-    pub(crate) fn of(svc: &Service) -> Result<Option<ConsistentEndpoint>, String> {
-        let value = svc
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(CONSISTENT_ENDPOINT_ANNOTATION));
-        match value.map(|v| v.trim()) {
+    pub(crate) fn of(svc: &KeptService) -> Result<Option<ConsistentEndpoint>, String> {
+        match svc.consistent_endpoint.as_deref().map(str::trim) {
             None => Ok(None),
             Some("client") => Ok(Some(ConsistentEndpoint::Client)),
             Some("connection") => Ok(Some(ConsistentEndpoint::Connection)),
@@ -262,17 +258,15 @@ impl ClusterState {
         slices: &[EndpointSlice],
         node: Option<&Node>,
     ) -> (ClusterState, Vec<Rejected>) {
-        let mut groups: BTreeMap<ServiceRef, (Vec<&Service>, Vec<&EndpointSlice>)> =
+        let services: Vec<KeptService> = services.iter().cloned().map(Kept::compact).collect();
+        let slices: Vec<KeptSlice> = slices.iter().cloned().map(Kept::compact).collect();
+        let mut groups: BTreeMap<ServiceRef, (Vec<&KeptService>, Vec<&KeptSlice>)> =
             BTreeMap::new();
-        for svc in services {
-            groups.entry(service_ref(svc)).or_default().0.push(svc);
+        for svc in &services {
+            groups.entry(svc.service_ref()).or_default().0.push(svc);
         }
-        for slice in slices {
-            groups
-                .entry(slice_service_ref(slice))
-                .or_default()
-                .1
-                .push(slice);
+        for slice in &slices {
+            groups.entry(slice.service_ref()).or_default().1.push(slice);
         }
         let mut state = ClusterState::default();
         let mut rejected = Vec::new();
@@ -290,8 +284,8 @@ impl ClusterState {
     pub(crate) fn update_service(
         &mut self,
         service: &ServiceRef,
-        services: &[&Service],
-        slices: &[&EndpointSlice],
+        services: &[&KeptService],
+        slices: &[&KeptSlice],
     ) -> Vec<Rejected> {
         let lowest = ServicePortName::lowest_of(service);
         let of_service = |n: &ServicePortName| n.namespace == service.0 && n.name == service.1;
@@ -337,8 +331,8 @@ impl ClusterState {
             };
             rejected.push(Rejected {
                 kind: "Service",
-                namespace: svc.metadata.namespace.clone().unwrap_or_default(),
-                name: svc.metadata.name.clone().unwrap_or_default(),
+                namespace: svc.names.namespace.as_deref().unwrap_or_default().into(),
+                name: svc.names.name.as_deref().unwrap_or_default().into(),
                 reason,
             });
         }
@@ -346,8 +340,8 @@ impl ClusterState {
             for reason in add_slice(self, slice) {
                 rejected.push(Rejected {
                     kind: "EndpointSlice",
-                    namespace: slice.metadata.namespace.clone().unwrap_or_default(),
-                    name: slice.metadata.name.clone().unwrap_or_default(),
+                    namespace: slice.names.namespace.as_deref().unwrap_or_default().into(),
+                    name: slice.names.name.as_deref().unwrap_or_default().into(),
                     reason,
                 });
             }
@@ -417,8 +411,8 @@ impl LiveState {
     pub(crate) fn update_service(
         &mut self,
         service: &ServiceRef,
-        services: &[&Service],
-        slices: &[&EndpointSlice],
+        services: &[&KeptService],
+        slices: &[&KeptSlice],
     ) {
         let rejected = self.state.update_service(service, services, slices);
         if rejected.is_empty() {
@@ -457,12 +451,6 @@ impl ServicePortName {
     }
 }
 
-/// The service a Service object defines (no namespace means `default`, as the API does).
-pub(crate) fn service_ref(svc: &Service) -> ServiceRef {
-    let meta = &svc.metadata;
-    service_ref_named(meta.namespace.as_deref(), meta.name.as_deref())
-}
-
 /// The service named `name` in `namespace` (none means `default`, as the API does; no name is
 /// the empty name, which no Service can have).
 pub(crate) fn service_ref_named(namespace: Option<&str>, name: Option<&str>) -> ServiceRef {
@@ -472,21 +460,8 @@ pub(crate) fn service_ref_named(namespace: Option<&str>, name: Option<&str>) -> 
     )
 }
 
-/// The service an EndpointSlice belongs to, by its `kubernetes.io/service-name` label. A slice
-/// without the label belongs to no service: it is grouped under the empty name, which no
-/// Service can have, and rejected when converted.
-pub(crate) fn slice_service_ref(slice: &EndpointSlice) -> ServiceRef {
-    let meta = &slice.metadata;
-    let service = meta.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL));
-    service_ref_named(meta.namespace.as_deref(), service.map(String::as_str))
-}
-
 /// The label that ties an EndpointSlice to its Service.
 pub(crate) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-
-fn namespace_of(meta: &ObjectMeta) -> String {
-    namespace_or_default(meta.namespace.as_deref()).to_string()
-}
 
 /// An object's namespace, `default` when it names none, as the API does.
 fn namespace_or_default(namespace: Option<&str>) -> &str {

@@ -1,27 +1,28 @@
-//! A Service object as service ports: one `ServicePort` per spec port, with the Service's
-//! ClusterIPs, external addresses, NodePorts, policies and affinity. A Service the proxy does
-//! not serve (headless, ExternalName) has no service ports; one it cannot read is an error
-//! naming the field.
+//! A Service, in the form the store keeps, as service ports: one `ServicePort` per spec port,
+//! with the Service's ClusterIPs, external addresses, NodePorts, policies and affinity. A
+//! Service the proxy does not serve (headless, ExternalName) has no service ports; one it
+//! cannot read is an error naming the field.
 
+use super::kept::{KeptService, KeptServiceSpec, Text};
 use super::*;
 
-pub(super) fn service_ports(svc: &Service) -> Result<Vec<ServicePort>, String> {
-    let namespace = namespace_of(&svc.metadata);
-    let name = svc.metadata.name.clone().ok_or("no metadata.name")?;
-    let Some(spec) = &svc.spec else {
+pub(super) fn service_ports(svc: &KeptService) -> Result<Vec<ServicePort>, String> {
+    let namespace = namespace_or_default(svc.names.namespace.as_deref());
+    let name = svc.names.name.as_deref().ok_or("no metadata.name")?;
+    let Some(spec) = svc.spec.as_deref() else {
         return Ok(Vec::new());
     };
     if spec.type_.as_deref() == Some("ExternalName") {
         return Ok(Vec::new());
     }
     let mut cluster_ips = Vec::new();
-    let listed: Vec<String> = match (&spec.cluster_ips, &spec.cluster_ip) {
-        (Some(ips), _) if !ips.is_empty() => ips.clone(),
-        (_, Some(ip)) => vec![ip.clone()],
-        _ => Vec::new(),
+    let listed = if spec.cluster_ips.is_empty() {
+        spec.cluster_ip.as_slice()
+    } else {
+        &spec.cluster_ips
     };
-    for ip in &listed {
-        if ip == "None" {
+    for ip in listed {
+        if &**ip == "None" {
             return Ok(Vec::new()); // headless
         }
         if ip.is_empty() {
@@ -33,17 +34,17 @@ pub(super) fn service_ports(svc: &Service) -> Result<Vec<ServicePort>, String> {
         return Err("no clusterIP allocated".into());
     }
     let mut external_ips = Vec::new();
-    for ip in spec.external_ips.iter().flatten() {
+    for ip in &spec.external_ips {
         external_ips.push(parse_ip(ip).ok_or_else(|| format!("invalid externalIP {ip:?}"))?);
     }
-    let load_balancer_ips = load_balancer_ips(svc)?;
+    let load_balancer_ips = load_balancer_ips(svc, spec)?;
     let mut source_ranges = Vec::new();
-    for r in spec.load_balancer_source_ranges.iter().flatten() {
+    for r in &spec.load_balancer_source_ranges {
         let r = r.trim();
         let net = parse_net(r).ok_or_else(|| format!("invalid loadBalancerSourceRange {r:?}"))?;
         source_ranges.push(net);
     }
-    let policy = |p: &Option<String>| {
+    let policy = |p: &Option<Text>| {
         if p.as_deref() == Some("Local") {
             TrafficPolicy::Local
         } else {
@@ -60,22 +61,20 @@ pub(super) fn service_ports(svc: &Service) -> Result<Vec<ServicePort>, String> {
         TrafficPolicy::Cluster
     };
     let affinity_timeout = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
-        spec.session_affinity_config
-            .as_ref()
-            .and_then(|c| c.client_ip.as_ref())
-            .and_then(|c| c.timeout_seconds)
+        spec.affinity_timeout_seconds
             .filter(|t| *t > 0)
             .map_or(10800, |t| t as u32)
     });
+    let consistent = ConsistentEndpoint::of(svc).ok().flatten();
     let mut out = Vec::new();
-    for p in spec.ports.iter().flatten() {
-        let protocol = Protocol::parse(p.protocol.as_deref())
-            .ok_or_else(|| format!("unknown protocol {:?}", p.protocol))?;
-        let port = u16::try_from(p.port)
+    for (port_name, protocol, port, node_port) in &spec.ports {
+        let protocol = Protocol::parse(protocol.as_deref())
+            .ok_or_else(|| format!("unknown protocol {protocol:?}"))?;
+        let port = u16::try_from(*port)
             .ok()
             .filter(|p| *p != 0)
-            .ok_or_else(|| format!("invalid port {}", p.port))?;
-        let node_port = match p.node_port {
+            .ok_or_else(|| format!("invalid port {port}"))?;
+        let node_port = match *node_port {
             None | Some(0) => None,
             Some(n) => Some(u16::try_from(n).map_err(|_| format!("invalid nodePort {n}"))?),
         };
@@ -87,9 +86,9 @@ pub(super) fn service_ports(svc: &Service) -> Result<Vec<ServicePort>, String> {
         });
         out.push(ServicePort {
             name: ServicePortName {
-                namespace: namespace.clone(),
-                name: name.clone(),
-                port: p.name.clone().unwrap_or_default(),
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                port: port_name.as_deref().unwrap_or_default().to_string(),
                 protocol,
             },
             cluster_ips: cluster_ips.clone(),
@@ -105,8 +104,8 @@ pub(super) fn service_ports(svc: &Service) -> Result<Vec<ServicePort>, String> {
                 .health_check_node_port
                 .and_then(|p| u16::try_from(p).ok())
                 .filter(|p| *p != 0),
-            traffic_distribution: spec.traffic_distribution.clone(),
-            consistent: ConsistentEndpoint::of(svc).ok().flatten(),
+            traffic_distribution: spec.traffic_distribution.as_deref().map(str::to_string),
+            consistent,
         });
     }
     Ok(out)
@@ -114,21 +113,16 @@ pub(super) fn service_ports(svc: &Service) -> Result<Vec<ServicePort>, String> {
 
 /// The addresses a LoadBalancer Service's load balancer reports, but those whose ipMode is
 /// `Proxy` (the load balancer forwards to the nodes itself; kube-proxy skips them too).
-fn load_balancer_ips(svc: &Service) -> Result<Vec<IpAddr>, String> {
+fn load_balancer_ips(svc: &KeptService, spec: &KeptServiceSpec) -> Result<Vec<IpAddr>, String> {
     let mut load_balancer_ips = Vec::new();
-    if svc.spec.as_ref().and_then(|s| s.type_.as_deref()) != Some("LoadBalancer") {
+    if spec.type_.as_deref() != Some("LoadBalancer") {
         return Ok(load_balancer_ips);
     }
-    let ingress = svc
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref());
-    for ing in ingress.into_iter().flatten() {
-        if ing.ip_mode.as_deref() == Some("Proxy") {
+    for (ip, ip_mode) in &svc.ingress {
+        if ip_mode.as_deref() == Some("Proxy") {
             continue;
         }
-        if let Some(ip) = &ing.ip {
+        if let Some(ip) = ip {
             load_balancer_ips
                 .push(parse_ip(ip).ok_or_else(|| format!("invalid load balancer IP {ip:?}"))?);
         }

@@ -20,11 +20,11 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::kept::{
+use crate::cluster::kept::{
     Address, EndpointFields, Kept, KeptEndpoint, KeptService, KeptServicePort, KeptServiceSpec,
-    KeptSlice, KeptSlicePort, Names, Text, cluster_ip,
+    KeptSlice, KeptSlicePort, LAST_CHANGE_TRIGGER_TIME, Names, Text, cluster_ip,
+    parse_trigger_time,
 };
-use super::store::{LAST_CHANGE_TRIGGER_TIME, parse_trigger_time};
 use crate::cluster::{CONSISTENT_ENDPOINT_ANNOTATION, SERVICE_NAME_LABEL, ServiceRef, shared_name};
 
 /// An object of kind `K` as the watch receives it, already in the store's kept form.

@@ -14,14 +14,10 @@ use kube::runtime::watcher::Event;
 
 use super::Inputs;
 pub use super::decoded::{Decoded, DecodedService, DecodedSlice};
-pub use super::kept::{Kept, KeptService, KeptSlice};
+use crate::cluster::kept::trigger_time;
+pub use crate::cluster::kept::{Kept, KeptService, KeptSlice};
 use crate::cluster::{LiveState, NodeInfo, ServiceRef};
 use crate::serve::{ChangeCounts, Metrics};
-
-/// EndpointSlice annotation: when the change that this slice reflects happened (kube-proxy's
-/// source for network programming latency).
-pub(crate) const LAST_CHANGE_TRIGGER_TIME: &str =
-    "endpoints.kubernetes.io/last-change-trigger-time";
 
 /// The objects of one kind, keyed `namespace/name`, as `Kept` keeps them.
 #[derive(Debug, Clone)]
@@ -149,7 +145,8 @@ impl<K: Kept> KindStore<K> {
         self.live.values().map(K::expand)
     }
 
-    /// The live object under `key` (`namespace/name`), as the model reads it.
+    /// The live object under `key` (`namespace/name`), expanded.
+    #[cfg(test)]
     pub(crate) fn get(&self, key: &str) -> Option<K::Object> {
         self.live.get(key).map(K::expand)
     }
@@ -447,9 +444,7 @@ impl ClusterStore {
     pub fn update_model(&mut self, live: &mut LiveState, hostname: &str) -> BTreeSet<ServiceRef> {
         let changed = self.take_changed();
         for service in &changed {
-            let (services, slices) = self.objects_of(service);
-            let services: Vec<&Service> = services.iter().collect();
-            let slices: Vec<&EndpointSlice> = slices.iter().collect();
+            let (services, slices) = self.kept_of(service);
             live.update_service(service, &services, &slices);
         }
         live.state.node = self.node(hostname).as_ref().map(NodeInfo::of);
@@ -460,20 +455,20 @@ impl ClusterStore {
         changed
     }
 
-    /// The live Service objects (one, unless a manifests directory repeats a name) and
-    /// EndpointSlices of `service`.
-    pub(crate) fn objects_of(&self, service: &ServiceRef) -> (Vec<Service>, Vec<EndpointSlice>) {
+    /// The live Services (one, unless a manifests directory repeats a name) and EndpointSlices
+    /// of `service`, as kept.
+    fn kept_of(&self, service: &ServiceRef) -> (Vec<&KeptService>, Vec<&KeptSlice>) {
         let Some(m) = self.members.get(service) else {
             return (Vec::new(), Vec::new());
         };
         (
             m.services
                 .iter()
-                .filter_map(|k| self.services.get(k))
+                .filter_map(|k| self.services.kept(k))
                 .collect(),
             m.slices
                 .iter()
-                .filter_map(|k| self.endpoint_slices.get(k))
+                .filter_map(|k| self.endpoint_slices.kept(k))
                 .collect(),
         )
     }
@@ -552,26 +547,11 @@ impl ClusterStore {
     }
 }
 
-/// The slice's `last-change-trigger-time` annotation, when present and well-formed.
-pub(crate) fn trigger_time(slice: &EndpointSlice) -> Option<SystemTime> {
-    let text = slice
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(LAST_CHANGE_TRIGGER_TIME)?;
-    parse_trigger_time(text)
-}
-
-/// A `last-change-trigger-time` annotation's value, when well-formed.
-pub(crate) fn parse_trigger_time(text: &str) -> Option<SystemTime> {
-    let ts: jiff::Timestamp = text.parse().ok()?;
-    Some(SystemTime::from(ts))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cluster::SERVICE_NAME_LABEL;
+    use crate::cluster::kept::LAST_CHANGE_TRIGGER_TIME;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn svc(name: &str, port: i32) -> Service {

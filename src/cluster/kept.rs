@@ -1,11 +1,12 @@
 //! What the store keeps of each object: only the fields the cluster model reads, in compact
-//! typed form, and the object as the model reads it again on demand.
+//! typed form. The model is converted from this form, whether the objects came from a watch
+//! or from manifests.
 //!
 //! A k8s-openapi object reserves room for every optional field (350 bytes per endpoint of a
 //! slice before its strings), and the JSON of one repeats every key; at 30,000 Services of 10
 //! endpoints either costs tens of MiB the proxy never reads. Values are kept as the API sent
 //! them (an invalid address stays the text it was), so the model accepts and rejects exactly
-//! what it would from the full object; `expand` gives it an object with just those fields.
+//! what it would from the full object; `expand` gives back an object with just those fields.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -22,14 +23,14 @@ use k8s_openapi::api::discovery::v1::{
 use k8s_openapi::api::networking::v1::{ServiceCIDR, ServiceCIDRSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::cluster::{
+use super::{
     CONSISTENT_ENDPOINT_ANNOTATION, SERVICE_NAME_LABEL, ServiceRef, service_ref_named, shared,
     shared_name,
 };
 
 /// A text value as the API sent it. Values many objects repeat (namespaces, types, policies,
 /// protocols, port names) share one allocation (`word`); the others have their own (`text`).
-pub(super) type Text = Arc<str>;
+pub(crate) type Text = Arc<str>;
 
 /// An object kind the store keeps, as it is received, and what it keeps of one.
 pub trait Kept: kube::Resource + Sized {
@@ -70,9 +71,9 @@ fn string(s: &Option<Text>) -> Option<String> {
 
 /// The metadata every kept object has.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Names {
-    pub(super) namespace: Option<Text>,
-    pub(super) name: Option<Text>,
+pub(crate) struct Names {
+    pub(crate) namespace: Option<Text>,
+    pub(crate) name: Option<Text>,
 }
 
 impl Names {
@@ -104,7 +105,7 @@ fn annotation(meta: &mut ObjectMeta, key: &str) -> Option<String> {
 }
 
 /// `clusterIP`, which is most often the first of `clusterIPs`: one copy for both.
-pub(super) fn cluster_ip(ip: &str, cluster_ips: &[Text]) -> Text {
+pub(crate) fn cluster_ip(ip: &str, cluster_ips: &[Text]) -> Text {
     match cluster_ips.first() {
         Some(first) if **first == *ip => first.clone(),
         _ => ip.into(),
@@ -114,36 +115,44 @@ pub(super) fn cluster_ip(ip: &str, cluster_ips: &[Text]) -> Text {
 /// A Service: what `cluster::service` reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeptService {
-    pub(super) names: Names,
-    pub(super) consistent_endpoint: Option<Text>,
-    pub(super) spec: Option<Box<KeptServiceSpec>>,
+    pub(crate) names: Names,
+    pub(crate) consistent_endpoint: Option<Text>,
+    pub(crate) spec: Option<Box<KeptServiceSpec>>,
     /// `status.loadBalancer.ingress`: (ip, ipMode).
-    pub(super) ingress: Box<[(Option<Text>, Option<Text>)]>,
+    pub(crate) ingress: Box<[(Option<Text>, Option<Text>)]>,
 }
 
 /// A Service port: name, protocol, port, nodePort.
-pub(super) type KeptServicePort = (Option<Text>, Option<Text>, i32, Option<i32>);
+pub(crate) type KeptServicePort = (Option<Text>, Option<Text>, i32, Option<i32>);
 
 /// An EndpointSlice port: name, protocol, port.
-pub(super) type KeptSlicePort = (Option<Text>, Option<Text>, Option<i32>);
+pub(crate) type KeptSlicePort = (Option<Text>, Option<Text>, Option<i32>);
 
 /// An endpoint's hints: the names of its forZones and of its forNodes.
-pub(super) type HintNames = (Option<Box<[Text]>>, Option<Box<[Text]>>);
+pub(crate) type HintNames = (Option<Box<[Text]>>, Option<Box<[Text]>>);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct KeptServiceSpec {
-    pub(super) type_: Option<Text>,
-    pub(super) cluster_ip: Option<Text>,
-    pub(super) cluster_ips: Box<[Text]>,
-    pub(super) external_ips: Box<[Text]>,
-    pub(super) load_balancer_source_ranges: Box<[Text]>,
-    pub(super) external_traffic_policy: Option<Text>,
-    pub(super) internal_traffic_policy: Option<Text>,
-    pub(super) session_affinity: Option<Text>,
-    pub(super) affinity_timeout_seconds: Option<i32>,
-    pub(super) health_check_node_port: Option<i32>,
-    pub(super) traffic_distribution: Option<Text>,
-    pub(super) ports: Box<[KeptServicePort]>,
+pub(crate) struct KeptServiceSpec {
+    pub(crate) type_: Option<Text>,
+    pub(crate) cluster_ip: Option<Text>,
+    pub(crate) cluster_ips: Box<[Text]>,
+    pub(crate) external_ips: Box<[Text]>,
+    pub(crate) load_balancer_source_ranges: Box<[Text]>,
+    pub(crate) external_traffic_policy: Option<Text>,
+    pub(crate) internal_traffic_policy: Option<Text>,
+    pub(crate) session_affinity: Option<Text>,
+    pub(crate) affinity_timeout_seconds: Option<i32>,
+    pub(crate) health_check_node_port: Option<i32>,
+    pub(crate) traffic_distribution: Option<Text>,
+    pub(crate) ports: Box<[KeptServicePort]>,
+}
+
+impl KeptService {
+    /// The service the Service defines (no namespace means `default`, as the API does).
+    pub(crate) fn service_ref(&self) -> ServiceRef {
+        let Names { namespace, name } = &self.names;
+        service_ref_named(namespace.as_deref(), name.as_deref())
+    }
 }
 
 impl Kept for Service {
@@ -249,24 +258,31 @@ impl Kept for Service {
     }
 
     fn service(kept: &KeptService) -> Option<ServiceRef> {
-        let Names { namespace, name } = &kept.names;
-        Some(service_ref_named(namespace.as_deref(), name.as_deref()))
+        Some(kept.service_ref())
     }
 }
 
 /// An EndpointSlice: what `cluster::endpoints` reads, and the change-trigger time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeptSlice {
-    pub(super) names: Names,
+    pub(crate) names: Names,
     /// The `kubernetes.io/service-name` label.
-    pub(super) service_name: Option<Text>,
-    pub(super) trigger_time: Option<SystemTime>,
-    pub(super) address_type: Text,
-    pub(super) endpoints: Box<[KeptEndpoint]>,
-    pub(super) ports: Box<[KeptSlicePort]>,
+    pub(crate) service_name: Option<Text>,
+    pub(crate) trigger_time: Option<SystemTime>,
+    pub(crate) address_type: Text,
+    pub(crate) endpoints: Box<[KeptEndpoint]>,
+    pub(crate) ports: Box<[KeptSlicePort]>,
 }
 
 impl KeptSlice {
+    /// The service the slice belongs to, by its `kubernetes.io/service-name` label. A slice
+    /// without the label belongs to no service: it is grouped under the empty name, which no
+    /// Service can have, and rejected when converted.
+    pub(crate) fn service_ref(&self) -> ServiceRef {
+        let namespace = self.names.namespace.as_deref();
+        service_ref_named(namespace, self.service_name.as_deref())
+    }
+
     fn meta(&self) -> ObjectMeta {
         ObjectMeta {
             labels: single(SERVICE_NAME_LABEL, &self.service_name),
@@ -283,7 +299,7 @@ impl KeptSlice {
 /// One endpoint: its first address (the only one kube-proxy reads), conditions, node, zone and
 /// hints, in 40 bytes for the usual endpoint (a k8s-openapi one takes 350 before its strings).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct KeptEndpoint {
+pub(crate) struct KeptEndpoint {
     /// Node and zone, shared by every endpoint on that node.
     placement: Option<Arc<Placement>>,
     /// Hints, and an address that does not print back as received: few endpoints have either.
@@ -309,7 +325,7 @@ struct Rare {
 /// An endpoint's first address: parsed when its text is exactly how the address prints
 /// (nearly always), so that it prints back as received; otherwise its text is in `Rare`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(super) enum Address {
+pub(crate) enum Address {
     #[default]
     Absent,
     V4(Ipv4Addr),
@@ -319,7 +335,7 @@ pub(super) enum Address {
 
 impl Address {
     /// The address, and its text when it does not print back as received.
-    pub(super) fn of(s: Option<&str>) -> (Address, Option<Text>) {
+    pub(crate) fn of(s: Option<&str>) -> (Address, Option<Text>) {
         let Some(s) = s else {
             return (Address::Absent, None);
         };
@@ -333,17 +349,27 @@ impl Address {
     }
 }
 
+/// An endpoint's first address as listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ListedAddress<'a> {
+    Absent,
+    /// Received exactly as the address prints.
+    Ip(IpAddr),
+    /// Received in another form (leading zeros, upper case, not an address at all).
+    Text(&'a str),
+}
+
 /// The fields of an endpoint the model reads, each as kept.
 #[derive(Debug, Default)]
-pub(super) struct EndpointFields {
+pub(crate) struct EndpointFields {
     /// The first address: what `Address::of` makes of it.
-    pub(super) address: (Address, Option<Text>),
-    pub(super) ready: Option<bool>,
-    pub(super) serving: Option<bool>,
-    pub(super) terminating: Option<bool>,
-    pub(super) node_name: Option<Text>,
-    pub(super) zone: Option<Text>,
-    pub(super) hints: Option<HintNames>,
+    pub(crate) address: (Address, Option<Text>),
+    pub(crate) ready: Option<bool>,
+    pub(crate) serving: Option<bool>,
+    pub(crate) terminating: Option<bool>,
+    pub(crate) node_name: Option<Text>,
+    pub(crate) zone: Option<Text>,
+    pub(crate) hints: Option<HintNames>,
 }
 
 impl KeptEndpoint {
@@ -366,7 +392,7 @@ impl KeptEndpoint {
         })
     }
 
-    pub(super) fn new(fields: EndpointFields) -> KeptEndpoint {
+    pub(crate) fn new(fields: EndpointFields) -> KeptEndpoint {
         let EndpointFields {
             address: (address, text_address),
             ready,
@@ -399,6 +425,42 @@ impl KeptEndpoint {
             ready,
             serving,
             terminating,
+        }
+    }
+
+    /// The first address as received: parsed when it prints back as received, else its text.
+    pub(crate) fn address(&self) -> ListedAddress<'_> {
+        match self.address {
+            Address::Absent => ListedAddress::Absent,
+            Address::V4(ip) => ListedAddress::Ip(IpAddr::V4(ip)),
+            Address::V6(ip) => ListedAddress::Ip(IpAddr::V6(ip)),
+            Address::Text => match self.rare.as_deref().and_then(|r| r.address.as_deref()) {
+                Some(text) => ListedAddress::Text(text),
+                None => ListedAddress::Absent,
+            },
+        }
+    }
+
+    pub(crate) fn conditions(&self) -> (Option<bool>, Option<bool>, Option<bool>) {
+        (self.ready, self.serving, self.terminating)
+    }
+
+    pub(crate) fn node_name(&self) -> Option<&Text> {
+        self.placement.as_deref()?.node_name.as_ref()
+    }
+
+    pub(crate) fn zone(&self) -> Option<&str> {
+        self.placement.as_deref()?.zone.as_deref()
+    }
+
+    /// The names of the endpoint's forZones and forNodes hints.
+    pub(crate) fn hints(&self) -> (&[Text], &[Text]) {
+        match self.rare.as_deref().and_then(|r| r.hints.as_ref()) {
+            Some((zones, nodes)) => (
+                zones.as_deref().unwrap_or_default(),
+                nodes.as_deref().unwrap_or_default(),
+            ),
+            None => (&[], &[]),
         }
     }
 
@@ -442,7 +504,7 @@ impl Kept for EndpointSlice {
     type Object = EndpointSlice;
 
     fn compact(mut self) -> KeptSlice {
-        let trigger_time = super::store::trigger_time(&self);
+        let trigger_time = trigger_time(&self);
         let endpoints = self.endpoints.into_iter().map(KeptEndpoint::of).collect();
         KeptSlice {
             service_name: self
@@ -484,9 +546,29 @@ impl Kept for EndpointSlice {
     }
 
     fn service(kept: &KeptSlice) -> Option<ServiceRef> {
-        let namespace = kept.names.namespace.as_deref();
-        Some(service_ref_named(namespace, kept.service_name.as_deref()))
+        Some(kept.service_ref())
     }
+}
+
+/// EndpointSlice annotation: when the change that this slice reflects happened (kube-proxy's
+/// source for network programming latency).
+pub(crate) const LAST_CHANGE_TRIGGER_TIME: &str =
+    "endpoints.kubernetes.io/last-change-trigger-time";
+
+/// The slice's `last-change-trigger-time` annotation, when present and well-formed.
+pub(crate) fn trigger_time(slice: &EndpointSlice) -> Option<SystemTime> {
+    let text = slice
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(LAST_CHANGE_TRIGGER_TIME)?;
+    parse_trigger_time(text)
+}
+
+/// A `last-change-trigger-time` annotation's value, when well-formed.
+pub(crate) fn parse_trigger_time(text: &str) -> Option<SystemTime> {
+    let ts: jiff::Timestamp = text.parse().ok()?;
+    Some(SystemTime::from(ts))
 }
 
 /// The zone label, the one label of its Node the proxy reads.
