@@ -129,10 +129,11 @@ pub trait SetElements {
     fn sets_with_elements(&self, family: Family) -> BTreeSet<String>;
     /// The elements of `set` in the `family` table, sorted as a `Table` holds them.
     fn elements(&self, family: Family, set: &str) -> ElementStream<'_>;
-    /// At most how many elements `elements(family, set)` yields, known without producing
-    /// them (an implementation that can count more cheaply than it unpacks says so here).
-    fn most_elements(&self, family: Family, set: &str) -> usize {
-        self.elements(family, set).count()
+    /// Whether `elements(family, set)` may yield `n` elements or more: true whenever it does
+    /// (an implementation that can count more cheaply than it unpacks, and stop at `n`, says
+    /// so here; it may count keys several parts share more than once).
+    fn may_hold(&self, family: Family, set: &str, n: usize) -> bool {
+        n == 0 || self.elements(family, set).nth(n - 1).is_some()
     }
     /// The digest of `elements(family, set)` as the kernel would hold them (see `SetDigest`).
     fn digest(&self, family: Family, set: &str) -> SetDigest {

@@ -312,14 +312,19 @@ impl SetElements for Planner {
         let Some(t) = self.tables.iter().find(|t| t.head.family == family) else {
             return BTreeSet::new();
         };
+        // A table has few sets and many fragments: each name is looked for among the few
+        // found so far.
         let skeleton = t.skeleton.elements.iter().filter(|(_, e)| !e.is_empty());
-        skeleton
+        let mut names: Vec<&str> = Vec::new();
+        for name in skeleton
             .map(|(s, _)| s.as_str())
             .chain(t.fragments.values().flat_map(Stored::element_sets))
-            .collect::<BTreeSet<&str>>()
-            .into_iter()
-            .map(str::to_string)
-            .collect()
+        {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names.into_iter().map(str::to_string).collect()
     }
 
     /// The elements of `set` in the `family` table as last planned, as `tables` holds them.
@@ -330,16 +335,21 @@ impl SetElements for Planner {
         }
     }
 
-    /// The elements each part of the table puts in `set`, counted packed: parts that put in
-    /// the same key count it more than once.
-    fn most_elements(&self, family: Family, set: &str) -> usize {
-        self.tables
-            .iter()
-            .find(|t| t.head.family == family)
-            .map_or(0, |t| {
-                let stored: usize = t.fragments.values().map(|f| f.count_of(set)).sum();
-                t.skeleton.elements_of(set).len() + stored
-            })
+    /// Counts the elements each part of the table puts in `set`, packed, until there are `n`:
+    /// parts that put in the same key count it more than once.
+    fn may_hold(&self, family: Family, set: &str, n: usize) -> bool {
+        let Some(t) = self.tables.iter().find(|t| t.head.family == family) else {
+            return n == 0;
+        };
+        let mut count = t.skeleton.elements_of(set).len();
+        let mut fragments = t.fragments.values();
+        while count < n {
+            match fragments.next() {
+                Some(f) => count += f.count_of(set),
+                None => return false,
+            }
+        }
+        true
     }
 
     /// The digest of `elements(family, set)`, found without sorting them.

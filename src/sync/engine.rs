@@ -400,28 +400,28 @@ impl<K: Kernel> Syncer<K> {
         self.digests = None;
         let generation = self.generation.take().expect("checked by the caller");
         if self.still_at(generation)? {
-            let mut tx = creation_transaction(
-                &desired,
-                |t| elements.sets_with_elements(t.family),
-                Some(generation),
-            );
+            let filled: BTreeMap<Family, BTreeSet<String>> = desired
+                .iter()
+                .map(|t| (t.family, elements.sets_with_elements(t.family)))
+                .collect();
+            let mut tx =
+                creation_transaction(&desired, |t| filled[&t.family].clone(), Some(generation));
             // The records go last in the same batch: each set's digest is summed while its
             // elements stream into the batch, and the records are made from the sums when their
             // turn comes. Whether a table gets them is decided first, from element counts.
             let sums: BTreeMap<FamilySet, Cell<SetDigest>> = desired
                 .iter()
                 .flat_map(|t| {
-                    let filled = elements.sets_with_elements(t.family);
-                    filled
-                        .into_iter()
-                        .filter(|s| t.sets.get(s).is_some_and(|s| !s.dynamic))
-                        .map(|s| ((t.family, s), Cell::default()))
+                    filled[&t.family]
+                        .iter()
+                        .filter(|s| t.sets.get(*s).is_some_and(|s| !s.dynamic))
+                        .map(|s| ((t.family, s.clone()), Cell::default()))
                 })
                 .collect();
             let recorded: BTreeSet<Family> = sums
                 .keys()
                 .filter(|(family, set)| {
-                    elements.most_elements(*family, set) as u64 >= DIGESTED_MIN_ELEMENTS
+                    elements.may_hold(*family, set, DIGESTED_MIN_ELEMENTS as usize)
                 })
                 .map(|(family, _)| *family)
                 .collect();
@@ -1056,10 +1056,11 @@ mod tests {
             Box::new(set.into_iter().flat_map(|s| s.elements.iter().cloned()))
         }
 
-        fn most_elements(&self, family: Family, set: &str) -> usize {
+        fn may_hold(&self, family: Family, set: &str, n: usize) -> bool {
             let t = self.0.iter().find(|t| t.family == family);
             t.and_then(|t| t.sets.get(set))
                 .map_or(0, |s| s.elements.len())
+                >= n
         }
     }
 
@@ -1132,8 +1133,8 @@ mod tests {
             self.0.elements(family, set)
         }
 
-        fn most_elements(&self, family: Family, set: &str) -> usize {
-            self.0.most_elements(family, set)
+        fn may_hold(&self, family: Family, set: &str, n: usize) -> bool {
+            self.0.may_hold(family, set, n)
         }
 
         fn digest(&self, _: Family, set: &str) -> SetDigest {
