@@ -15,7 +15,7 @@
 //! ServiceCIDR change replans the skeleton alone and changes only its chains that differ.
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
@@ -312,18 +312,12 @@ impl SetElements for Planner {
         let Some(t) = self.tables.iter().find(|t| t.head.family == family) else {
             return BTreeSet::new();
         };
-        // A table has few sets and many fragments: each name is looked for among the few
-        // found so far.
+        // Many fragments name few sets: each name is hashed, not compared along a tree path.
         let skeleton = t.skeleton.elements.iter().filter(|(_, e)| !e.is_empty());
-        let mut names: Vec<&str> = Vec::new();
-        for name in skeleton
+        let names: HashSet<&str, foldhash::fast::FixedState> = skeleton
             .map(|(s, _)| s.as_str())
             .chain(t.fragments.values().flat_map(Stored::element_sets))
-        {
-            if !names.contains(&name) {
-                names.push(name);
-            }
-        }
+            .collect();
         names.into_iter().map(str::to_string).collect()
     }
 
