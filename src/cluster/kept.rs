@@ -37,12 +37,14 @@ pub trait Kept: kube::Resource + Sized {
     /// The fields of the object the model reads.
     type Compact: Clone + PartialEq + std::fmt::Debug;
 
-    /// The Kubernetes object the model reads.
+    /// The Kubernetes object a compact form stands for.
     type Object;
 
     fn compact(self) -> Self::Compact;
 
-    /// The object as the model reads it: every field it reads, as received; no other.
+    /// The object back from its compact form: every field the model reads, as received; no
+    /// other. (The model reads Services and EndpointSlices compact; Nodes and ServiceCIDRs it
+    /// reads as objects.)
     fn expand(compact: &Self::Compact) -> Self::Object;
 
     /// The service the object is part of.
