@@ -33,7 +33,7 @@ use super::{
 pub(crate) type Text = Arc<str>;
 
 /// An object kind the store keeps, as it is received, and what it keeps of one.
-pub trait Kept: kube::Resource + Sized {
+pub trait Kept: Sized {
     /// The fields of the object the model reads.
     type Compact: Clone + PartialEq + std::fmt::Debug;
 
@@ -569,8 +569,16 @@ pub(crate) fn trigger_time(slice: &EndpointSlice) -> Option<SystemTime> {
 
 /// A `last-change-trigger-time` annotation's value, when well-formed.
 pub(crate) fn parse_trigger_time(text: &str) -> Option<SystemTime> {
-    let ts: jiff::Timestamp = text.parse().ok()?;
-    Some(SystemTime::from(ts))
+    let ts: k8s_openapi::jiff::Timestamp = text.parse().ok()?;
+    // By hand: the `From` conversion needs jiff's `std` feature, which k8s-openapi does not ask
+    // for (the build without the daemon has it off).
+    let since_epoch = ts.as_duration();
+    let magnitude = std::time::Duration::try_from(since_epoch.abs()).ok()?;
+    if since_epoch.is_negative() {
+        SystemTime::UNIX_EPOCH.checked_sub(magnitude)
+    } else {
+        SystemTime::UNIX_EPOCH.checked_add(magnitude)
+    }
 }
 
 /// The zone label, the one label of its Node the proxy reads.
@@ -634,5 +642,29 @@ impl Kept for ServiceCIDR {
 
     fn service(_: &ServiceCIDR) -> Option<ServiceRef> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn trigger_times_read_as_the_instants_they_name() {
+        let at = |secs: u64, nanos: u32| SystemTime::UNIX_EPOCH + Duration::new(secs, nanos);
+        assert_eq!(
+            parse_trigger_time("2026-11-22T10:00:00Z"),
+            Some(at(1_795_341_600, 0))
+        );
+        assert_eq!(
+            parse_trigger_time("2026-11-22T11:00:00.25+01:00"),
+            Some(at(1_795_341_600, 250_000_000))
+        );
+        assert_eq!(
+            parse_trigger_time("1969-12-31T23:59:58Z"),
+            SystemTime::UNIX_EPOCH.checked_sub(Duration::from_secs(2))
+        );
+        assert_eq!(parse_trigger_time("yesterday"), None);
     }
 }

@@ -4,7 +4,6 @@
 #[cfg(feature = "daemon")]
 mod decoded;
 #[cfg(feature = "daemon")]
-#[cfg(feature = "daemon")]
 pub(crate) mod kube;
 pub(crate) mod local_addrs;
 pub mod manifests;

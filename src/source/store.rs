@@ -53,7 +53,7 @@ pub enum Change {
     Buffered,
 }
 
-impl<K: Kept> KindStore<K> {
+impl<K: Kept + kube::Resource> KindStore<K> {
     /// Applies one watch event. Live objects change on `Apply`, `Delete` and `InitDone`, never
     /// on `Init` or `InitApply`.
     pub(crate) fn apply(&mut self, event: Event<K>) -> Change {
@@ -572,7 +572,7 @@ mod tests {
         }
     }
 
-    fn names<K: Kept<Object = Service>>(store: &KindStore<K>) -> Vec<String> {
+    fn names<K: Kept<Object = Service> + kube::Resource>(store: &KindStore<K>) -> Vec<String> {
         store
             .objects()
             .map(|s| s.metadata.name.clone().unwrap())

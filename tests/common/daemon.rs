@@ -234,7 +234,7 @@ pub fn slice(service: &str, pods: &[u8]) -> Value {
 
 /// Like `slice`, naming the slice `SERVICE-SUFFIX`.
 pub fn slice_named(service: &str, suffix: &str, pods: &[u8]) -> Value {
-    let now = jiff::Timestamp::now().to_string();
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
     let endpoints: Vec<Value> = pods
         .iter()
         .map(|n| {
