@@ -8,10 +8,7 @@ use super::*;
 /// Adds a slice's endpoints to `state`; returns what of it was skipped and why. A bad endpoint
 /// or port is skipped on its own, as kube-proxy does: the slice's other endpoints still serve.
 pub(super) fn add_slice(state: &mut ClusterState, slice: &KeptSlice) -> Vec<String> {
-    let (namespace, service) = service_ref_named(
-        slice.names.namespace.as_deref(),
-        slice.service_name.as_deref(),
-    );
+    let (namespace, service) = slice.service_ref();
     if service.is_empty() {
         return vec![format!(
             "no {SERVICE_NAME_LABEL} label; the slice is skipped"

@@ -467,14 +467,11 @@ impl KeptEndpoint {
     }
 
     fn expand(&self) -> Endpoint {
-        let rare = self.rare.as_deref();
-        let address = match self.address {
-            Address::Absent => None,
-            Address::V4(ip) => Some(ip.to_string()),
-            Address::V6(ip) => Some(ip.to_string()),
-            Address::Text => rare.and_then(|r| string(&r.address)),
+        let address = match self.address() {
+            ListedAddress::Absent => None,
+            ListedAddress::Ip(ip) => Some(ip.to_string()),
+            ListedAddress::Text(text) => Some(text.to_string()),
         };
-        let placement = self.placement.as_deref();
         let names = |list: &Option<Box<[Text]>>| {
             list.as_ref()
                 .map(|l| l.iter().map(|n| n.to_string()).collect::<Vec<_>>())
@@ -486,9 +483,11 @@ impl KeptEndpoint {
                 serving: self.serving,
                 terminating: self.terminating,
             }),
-            node_name: placement.and_then(|p| string(&p.node_name)),
-            zone: placement.and_then(|p| string(&p.zone)),
-            hints: rare
+            node_name: self.node_name().map(|n| n.to_string()),
+            zone: self.zone().map(str::to_string),
+            hints: self
+                .rare
+                .as_deref()
                 .and_then(|r| r.hints.as_ref())
                 .map(|(zones, nodes)| EndpointHints {
                     for_zones: names(zones)
