@@ -5,11 +5,15 @@
 use super::kept::{KeptEndpoint, KeptSlice, ListedAddress};
 use super::*;
 
-/// Adds a slice's endpoints to `state`; returns what of it was skipped and why. A bad endpoint
-/// or port is skipped on its own, as kube-proxy does: the slice's other endpoints still serve.
-pub(super) fn add_slice(state: &mut ClusterState, slice: &KeptSlice) -> Vec<String> {
-    let (namespace, service) = slice.service_ref();
-    if service.is_empty() {
+/// Adds the endpoints of `slice`, one of `service`'s, to `endpoints` (by port name); returns
+/// what of it was skipped and why. A bad endpoint or port is skipped on its own, as kube-proxy
+/// does: the slice's other endpoints still serve.
+pub(super) fn add_slice(
+    service: &ServiceRef,
+    slice: &KeptSlice,
+    endpoints: &mut Vec<(ServicePortName, Vec<Endpoint>)>,
+) -> Vec<String> {
+    if slice.service_name.as_deref().is_none_or(str::is_empty) {
         return vec![format!(
             "no {SERVICE_NAME_LABEL} label; the slice is skipped"
         )];
@@ -21,7 +25,7 @@ pub(super) fn add_slice(state: &mut ClusterState, slice: &KeptSlice) -> Vec<Stri
     };
     let mut skipped = Vec::new();
     // kube-proxy uses the first address of an endpoint.
-    let endpoints: Vec<(IpAddr, &KeptEndpoint)> = slice
+    let addresses: Vec<(IpAddr, &KeptEndpoint)> = slice
         .endpoints
         .iter()
         .filter_map(|ep| {
@@ -63,14 +67,29 @@ pub(super) fn add_slice(state: &mut ClusterState, slice: &KeptSlice) -> Vec<Stri
         let Some(number) = port.and_then(|p| u16::try_from(p).ok()).filter(|p| *p != 0) else {
             continue; // a port the service doesn't resolve on these endpoints
         };
-        let key = ServicePortName {
-            namespace: namespace.clone(),
-            name: service.clone(),
-            port: port_name.as_deref().unwrap_or_default().to_string(),
-            protocol,
-        };
-        let list = state.endpoints.entry(key).or_default();
-        for &(ip, ep) in &endpoints {
+        let port_name = port_name.as_deref().unwrap_or_default();
+        // A service has few ports: a look along them beats building a name to search by.
+        let at = endpoints
+            .iter()
+            .position(|(n, _)| n.port == port_name && n.protocol == protocol)
+            .unwrap_or_else(|| {
+                let name = ServicePortName {
+                    namespace: service.0.clone(),
+                    name: service.1.clone(),
+                    port: port_name.to_string(),
+                    protocol,
+                };
+                endpoints.push((name, Vec::new()));
+                endpoints.len() - 1
+            });
+        let list = &mut endpoints[at].1;
+        // Most ports have one slice: room for exactly its endpoints, then room to grow.
+        if list.is_empty() {
+            list.reserve_exact(addresses.len());
+        } else {
+            list.reserve(addresses.len());
+        }
+        for &(ip, ep) in &addresses {
             // As kube-proxy reads them: an unset ready or serving means true, an unset
             // terminating false.
             let (ready, serving, terminating) = ep.conditions();

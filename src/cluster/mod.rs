@@ -270,9 +270,12 @@ impl ClusterState {
         }
         let mut state = ClusterState::default();
         let mut rejected = Vec::new();
-        for (service, (services, slices)) in &groups {
-            rejected.extend(state.update_service(service, services, slices));
-        }
+        state.update_services(
+            groups
+                .into_iter()
+                .map(|(service, (services, slices))| (service, services, slices)),
+            |_, r| rejected.extend(r),
+        );
         state.node = node.map(NodeInfo::of);
         (state, rejected)
     }
@@ -306,65 +309,45 @@ impl ClusterState {
             self.services.remove(name);
             self.endpoints.remove(name);
         }
+        let converted = Converted::of(service, services, slices);
+        for port in converted.ports {
+            self.services.insert(port.name.clone(), port);
+        }
+        self.endpoints.extend(converted.endpoints);
+        converted.rejected
+    }
 
-        let mut rejected = Vec::new();
-        // The API keeps names unique; a manifests directory may not. Picking one of several
-        // would depend on file order, so none is proxied.
-        let copies = services.len();
-        for svc in services {
-            let reason = if copies > 1 {
-                format!("{copies} Services share this name; none is proxied")
-            } else {
-                match service_ports(svc) {
-                    Ok(ports) => {
-                        for p in ports {
-                            self.services.insert(p.name.clone(), p);
-                        }
-                        // A bad value costs the opt-in only: the Service is still proxied.
-                        match ConsistentEndpoint::of(svc) {
-                            Err(reason) => reason,
-                            Ok(_) => continue,
-                        }
-                    }
-                    Err(reason) => reason,
-                }
-            };
-            rejected.push(Rejected {
-                kind: "Service",
-                namespace: svc.names.namespace.as_deref().unwrap_or_default().into(),
-                name: svc.names.name.as_deref().unwrap_or_default().into(),
-                reason,
-            });
-        }
-        for slice in slices {
-            for reason in add_slice(self, slice) {
-                rejected.push(Rejected {
-                    kind: "EndpointSlice",
-                    namespace: slice.names.namespace.as_deref().unwrap_or_default().into(),
-                    name: slice.names.name.as_deref().unwrap_or_default().into(),
-                    reason,
-                });
+    /// `update_service` for each of `services` (each service once), with `rejected` told what
+    /// each one's objects had skipped. Into a state without services (the first sync, a
+    /// manifests directory) the ports are gathered and the maps built at once from them, not
+    /// searched port by port.
+    pub(crate) fn update_services<'a, S: std::borrow::Borrow<ServiceRef>>(
+        &mut self,
+        services: impl IntoIterator<Item = (S, Vec<&'a KeptService>, Vec<&'a KeptSlice>)>,
+        mut rejected: impl FnMut(&ServiceRef, Vec<Rejected>),
+    ) {
+        if !(self.services.is_empty() && self.endpoints.is_empty()) {
+            for (service, objects, slices) in services {
+                let service = service.borrow();
+                rejected(service, self.update_service(service, &objects, &slices));
             }
+            return;
         }
-        for (_, eps) in self
-            .endpoints
-            .range_mut(&lowest..)
-            .take_while(|(n, _)| of_service(n))
-        {
-            // One address listed twice (a pod moving between slices, or an address reused
-            // while the old pod terminates): the one not terminating is kept, as kube-proxy
-            // keeps it.
-            eps.sort_by(|a, b| {
-                (a.ip, a.port, a.terminating)
-                    .cmp(&(b.ip, b.port, b.terminating))
-                    .then_with(|| a.cmp(b))
-            });
-            eps.dedup_by(|a, b| a.ip == b.ip && a.port == b.port);
-            // Held until the service changes again; pushing left up to twice the room needed
-            // (a fifth of the daemon's settled memory at 10,000 services of 10 endpoints).
-            eps.shrink_to_fit();
+        let services = services.into_iter();
+        // About one port and one port's endpoints per service.
+        let mut ports = Vec::with_capacity(services.size_hint().0);
+        let mut endpoints = Vec::with_capacity(services.size_hint().0);
+        for (service, objects, slices) in services {
+            let service = service.borrow();
+            let converted = Converted::of(service, &objects, &slices);
+            ports.extend(converted.ports.into_iter().map(|p| (p.name.clone(), p)));
+            endpoints.extend(converted.endpoints);
+            rejected(service, converted.rejected);
         }
-        rejected
+        // Sorted runs (services come in name order, a service's ports in spec order) sort in
+        // about one pass; a name given twice keeps the last, as inserting one by one does.
+        self.services = ports.into_iter().collect();
+        self.endpoints = endpoints.into_iter().collect();
     }
 
     /// Replaces the service CIDRs with those `objects` (every ServiceCIDR object) declare;
@@ -396,6 +379,76 @@ impl ClusterState {
     }
 }
 
+/// One service's ports and the endpoints of each port its slices name, converted from its
+/// objects, and what they had skipped and why.
+struct Converted {
+    ports: Vec<ServicePort>,
+    /// Each port name once, its endpoints sorted and each address once.
+    endpoints: Vec<(ServicePortName, Vec<Endpoint>)>,
+    rejected: Vec<Rejected>,
+}
+
+impl Converted {
+    fn of(service: &ServiceRef, services: &[&KeptService], slices: &[&KeptSlice]) -> Converted {
+        let mut converted = Converted {
+            ports: Vec::new(),
+            endpoints: Vec::new(),
+            rejected: Vec::new(),
+        };
+        // The API keeps names unique; a manifests directory may not. Picking one of several
+        // would depend on file order, so none is proxied.
+        let copies = services.len();
+        for svc in services {
+            let reason = if copies > 1 {
+                format!("{copies} Services share this name; none is proxied")
+            } else {
+                match service_ports(svc) {
+                    Ok(ports) => {
+                        converted.ports = ports;
+                        // A bad value costs the opt-in only: the Service is still proxied.
+                        match ConsistentEndpoint::of(svc) {
+                            Err(reason) => reason,
+                            Ok(_) => continue,
+                        }
+                    }
+                    Err(reason) => reason,
+                }
+            };
+            converted.rejected.push(Rejected {
+                kind: "Service",
+                namespace: svc.names.namespace.as_deref().unwrap_or_default().into(),
+                name: svc.names.name.as_deref().unwrap_or_default().into(),
+                reason,
+            });
+        }
+        for slice in slices {
+            for reason in add_slice(service, slice, &mut converted.endpoints) {
+                converted.rejected.push(Rejected {
+                    kind: "EndpointSlice",
+                    namespace: slice.names.namespace.as_deref().unwrap_or_default().into(),
+                    name: slice.names.name.as_deref().unwrap_or_default().into(),
+                    reason,
+                });
+            }
+        }
+        for (_, eps) in &mut converted.endpoints {
+            // One address listed twice (a pod moving between slices, or an address reused
+            // while the old pod terminates): the one not terminating is kept, as kube-proxy
+            // keeps it.
+            eps.sort_by(|a, b| {
+                (a.ip, a.port, a.terminating)
+                    .cmp(&(b.ip, b.port, b.terminating))
+                    .then_with(|| a.cmp(b))
+            });
+            eps.dedup_by(|a, b| a.ip == b.ip && a.port == b.port);
+            // Held until the service changes again; pushing left up to twice the room needed
+            // (a fifth of the daemon's settled memory at 10,000 services of 10 endpoints).
+            eps.shrink_to_fit();
+        }
+        converted
+    }
+}
+
 /// A `ClusterState` kept up to date service by service, with what each service's objects had
 /// rejected.
 #[derive(Debug, Clone, Default)]
@@ -407,19 +460,20 @@ pub struct LiveState {
 }
 
 impl LiveState {
-    /// Re-converts `service` from its objects now (see `ClusterState::update_service`).
-    pub(crate) fn update_service(
+    /// Re-converts each of `services` (each once) from its objects now (see
+    /// `ClusterState::update_services`).
+    pub(crate) fn update_services<'a>(
         &mut self,
-        service: &ServiceRef,
-        services: &[&KeptService],
-        slices: &[&KeptSlice],
+        services: impl IntoIterator<Item = (&'a ServiceRef, Vec<&'a KeptService>, Vec<&'a KeptSlice>)>,
     ) {
-        let rejected = self.state.update_service(service, services, slices);
-        if rejected.is_empty() {
-            self.rejected.remove(service);
-        } else {
-            self.rejected.insert(service.clone(), rejected);
-        }
+        let kept = &mut self.rejected;
+        self.state.update_services(services, |service, rejected| {
+            if rejected.is_empty() {
+                kept.remove(service);
+            } else {
+                kept.insert(service.clone(), rejected);
+            }
+        });
     }
 
     /// Re-reads the service CIDRs from every ServiceCIDR object (see

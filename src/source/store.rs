@@ -443,10 +443,10 @@ impl ClusterStore {
     /// those services.
     pub fn update_model(&mut self, live: &mut LiveState, hostname: &str) -> BTreeSet<ServiceRef> {
         let changed = self.take_changed();
-        for service in &changed {
+        live.update_services(changed.iter().map(|service| {
             let (services, slices) = self.kept_of(service);
-            live.update_service(service, &services, &slices);
-        }
+            (service, services, slices)
+        }));
         live.state.node = self.node(hostname).as_ref().map(NodeInfo::of);
         if std::mem::take(&mut self.service_cidrs_changed) {
             let objects: Vec<ServiceCIDR> = self.service_cidrs.objects().collect();
