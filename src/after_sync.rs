@@ -5,6 +5,7 @@
 //! Both are kept service port by service port, so a sync that changed one service recomputes
 //! that service only: at 10,000 services, deriving everything again took longer than the sync.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
@@ -126,20 +127,20 @@ impl AfterSyncFacts {
             .map(Vec::as_slice)
             .unwrap_or(&[]);
         if let Some(service) = udp_service(sp, endpoints) {
-            self.udp.set(sp.name.clone(), service);
+            self.udp.set(ServicePortName::clone(&sp.name), service);
         }
         if let Some(facts) = local_facts(sp, endpoints, &self.hostname) {
-            self.local.insert(sp.name.clone(), facts);
+            self.local.insert(ServicePortName::clone(&sp.name), facts);
         }
     }
 }
 
-fn ports_of<'a, V>(
-    map: &'a BTreeMap<ServicePortName, V>,
+fn ports_of<'a, K: Ord + Borrow<ServicePortName>, V>(
+    map: &'a BTreeMap<K, V>,
     service: &ServiceRef,
-) -> impl Iterator<Item = (&'a ServicePortName, &'a V)> {
-    map.range(ServicePortName::lowest_of(service)..)
-        .take_while(move |(n, _)| n.is_port_of(service))
+) -> impl Iterator<Item = (&'a K, &'a V)> {
+    map.range::<ServicePortName, _>(ServicePortName::lowest_of(service)..)
+        .take_while(move |(n, _)| (*n).borrow().is_port_of(service))
 }
 
 fn remove_service<V>(
@@ -218,7 +219,7 @@ pub fn udp_frontends(state: &ClusterState) -> Frontends<ServicePortName> {
     for sp in state.services.values() {
         let all = state.endpoints.get(&sp.name).map_or(&[][..], Vec::as_slice);
         if let Some(service) = udp_service(sp, all) {
-            frontends.set(sp.name.clone(), service);
+            frontends.set(ServicePortName::clone(&sp.name), service);
         }
     }
     frontends

@@ -806,7 +806,7 @@ fn changed_services(a: &ClusterState, b: &ClusterState) -> BTreeSet<ServiceRef> 
         .keys()
         .chain(b.services.keys())
         .filter(|n| {
-            a.services.get(n) != b.services.get(n) || a.endpoints.get(n) != b.endpoints.get(n)
+            a.services.get(*n) != b.services.get(*n) || a.endpoints.get(*n) != b.endpoints.get(*n)
         })
         .map(|n| (n.namespace.clone(), n.name.clone()))
         .collect()

@@ -229,7 +229,7 @@ pub fn spread(endpoints: usize, connections: usize) -> Spread {
     let mut state = cluster(1, 0);
     let name = synthetic::service_name(0);
     state.endpoints.insert(
-        name,
+        name.into(),
         ips.iter()
             .map(|ip| synthetic::endpoint(IpAddr::V4(*ip), SPREAD_PORT, 1))
             .collect(),

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use kubenft::cluster::{
     ClusterState, ConsistentEndpoint, Endpoint, NodeInfo, Protocol, ServicePort, ServicePortName,
@@ -113,7 +113,7 @@ pub fn service_name(s: usize) -> ServicePortName {
 }
 
 pub fn add_service(state: &mut ClusterState, s: usize, endpoints: usize) {
-    let name = service_name(s);
+    let name = Arc::new(service_name(s));
     state.services.insert(
         name.clone(),
         ServicePort {

@@ -5,13 +5,15 @@
 use super::kept::{KeptEndpoint, KeptSlice, ListedAddress};
 use super::*;
 
-/// Adds the endpoints of `slice`, one of `service`'s, to `endpoints` (by port name); returns
-/// what of it was skipped and why. A bad endpoint or port is skipped on its own, as kube-proxy
-/// does: the slice's other endpoints still serve.
+/// Adds the endpoints of `slice`, one of `service`'s, to `endpoints` (by port name, the name
+/// of the service's `ports` shared where one has it); returns what of it was skipped and why.
+/// A bad endpoint or port is skipped on its own, as kube-proxy does: the slice's other
+/// endpoints still serve.
 pub(super) fn add_slice(
     service: &ServiceRef,
     slice: &KeptSlice,
-    endpoints: &mut Vec<(ServicePortName, Vec<Endpoint>)>,
+    ports: &[ServicePort],
+    endpoints: &mut Vec<(Arc<ServicePortName>, Vec<Endpoint>)>,
 ) -> Vec<String> {
     if slice.service_name.as_deref().is_none_or(str::is_empty) {
         return vec![format!(
@@ -73,12 +75,20 @@ pub(super) fn add_slice(
             .iter()
             .position(|(n, _)| n.port == port_name && n.protocol == protocol)
             .unwrap_or_else(|| {
-                let name = ServicePortName {
-                    namespace: service.0.clone(),
-                    name: service.1.clone(),
-                    port: port_name.to_string(),
-                    protocol,
-                };
+                let of_port = ports
+                    .iter()
+                    .find(|p| p.name.port == port_name && p.name.protocol == protocol);
+                let name = of_port.map_or_else(
+                    || {
+                        Arc::new(ServicePortName {
+                            namespace: service.0.clone(),
+                            name: service.1.clone(),
+                            port: port_name.to_string(),
+                            protocol,
+                        })
+                    },
+                    |p| p.name.clone(),
+                );
                 endpoints.push((name, Vec::new()));
                 endpoints.len() - 1
             });

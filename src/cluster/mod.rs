@@ -85,7 +85,7 @@ pub enum TrafficPolicy {
 /// One port of one Service, with everything that decides a packet's fate.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ServicePort {
-    pub name: ServicePortName,
+    pub name: Arc<ServicePortName>,
     pub cluster_ips: Vec<IpAddr>,
     pub port: u16,
     pub node_port: Option<u16>,
@@ -208,8 +208,8 @@ pub struct Rejected {
 /// Everything the planner reads; ordered maps make the output deterministic.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ClusterState {
-    pub services: BTreeMap<ServicePortName, ServicePort>,
-    pub endpoints: BTreeMap<ServicePortName, Vec<Endpoint>>,
+    pub services: BTreeMap<Arc<ServicePortName>, ServicePort>,
+    pub endpoints: BTreeMap<Arc<ServicePortName>, Vec<Endpoint>>,
     pub node: Option<NodeInfo>,
     /// The ClusterIP ranges the cluster's ServiceCIDR objects declare, sorted, each once.
     pub service_cidrs: Vec<IpNet>,
@@ -292,14 +292,14 @@ impl ClusterState {
     ) -> Vec<Rejected> {
         let lowest = ServicePortName::lowest_of(service);
         let of_service = |n: &ServicePortName| n.namespace == service.0 && n.name == service.1;
-        let stale: Vec<ServicePortName> = self
+        let stale: Vec<Arc<ServicePortName>> = self
             .services
-            .range(&lowest..)
+            .range::<ServicePortName, _>(&lowest..)
             .map(|(n, _)| n)
             .take_while(|n| of_service(n))
             .chain(
                 self.endpoints
-                    .range(&lowest..)
+                    .range::<ServicePortName, _>(&lowest..)
                     .map(|(n, _)| n)
                     .take_while(|n| of_service(n)),
             )
@@ -383,8 +383,9 @@ impl ClusterState {
 /// objects, and what they had skipped and why.
 struct Converted {
     ports: Vec<ServicePort>,
-    /// Each port name once, its endpoints sorted and each address once.
-    endpoints: Vec<(ServicePortName, Vec<Endpoint>)>,
+    /// Each port name once (shared with the port of that name), its endpoints sorted and
+    /// each address once.
+    endpoints: Vec<(Arc<ServicePortName>, Vec<Endpoint>)>,
     rejected: Vec<Rejected>,
 }
 
@@ -422,7 +423,7 @@ impl Converted {
             });
         }
         for slice in slices {
-            for reason in add_slice(service, slice, &mut converted.endpoints) {
+            for reason in add_slice(service, slice, &converted.ports, &mut converted.endpoints) {
                 converted.rejected.push(Rejected {
                     kind: "EndpointSlice",
                     namespace: slice.names.namespace.as_deref().unwrap_or_default().into(),

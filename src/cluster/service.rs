@@ -85,12 +85,12 @@ pub(super) fn service_ports(svc: &KeptService) -> Result<Vec<ServicePort>, Strin
             )
         });
         out.push(ServicePort {
-            name: ServicePortName {
+            name: Arc::new(ServicePortName {
                 namespace: namespace.to_string(),
                 name: name.to_string(),
                 port: port_name.as_deref().unwrap_or_default().to_string(),
                 protocol,
-            },
+            }),
             cluster_ips: cluster_ips.clone(),
             port,
             node_port,

@@ -128,7 +128,7 @@ pub(crate) fn conflicts(state: &ClusterState, listeners: &[Listener]) -> BTreeSe
         for l in listeners {
             if l.protocol == sp.name.protocol && l.port == node_port && !l.addr.is_loopback() {
                 out.insert(Conflict {
-                    service: sp.name.clone(),
+                    service: ServicePortName::clone(&sp.name),
                     node_port,
                     listener: l.clone(),
                 });
@@ -150,7 +150,8 @@ mod tests {
                 name: name.into(),
                 port: "p".into(),
                 protocol,
-            },
+            }
+            .into(),
             cluster_ips: vec!["10.96.0.1".parse().unwrap()],
             port: 80,
             node_port,

@@ -97,7 +97,8 @@ impl Svc {
                 name: "svc".into(),
                 port: "p".into(),
                 protocol: Protocol::Tcp,
-            },
+            }
+            .into(),
             cluster_ips: vec!["10.96.0.1".parse().unwrap()],
             port: 80,
             node_port: self.external.then_some(30080),

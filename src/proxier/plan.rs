@@ -204,8 +204,7 @@ impl Planner {
     fn replan(&mut self, state: &ClusterState, config: &ProxyConfig) {
         let context = Context::of(state, config);
         self.service_cidrs = dropped_service_cidrs(state, config).to_vec();
-        let names: Vec<Arc<ServicePortName>> =
-            state.services.keys().cloned().map(Arc::new).collect();
+        let names: Vec<Arc<ServicePortName>> = state.services.keys().cloned().collect();
         let layouts = std::mem::take(&mut self.start_layouts);
         self.tables = context
             .families
@@ -232,8 +231,7 @@ impl Planner {
         let digest = |n: &ServicePortName, sp| input_digest(sp, state.endpoints.get(n));
         let mut changed = Vec::new();
         let Some(services) = scope else {
-            // Compared in place: only the changed names are cloned.
-            let candidates: BTreeSet<ServicePortName> = state
+            let candidates: BTreeSet<Arc<ServicePortName>> = state
                 .services
                 .iter()
                 .filter(|(n, sp)| self.inputs.get(*n).copied() != Some(digest(n, sp)))
@@ -241,7 +239,6 @@ impl Planner {
                 .chain(
                     self.inputs
                         .keys()
-                        .map(|n| &**n)
                         .filter(|n| !state.services.contains_key(*n)),
                 )
                 .cloned()
@@ -256,9 +253,9 @@ impl Planner {
         // were planned: one range of each per service, and every port's digest from its range.
         for s in services {
             let lowest = ServicePortName::lowest_of(s);
-            let now: Vec<(&ServicePortName, u64)> = state
+            let now: Vec<(&Arc<ServicePortName>, u64)> = state
                 .services
-                .range(&lowest..)
+                .range::<ServicePortName, _>(&lowest..)
                 .take_while(|(n, _)| n.is_port_of(s))
                 .map(|(n, sp)| (n, digest(n, sp)))
                 .collect();
@@ -267,7 +264,7 @@ impl Planner {
                 .range::<ServicePortName, _>(&lowest..)
                 .map(|(n, _)| n)
                 .take_while(|n| n.is_port_of(s))
-                .filter(|n| !now.iter().any(|(m, _)| *m == &***n))
+                .filter(|n| !now.iter().any(|(m, _)| m == n))
                 .cloned()
                 .collect();
             let first = changed.len();
@@ -286,17 +283,17 @@ impl Planner {
     /// returns the name if that changed its digest, as the planner holds it.
     fn record_input(
         &mut self,
-        name: &ServicePortName,
+        name: &Arc<ServicePortName>,
         now: Option<u64>,
     ) -> Option<Arc<ServicePortName>> {
-        let (held, was) = match self.inputs.get_key_value(name) {
+        let (held, was) = match self.inputs.get_key_value(&**name) {
             Some((held, was)) => (Some(held.clone()), Some(*was)),
             None => (None, None),
         };
         if now == was {
             return None;
         }
-        let name = held.unwrap_or_else(|| Arc::new(name.clone()));
+        let name = held.unwrap_or_else(|| name.clone());
         match now {
             Some(d) => self.inputs.insert(name.clone(), d),
             None => self.inputs.remove(&*name),

@@ -35,7 +35,8 @@ fn cluster(service_cidrs: &[&str]) -> ClusterState {
                 name: name.into(),
                 port: "http".into(),
                 protocol: Protocol::Tcp,
-            },
+            }
+            .into(),
             cluster_ips: vec![ip.parse().unwrap()],
             port: 80,
             node_port: None,
