@@ -52,7 +52,10 @@ impl AfterSyncFacts {
 
     /// Notes services whose objects changed in the model.
     pub fn changed<'a>(&mut self, services: impl IntoIterator<Item = &'a ServiceRef>) {
-        self.pending.extend(services.into_iter().cloned());
+        // Facts not derived yet are derived from every service at the next update.
+        if self.derived {
+            self.pending.extend(services.into_iter().cloned());
+        }
     }
 
     /// Brings the facts up to the model `state` (which the last sync programmed).

@@ -204,19 +204,16 @@ impl Planner {
     fn replan(&mut self, state: &ClusterState, config: &ProxyConfig) {
         let context = Context::of(state, config);
         self.service_cidrs = dropped_service_cidrs(state, config).to_vec();
-        let names: Vec<Arc<ServicePortName>> = state.services.keys().cloned().collect();
         let layouts = std::mem::take(&mut self.start_layouts);
         self.tables = context
             .families
             .iter()
-            .map(|&fam| FamilyPlan::whole(fam, state, config, &self.start_blocks, &layouts, &names))
+            .map(|&fam| FamilyPlan::whole(fam, state, config, &self.start_blocks, &layouts))
             .collect();
-        self.inputs = names
-            .into_iter()
-            .map(|n| {
-                let digest = input_digest(&state.services[&*n], state.endpoints.get(&*n));
-                (n, digest)
-            })
+        self.inputs = state
+            .services
+            .iter()
+            .map(|(n, sp)| (n.clone(), input_digest(sp, state.endpoints.get(n))))
             .collect();
         self.context = Some(context);
     }
@@ -417,7 +414,6 @@ impl FamilyPlan {
         config: &ProxyConfig,
         start: &EndpointBlocks,
         layouts: &SlotLayouts,
-        names: &[Arc<ServicePortName>],
     ) -> Self {
         let builder = FragmentBuilder::new(config, state, fam);
         let mut plan = FamilyPlan {
@@ -429,8 +425,8 @@ impl FamilyPlan {
             declared: HashMap::new(),
             owners: KeyOwners::default(),
         };
-        for name in names {
-            let fragment = builder.service(&state.services[&**name], &mut plan.blocks, layouts);
+        for (name, sp) in &state.services {
+            let fragment = builder.service(sp, &mut plan.blocks, layouts);
             plan.remember(name, &fragment);
         }
         // Blocks of chains the kernel had and this plan dropped are free from now on.
