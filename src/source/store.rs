@@ -4,6 +4,7 @@
 //! the planner and the last good state stays programmed until fresh state arrives.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -231,11 +232,12 @@ struct Keys(Box<str>);
 
 impl Keys {
     fn of(keys: &[&str]) -> Keys {
-        let mut packed = String::new();
+        let digits = |n: usize| n.checked_ilog10().map_or(1, |d| d as usize + 1);
+        let size = keys.iter().map(|k| digits(k.len()) + 1 + k.len()).sum();
+        // Sized exactly, so boxing it keeps the one allocation.
+        let mut packed = String::with_capacity(size);
         for key in keys {
-            packed.push_str(&key.len().to_string());
-            packed.push(':');
-            packed.push_str(key);
+            let _ = write!(packed, "{}:{key}", key.len());
         }
         Keys(packed.into_boxed_str())
     }
@@ -582,11 +584,20 @@ mod tests {
     #[test]
     fn member_keys_stay_sorted_and_unique_whatever_their_text() {
         let mut keys = Keys::default();
-        for key in ["demo/web-2", "12:demo/odd", "demo/web-1", "", "demo/web-2"] {
+        let long = format!("demo/{}", "x".repeat(250));
+        for key in [
+            "demo/web-2",
+            "12:demo/odd",
+            &long,
+            "demo/web-1",
+            "",
+            "demo/web-2",
+        ] {
             keys.insert(key);
         }
         let all: Vec<&str> = keys.iter().collect();
-        assert_eq!(all, ["", "12:demo/odd", "demo/web-1", "demo/web-2"]);
+        assert_eq!(all, ["", "12:demo/odd", "demo/web-1", "demo/web-2", &long]);
+        keys.remove(&long);
         keys.remove("demo/web-1");
         keys.remove("demo/absent");
         let all: Vec<&str> = keys.iter().collect();
