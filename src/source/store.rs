@@ -485,16 +485,6 @@ impl ClusterStore {
             .map(|(_, kept)| Node::expand(kept))
     }
 
-    /// Every object, as the manifests source would read them.
-    pub fn snapshot(&self, hostname: &str) -> Inputs {
-        Inputs {
-            services: self.services.objects().collect(),
-            endpoint_slices: self.endpoint_slices.objects().collect(),
-            node: self.node(hostname),
-            service_cidrs: self.service_cidrs.objects().collect(),
-        }
-    }
-
     /// Takes the change-trigger times gathered since the last call.
     pub(crate) fn take_triggers(&mut self) -> Vec<SystemTime> {
         std::mem::take(&mut self.pending_triggers)
