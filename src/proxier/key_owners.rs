@@ -6,8 +6,8 @@
 //! into each owner's fragment for the exact key, so a collision costs a look, never a wrong
 //! answer.
 
-use std::collections::BTreeMap;
 use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, btree_map};
 use std::sync::Arc;
 
 use crate::cluster::ServicePortName;
@@ -116,32 +116,31 @@ impl Names {
 
     /// The id of `name`, owning one more key.
     fn hold(&mut self, name: &Arc<ServicePortName>) -> OwnerId {
-        let known = match &self.last {
-            Some((last, id)) if Arc::ptr_eq(last, name) => Some(*id),
+        let id = match &self.last {
+            Some((last, id)) if Arc::ptr_eq(last, name) => *id,
             _ => {
-                let id = self.ids.get(name).copied();
-                if let Some(id) = id {
-                    self.last = Some((name.clone(), id));
-                }
+                // One search of the tree, whether the name is new or not.
+                let id = match self.ids.entry(name.clone()) {
+                    btree_map::Entry::Occupied(held) => *held.get(),
+                    btree_map::Entry::Vacant(new) => {
+                        let id = match self.free.pop() {
+                            Some(id) => id,
+                            None => {
+                                self.held.push(None);
+                                (self.held.len() - 1) as OwnerId
+                            }
+                        };
+                        self.held[id as usize] = Some((name.clone(), 0));
+                        *new.insert(id)
+                    }
+                };
+                self.last = Some((name.clone(), id));
                 id
             }
         };
-        if let Some(id) = known {
-            if let Some((_, keys)) = &mut self.held[id as usize] {
-                *keys += 1;
-            }
-            return id;
+        if let Some((_, keys)) = &mut self.held[id as usize] {
+            *keys += 1;
         }
-        let id = match self.free.pop() {
-            Some(id) => id,
-            None => {
-                self.held.push(None);
-                (self.held.len() - 1) as OwnerId
-            }
-        };
-        self.held[id as usize] = Some((name.clone(), 1));
-        self.ids.insert(name.clone(), id);
-        self.last = Some((name.clone(), id));
         id
     }
 
