@@ -1212,14 +1212,5 @@ proptest! {
 
 /// The objects as the API would hold them: one per namespace and name, the last one written.
 fn last_of_each_name<K: kube::Resource>(objects: Vec<K>) -> Vec<K> {
-    let mut by_name = BTreeMap::new();
-    for o in objects {
-        let meta = o.meta();
-        let key = (
-            meta.namespace.clone().unwrap_or_default(),
-            meta.name.clone().unwrap_or_default(),
-        );
-        by_name.insert(key, o);
-    }
-    by_name.into_values().collect()
+    by_key(objects).into_values().collect()
 }
