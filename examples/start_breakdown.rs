@@ -1,6 +1,7 @@
 //! Where the daemon's start goes outside the sync, in CPU time on one thread: decoding list
-//! pages as the daemon's watchers do (straight into the store's kept form), keeping each object in the store, completing the lists, and building
-//! the model at the first sync, for the benchmark's synthetic cluster.
+//! pages as the daemon's watchers do (straight into the store's kept form), keeping each object
+//! in the store, completing the lists, and building the model at the first sync, for the
+//! benchmark's synthetic cluster.
 //!
 //! `cargo run --release --example start_breakdown -- 30000x10`
 

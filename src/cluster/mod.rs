@@ -284,7 +284,7 @@ impl ClusterState {
     /// are the Service objects of that name (one, or none once deleted) and `slices` the
     /// EndpointSlices labelled with it. Returns what was skipped and why. Converting every
     /// service this way gives what `from_objects` gives.
-    pub(crate) fn update_service(
+    fn update_service(
         &mut self,
         service: &ServiceRef,
         services: &[&KeptService],
