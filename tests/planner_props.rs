@@ -360,6 +360,10 @@ proptest! {
             for s in t.sets.values_mut() {
                 prop_assert!(s.elements.is_empty());
                 s.elements = planner.elements(t.family, &s.name).collect();
+                let mut any_order: Vec<_> =
+                    planner.elements_in_any_order(t.family, &s.name).collect();
+                any_order.sort_by(|a, b| a.key.cmp(&b.key));
+                prop_assert_eq!(&any_order, &s.elements, "{} in any order", s.name);
             }
         }
         prop_assert_eq!(&filled, &whole);

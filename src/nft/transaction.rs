@@ -119,7 +119,7 @@ pub struct Transaction {
     pub expected_generation: Option<u32>,
 }
 
-/// A set's elements, produced one at a time, sorted as a `Table` holds them.
+/// A set's elements, produced one at a time.
 pub type ElementStream<'a> = Box<dyn Iterator<Item = Element> + 'a>;
 
 /// The elements of desired tables' sets, handed out one at a time, for a sync that need not
@@ -129,6 +129,11 @@ pub trait SetElements {
     fn sets_with_elements(&self, family: Family) -> BTreeSet<String>;
     /// The elements of `set` in the `family` table, sorted as a `Table` holds them.
     fn elements(&self, family: Family, set: &str) -> ElementStream<'_>;
+    /// The elements `elements(family, set)` gives, in any order: for a batch that creates the
+    /// set, whose elements the kernel keeps in an order of its own.
+    fn elements_in_any_order(&self, family: Family, set: &str) -> ElementStream<'_> {
+        self.elements(family, set)
+    }
     /// Whether `elements(family, set)` may yield `n` elements or more: true whenever it does
     /// (an implementation that can count more cheaply than it unpacks, and stop at `n`, says
     /// so here; it may count keys several parts share more than once).

@@ -15,7 +15,7 @@
 //! ServiceCIDR change replans the skeleton alone and changes only its chains that differ.
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, btree_map};
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
@@ -28,7 +28,7 @@ use super::build::{
 use super::config::ProxyConfig;
 use super::key_owners::KeyOwners;
 use super::names::{is_endpoint_map, is_pick_slots};
-use super::stored::{SortedElements, Stored, digests_of};
+use super::stored::{PartOrderElements, SetNames, SortedElements, Stored, digests_of};
 pub use crate::cluster::ServiceRef;
 use crate::cluster::{ClusterState, Endpoint, NodeInfo, ServicePort, ServicePortName};
 use crate::nft::diff::TableChange;
@@ -323,6 +323,17 @@ impl SetElements for Planner {
         }
     }
 
+    /// Unsorted, read from the fragments in the order they are kept; sorted still for an
+    /// interval set, whose ranges the encoder reads in order.
+    fn elements_in_any_order(&self, family: Family, set: &str) -> ElementStream<'_> {
+        match self.tables.iter().find(|t| t.head.family == family) {
+            Some(t) if t.declaration(set).is_some_and(|s| !s.interval) => {
+                Box::new(t.set_elements_in_part_order(set))
+            }
+            _ => self.elements(family, set),
+        }
+    }
+
     /// Counts the elements each part of the table puts in `set`, packed, until there are `n`:
     /// parts that put in the same key count it more than once.
     fn may_hold(&self, family: Family, set: &str, n: usize) -> bool {
@@ -393,6 +404,8 @@ struct FamilyPlan {
     /// fragments declare each; the set exists while one does. Fragments share equal
     /// declarations with this copy.
     declared: HashMap<String, (Arc<Set>, usize)>,
+    /// The names of the sets fragments put elements in, shared by the fragments.
+    set_names: SetNames,
     /// For each key of a shared set, by a hash of set and key, the fragments that put it
     /// there, in service order: the table holds the first one's element. Hashed so keys are not
     /// held twice; a fragment whose key only shares the hash is skipped by looking into it.
@@ -423,6 +436,7 @@ impl FamilyPlan {
             blocks: BlockAllocator::new(start.of_family(fam.table_family())),
             fragments: BTreeMap::new(),
             declared: HashMap::new(),
+            set_names: SetNames::default(),
             owners: KeyOwners::default(),
         };
         for (name, sp) in &state.services {
@@ -479,6 +493,14 @@ impl FamilyPlan {
         SortedElements::new(self.skeleton.elements_of(set), self.fragments.values(), set)
     }
 
+    /// `set_elements` in the order the skeleton and the fragments hold them.
+    fn set_elements_in_part_order(
+        &self,
+        set: &str,
+    ) -> PartOrderElements<'_, btree_map::Values<'_, Arc<ServicePortName>, Stored>> {
+        PartOrderElements::new(self.skeleton.elements_of(set), self.fragments.values(), set)
+    }
+
     /// Replans the services `changed` and takes `skeleton` (if given) as the new skeleton, whose
     /// sets and elements must equal the old one's; returns the parts of the table that change,
     /// before and after: of these services' elements, only those their old and new fragments do
@@ -512,7 +534,7 @@ impl FamilyPlan {
         // Packed as the planner keeps them, to be compared with the old ones as they are kept.
         let packed: Vec<Stored> = new
             .iter()
-            .map(|(_, f)| Stored::pack(f, |s| Arc::new(s.clone())))
+            .map(|(_, f)| Stored::pack(f, |s| Arc::new(s.clone()), &mut self.set_names))
             .collect();
         let empty = Stored::default();
 
@@ -696,7 +718,11 @@ impl FamilyPlan {
             }
         }
         let declared = &mut self.declared;
-        let stored = Stored::pack(fragment, |set| share_declaration(declared, set));
+        let stored = Stored::pack(
+            fragment,
+            |set| share_declaration(declared, set),
+            &mut self.set_names,
+        );
         self.fragments.insert(name.clone(), stored);
     }
 

@@ -4,8 +4,10 @@
 //! it is ~30. Unpacking gives back the very fragment that was packed.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::sync::Arc;
 
+use foldhash::fast::FixedState;
 use ipnet::{Ipv4Net, Ipv6Net};
 
 use super::build::Fragment;
@@ -15,7 +17,23 @@ use crate::nft::model::{
 };
 
 /// A set's name and its elements of one fragment, packed.
-type PackedSet = (Box<str>, Box<[u8]>);
+type PackedSet = (Arc<str>, Box<[u8]>);
+
+/// One copy of each set name the fragments put elements in: thousands of fragments name the
+/// same few sets, and a set's elements are found by its name in each of them.
+#[derive(Debug, Clone, Default)]
+pub(super) struct SetNames(HashSet<Arc<str>, FixedState>);
+
+impl SetNames {
+    fn get(&mut self, name: &str) -> Arc<str> {
+        if let Some(shared) = self.0.get(name) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = name.into();
+        self.0.insert(shared.clone());
+        shared
+    }
+}
 
 /// A fragment as the planner holds it.
 #[derive(Debug, Clone, Default)]
@@ -32,9 +50,14 @@ pub(super) struct Stored {
 }
 
 impl Stored {
-    /// `fragment` packed; its declarations become `share(set)`. Taken by reference: the
-    /// planner still reads a changed service's new fragment after storing it.
-    pub(super) fn pack(fragment: &Fragment, share: impl FnMut(&Set) -> Arc<Set>) -> Self {
+    /// `fragment` packed; its declarations become `share(set)`, the names of the sets it puts
+    /// elements in those of `names`. Taken by reference: the planner still reads a changed
+    /// service's new fragment after storing it.
+    pub(super) fn pack(
+        fragment: &Fragment,
+        share: impl FnMut(&Set) -> Arc<Set>,
+        names: &mut SetNames,
+    ) -> Self {
         let mut comments: Vec<Box<str>> = Vec::new();
         let elements = fragment
             .elements
@@ -44,7 +67,7 @@ impl Stored {
                 for e in elements {
                     pack_element(&mut bytes, e, &mut comments);
                 }
-                (set.as_str().into(), bytes.into_boxed_slice())
+                (names.get(set), bytes.into_boxed_slice())
             })
             .collect();
         Stored {
@@ -474,6 +497,69 @@ impl Iterator for SortedElements<'_> {
     }
 }
 
+/// The elements `SortedElements` hands out, in the order the parts hold them rather than by
+/// key: for a batch that creates the set, where the kernel does not care. Each part is read
+/// front to back once, and an element is left out where an earlier part (or an earlier element
+/// of its own) holds its key: equal keys pack to equal bytes, so the keys seen are kept as
+/// the packed bytes the fragments hold, never unpacked.
+pub(super) struct PartOrderElements<'a, I> {
+    unpacked: std::slice::Iter<'a, Element>,
+    /// The packed keys of `unpacked` handed out so far (a skeleton's few).
+    unpacked_keys: HashSet<Vec<u8>, FixedState>,
+    set: Box<str>,
+    stored: I,
+    /// The fragment being read and its packed elements not read yet.
+    current: Option<(&'a Stored, &'a [u8])>,
+    /// The packed keys of the fragments' elements handed out so far.
+    seen: HashSet<&'a [u8], FixedState>,
+}
+
+impl<'a, I: Iterator<Item = &'a Stored>> PartOrderElements<'a, I> {
+    pub(super) fn new(unpacked: &'a [Element], stored: I, set: &str) -> Self {
+        PartOrderElements {
+            unpacked: unpacked.iter(),
+            unpacked_keys: HashSet::default(),
+            set: set.into(),
+            current: None,
+            // Room for an element per fragment: nearly every fragment puts one or more in
+            // each set it names, so the set grows a few times at most.
+            seen: HashSet::with_capacity_and_hasher(stored.size_hint().0, FixedState::default()),
+            stored,
+        }
+    }
+}
+
+impl<'a, I: Iterator<Item = &'a Stored>> Iterator for PartOrderElements<'a, I> {
+    type Item = Element;
+
+    fn next(&mut self) -> Option<Element> {
+        for e in self.unpacked.by_ref() {
+            let mut key = Vec::new();
+            write_key(&mut key, &e.key);
+            if self.unpacked_keys.insert(key) {
+                return Some(e.clone());
+            }
+        }
+        loop {
+            match &mut self.current {
+                Some((stored, bytes)) if !bytes.is_empty() => {
+                    let (key, rest) = next_packed(bytes);
+                    let first = (self.unpacked_keys.is_empty()
+                        || !self.unpacked_keys.contains(key))
+                        && self.seen.insert(key);
+                    if first {
+                        return Some(stored.element(key, rest));
+                    }
+                }
+                _ => {
+                    let stored = self.stored.next()?;
+                    self.current = Some((stored, stored.packed_set(&self.set)));
+                }
+            }
+        }
+    }
+}
+
 /// The digest of each of `sets`: of the elements `SortedElements::new(unpacked(set), stored,
 /// set)` hands out, found in one walk over the fragments and without sorting the elements. A
 /// digest is a sum, so every element is added as it is read, and then the elements that are
@@ -885,7 +971,7 @@ mod tests {
             sets: vec![set],
             elements: vec![("s".into(), elements.clone()), ("empty".into(), Vec::new())],
         };
-        let stored = Stored::pack(&fragment, |s| Arc::new(s.clone()));
+        let stored = Stored::pack(&fragment, |s| Arc::new(s.clone()), &mut SetNames::default());
         let back = stored.unpack();
         assert_eq!(back.chains, fragment.chains);
         assert_eq!(back.sets, fragment.sets);
@@ -921,6 +1007,35 @@ mod tests {
         assert_eq!(none, Vec::new());
     }
 
+    #[test]
+    fn part_order_elements_are_the_sorted_ones_in_the_order_the_parts_hold_them() {
+        let values = every_value();
+        let element = |i: usize, part: usize| Element {
+            key: (0..=i % 3)
+                .map(|j| values[(i * 7 + j * 5) % values.len()].clone())
+                .collect(),
+            data: Some(MapData::Values(vec![Value::Port(part as u16)])),
+            comment: Some(format!("part {part}")),
+        };
+        let parts: Vec<Vec<Element>> = (0..5)
+            .map(|p| (0..40).map(|i| element((i * (p + 3)) % 60, p)).collect())
+            .collect();
+        let stored = packed_in_set_s(&parts[1..], Some(element(1, 9)));
+        let in_part_order: Vec<Element> =
+            PartOrderElements::new(&parts[0], stored.iter(), "s").collect();
+        // The first of equal keys in part order, each part's elements as it holds them.
+        let mut expected: Vec<Element> = Vec::new();
+        for e in parts.concat() {
+            if !expected.iter().any(|x| x.key == e.key) {
+                expected.push(e);
+            }
+        }
+        assert!(expected.len() < parts.concat().len());
+        assert_eq!(in_part_order, expected);
+        let none: Vec<Element> = PartOrderElements::new(&[], stored.iter(), "none").collect();
+        assert_eq!(none, Vec::new());
+    }
+
     /// Each of `parts` packed as a fragment holding it in set `s` (and `other` in a set of
     /// that name).
     fn packed_in_set_s(parts: &[Vec<Element>], other: Option<Element>) -> Vec<Stored> {
@@ -936,7 +1051,7 @@ mod tests {
                     sets: Vec::new(),
                     elements: sets,
                 };
-                Stored::pack(&fragment, |s| Arc::new(s.clone()))
+                Stored::pack(&fragment, |s| Arc::new(s.clone()), &mut SetNames::default())
             })
             .collect()
     }
@@ -1017,6 +1132,10 @@ mod tests {
                 .collect();
             let stored = packed_in_set_s(&parts[1..], None);
             let sorted: Vec<Element> = SortedElements::new(&parts[0], &stored, "s").collect();
+            let mut in_part_order: Vec<Element> =
+                PartOrderElements::new(&parts[0], stored.iter(), "s").collect();
+            in_part_order.sort_by(|a, b| a.key.cmp(&b.key));
+            proptest::prop_assert_eq!(&in_part_order, &sorted);
             proptest::prop_assert_eq!(sorted, sorted_by_key_first_kept(&parts));
         }
     }
