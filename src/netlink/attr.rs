@@ -30,6 +30,18 @@ impl AttrWriter {
         self
     }
 
+    /// An attribute whose value `f` appends to the buffer (no copy of the value is made).
+    pub(crate) fn bytes_with(&mut self, kind: u16, f: impl FnOnce(&mut Vec<u8>)) -> &mut Self {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(&[0, 0, 0, 0]);
+        f(&mut self.buf);
+        let len = self.buf.len() - start;
+        self.buf[start..start + 2].copy_from_slice(&(len as u16).to_ne_bytes());
+        self.buf[start + 2..start + 4].copy_from_slice(&kind.to_ne_bytes());
+        self.buf.resize(start + pad4(len), 0);
+        self
+    }
+
     /// A NUL-terminated string, as the kernel's NLA_STRING policy expects.
     pub fn string(&mut self, kind: u16, value: &str) -> &mut Self {
         let mut v = Vec::with_capacity(value.len() + 1);

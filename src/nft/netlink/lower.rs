@@ -165,20 +165,28 @@ fn load(sel: Selector, len: u32, unit: u32) -> Expr {
 /// The register bytes of a value (network order for addresses and ports, host order for
 /// marks, numgen results, conntrack state and address types).
 pub(crate) fn value_bytes(v: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_value(&mut out, v);
+    out
+}
+
+/// `value_bytes(v)` appended to `out`.
+pub(crate) fn write_value(out: &mut Vec<u8>, v: &Value) {
     match v {
-        Value::Ipv4(a) => a.octets().to_vec(),
-        Value::Ipv6(a) => a.octets().to_vec(),
-        Value::Ipv4Net(n) => n.network().octets().to_vec(),
-        Value::Ipv6Net(n) => n.network().octets().to_vec(),
-        Value::Proto(p) | Value::NfProto(p) => vec![*p],
-        Value::Port(p) => p.to_be_bytes().to_vec(),
-        Value::Mark(m) => m.to_ne_bytes().to_vec(),
+        Value::Ipv4(a) => out.extend_from_slice(&a.octets()),
+        Value::Ipv6(a) => out.extend_from_slice(&a.octets()),
+        Value::Ipv4Net(n) => out.extend_from_slice(&n.network().octets()),
+        Value::Ipv6Net(n) => out.extend_from_slice(&n.network().octets()),
+        Value::Proto(p) | Value::NfProto(p) => out.push(*p),
+        Value::Port(p) => out.extend_from_slice(&p.to_be_bytes()),
+        Value::Mark(m) => out.extend_from_slice(&m.to_ne_bytes()),
         Value::IfName(name) => match name.strip_suffix('*') {
-            Some(prefix) => prefix.as_bytes().to_vec(),
+            Some(prefix) => out.extend_from_slice(prefix.as_bytes()),
             None => {
-                let mut b = name.as_bytes().to_vec();
-                b.resize(16, 0);
-                b
+                // IFNAMSIZ bytes: padded, or cut if longer.
+                let start = out.len();
+                out.extend_from_slice(name.as_bytes());
+                out.resize(start + 16, 0);
             }
         },
         Value::AddrType(t) => {
@@ -188,27 +196,32 @@ pub(crate) fn value_bytes(v: &Value) -> Vec<u8> {
                 crate::nft::model::AddrType::Broadcast => 3,
                 crate::nft::model::AddrType::Multicast => 5,
             };
-            n.to_ne_bytes().to_vec()
+            out.extend_from_slice(&n.to_ne_bytes())
         }
-        Value::CtState(s) => s.0.to_ne_bytes().to_vec(),
-        Value::CtStatus(s) => s.0.to_ne_bytes().to_vec(),
+        Value::CtState(s) => out.extend_from_slice(&s.0.to_ne_bytes()),
+        Value::CtStatus(s) => out.extend_from_slice(&s.0.to_ne_bytes()),
         // Interval keys are big-endian so that ranges compare as numbers; this is the start.
-        Value::IntRange { first, .. } => first.to_be_bytes().to_vec(),
+        Value::IntRange { first, .. } => out.extend_from_slice(&first.to_be_bytes()),
     }
 }
 
 /// A set key: each field's bytes padded to 4 (a lone field is not padded).
 pub(crate) fn key_bytes(values: &[Value]) -> Vec<u8> {
-    if values.len() == 1 {
-        return value_bytes(&values[0]);
-    }
     let mut out = Vec::new();
-    for v in values {
-        let mut b = value_bytes(v);
-        b.resize(b.len().div_ceil(4) * 4, 0);
-        out.extend(b);
-    }
+    write_key(&mut out, values);
     out
+}
+
+/// `key_bytes(values)` appended to `out`.
+pub(crate) fn write_key(out: &mut Vec<u8>, values: &[Value]) {
+    if let [value] = values {
+        return write_value(out, value);
+    }
+    for v in values {
+        let start = out.len();
+        write_value(out, v);
+        out.resize(start + (out.len() - start).div_ceil(4) * 4, 0);
+    }
 }
 
 fn prefix_mask(bits: u32, len: u32) -> Vec<u8> {

@@ -10,7 +10,7 @@ use super::lower::{LowerError, lower_rule};
 use super::sys::*;
 use crate::netlink::attr::AttrWriter;
 use crate::nft::model::{BaseChain, ChainType, Element, Hook, Policy, Verdict};
-use crate::nft::render::sanitize_comment;
+use crate::nft::render::{is_sanitized, sanitize_comment};
 use crate::nft::transaction::{Op, TableRef};
 
 mod expr;
@@ -35,11 +35,23 @@ const NLM_F_APPEND: u16 = crate::netlink::socket::NLM_F_APPEND;
 
 /// Udata TLV (u8 type, u8 len, value) with a NUL-terminated string, as libnftnl writes it.
 fn udata_string(kind: u8, text: &str) -> Vec<u8> {
-    let text = sanitize_comment(text);
-    let mut v = vec![kind, (text.len() + 1) as u8];
-    v.extend_from_slice(text.as_bytes());
-    v.push(0);
+    let mut v = Vec::new();
+    write_udata_string(&mut v, kind, text);
     v
+}
+
+/// `udata_string(kind, text)` appended to `out`.
+fn write_udata_string(out: &mut Vec<u8>, kind: u8, text: &str) {
+    let sanitized;
+    let text = if is_sanitized(text) {
+        text
+    } else {
+        sanitized = sanitize_comment(text);
+        &sanitized
+    };
+    out.extend_from_slice(&[kind, (text.len() + 1) as u8]);
+    out.extend_from_slice(text.as_bytes());
+    out.push(0);
 }
 
 fn verdict_attrs(w: &mut AttrWriter, v: &Verdict) {

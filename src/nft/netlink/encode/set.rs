@@ -5,9 +5,11 @@ use std::borrow::Borrow;
 
 use super::super::decode;
 use super::super::dump::nfproto;
-use super::super::lower::{AnonMap, key_bytes, value_bytes};
+use super::super::lower::{AnonMap, key_bytes, value_bytes, write_key};
 use super::super::sys::*;
-use super::{EncodeError, Msg, NLM_F_CREATE, data_value, udata_string, verdict_attrs};
+use super::{
+    EncodeError, Msg, NLM_F_CREATE, data_value, udata_string, verdict_attrs, write_udata_string,
+};
 use crate::netlink::attr::AttrWriter;
 use crate::nft::model::{DataType, Element, MapData, Set, Value};
 use crate::nft::transaction::TableRef;
@@ -388,6 +390,19 @@ pub(super) fn element_messages<E: Borrow<Element>>(
                 reason: "an element without a key".into(),
             });
         }
+        if !interval {
+            // Nearly every element: written straight into the message.
+            chunk.nested(NFTA_LIST_ELEM, |w| {
+                w.nested(NFTA_SET_ELEM_KEY, |w| {
+                    w.bytes_with(NFTA_DATA_VALUE, |out| write_key(out, &e.key));
+                });
+                element_data_and_comment(w, e);
+            });
+            if chunk.buf.len() > MAX_ELEMENT_BYTES {
+                flush(&mut chunk);
+            }
+            continue;
+        }
         for (i, (key, key_end, flags)) in kernel_elements(e, interval).into_iter().enumerate() {
             chunk.nested(NFTA_LIST_ELEM, |w| {
                 if flags != 0 {
@@ -398,18 +413,7 @@ pub(super) fn element_messages<E: Borrow<Element>>(
                     data_value(w, NFTA_SET_ELEM_KEY_END, end);
                 }
                 if i == 0 {
-                    match &e.data {
-                        Some(MapData::Verdict(v)) => {
-                            w.nested(NFTA_SET_ELEM_DATA, |w| verdict_attrs(w, v));
-                        }
-                        Some(MapData::Values(values)) => {
-                            data_value(w, NFTA_SET_ELEM_DATA, &key_bytes(values));
-                        }
-                        None => {}
-                    }
-                    if let Some(c) = &e.comment {
-                        w.bytes(NFTA_SET_ELEM_USERDATA, &udata_string(0, c));
-                    }
+                    element_data_and_comment(w, e);
                 }
             });
         }
@@ -419,4 +423,22 @@ pub(super) fn element_messages<E: Borrow<Element>>(
     }
     flush(&mut chunk);
     Ok(())
+}
+
+/// An element's data (a verdict or values) and comment attributes.
+fn element_data_and_comment(w: &mut AttrWriter, e: &Element) {
+    match &e.data {
+        Some(MapData::Verdict(v)) => {
+            w.nested(NFTA_SET_ELEM_DATA, |w| verdict_attrs(w, v));
+        }
+        Some(MapData::Values(values)) => {
+            w.nested(NFTA_SET_ELEM_DATA, |w| {
+                w.bytes_with(NFTA_DATA_VALUE, |out| write_key(out, values));
+            });
+        }
+        None => {}
+    }
+    if let Some(c) = &e.comment {
+        w.bytes_with(NFTA_SET_ELEM_USERDATA, |out| write_udata_string(out, 0, c));
+    }
 }
