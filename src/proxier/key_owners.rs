@@ -40,6 +40,12 @@ impl KeyOwners {
         ids.iter().map(|&id| self.names.name(id))
     }
 
+    /// Whether the key of `hash` may have several owners (it has, or its hash is shared with
+    /// another key's): false means one at most, found without looking into the large table.
+    pub(super) fn may_be_several(&self, hash: u64) -> bool {
+        self.many.contains_key(&short(hash))
+    }
+
     /// Adds `name` to the owners of the key of `hash`, unless it is one already.
     pub(super) fn add(&mut self, hash: u64, name: &Arc<ServicePortName>) {
         let hash = short(hash);

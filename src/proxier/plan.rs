@@ -493,12 +493,26 @@ impl FamilyPlan {
         SortedElements::new(self.skeleton.elements_of(set), self.fragments.values(), set)
     }
 
-    /// `set_elements` in the order the skeleton and the fragments hold them.
-    fn set_elements_in_part_order(
-        &self,
+    /// `set_elements` in the order the skeleton and the fragments hold them. A key of a shared
+    /// set is looked for in other fragments only where the owners say it may have several.
+    fn set_elements_in_part_order<'a>(
+        &'a self,
         set: &str,
-    ) -> PartOrderElements<'_, btree_map::Values<'_, Arc<ServicePortName>, Stored>> {
-        PartOrderElements::new(self.skeleton.elements_of(set), self.fragments.values(), set)
+    ) -> PartOrderElements<
+        'a,
+        btree_map::Values<'a, Arc<ServicePortName>, Stored>,
+        impl FnMut(&[Value]) -> bool + use<'a>,
+    > {
+        let shared = !is_endpoint_map(set);
+        let name: Box<str> = set.into();
+        let may_repeat =
+            move |key: &[Value]| shared && self.owners.may_be_several(key_hash(&name, key));
+        PartOrderElements::new(
+            self.skeleton.elements_of(set),
+            self.fragments.values(),
+            set,
+            may_repeat,
+        )
     }
 
     /// Replans the services `changed` and takes `skeleton` (if given) as the new skeleton, whose

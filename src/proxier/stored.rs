@@ -230,8 +230,12 @@ impl Stored {
         encoder.hash()
     }
 
-    fn element(&self, mut key: &[u8], mut rest: &[u8]) -> Element {
-        let key = read_key(&mut key);
+    fn element(&self, mut key: &[u8], rest: &[u8]) -> Element {
+        self.element_with_key(read_key(&mut key), rest)
+    }
+
+    /// The element of `key` (read already) and its packed `rest`.
+    fn element_with_key(&self, key: Vec<Value>, mut rest: &[u8]) -> Element {
         let data = match take(&mut rest, 1)[0] {
             0 => None,
             1 => Some(MapData::Verdict(read_verdict(&mut rest))),
@@ -500,36 +504,44 @@ impl Iterator for SortedElements<'_> {
 /// The elements `SortedElements` hands out, in the order the parts hold them rather than by
 /// key: for a batch that creates the set, where the kernel does not care. Each part is read
 /// front to back once, and an element is left out where an earlier part (or an earlier element
-/// of its own) holds its key: equal keys pack to equal bytes, so the keys seen are kept as
-/// the packed bytes the fragments hold, never unpacked.
-pub(super) struct PartOrderElements<'a, I> {
+/// of its own) holds its key. Only keys `may_repeat` says another fragment may hold are
+/// remembered to find those (as the packed bytes the fragments hold: equal keys pack alike).
+pub(super) struct PartOrderElements<'a, I, R> {
     unpacked: std::slice::Iter<'a, Element>,
     /// The packed keys of `unpacked` handed out so far (a skeleton's few).
     unpacked_keys: HashSet<Vec<u8>, FixedState>,
     set: Box<str>,
     stored: I,
+    may_repeat: R,
     /// The fragment being read and its packed elements not read yet.
     current: Option<(&'a Stored, &'a [u8])>,
-    /// The packed keys of the fragments' elements handed out so far.
+    /// The packed keys handed out so far that `may_repeat`.
     seen: HashSet<&'a [u8], FixedState>,
 }
 
-impl<'a, I: Iterator<Item = &'a Stored>> PartOrderElements<'a, I> {
-    pub(super) fn new(unpacked: &'a [Element], stored: I, set: &str) -> Self {
+impl<'a, I, R> PartOrderElements<'a, I, R>
+where
+    I: Iterator<Item = &'a Stored>,
+    R: FnMut(&[Value]) -> bool,
+{
+    pub(super) fn new(unpacked: &'a [Element], stored: I, set: &str, may_repeat: R) -> Self {
         PartOrderElements {
             unpacked: unpacked.iter(),
             unpacked_keys: HashSet::default(),
             set: set.into(),
-            current: None,
-            // Room for an element per fragment: nearly every fragment puts one or more in
-            // each set it names, so the set grows a few times at most.
-            seen: HashSet::with_capacity_and_hasher(stored.size_hint().0, FixedState::default()),
             stored,
+            may_repeat,
+            current: None,
+            seen: HashSet::default(),
         }
     }
 }
 
-impl<'a, I: Iterator<Item = &'a Stored>> Iterator for PartOrderElements<'a, I> {
+impl<'a, I, R> Iterator for PartOrderElements<'a, I, R>
+where
+    I: Iterator<Item = &'a Stored>,
+    R: FnMut(&[Value]) -> bool,
+{
     type Item = Element;
 
     fn next(&mut self) -> Option<Element> {
@@ -543,12 +555,13 @@ impl<'a, I: Iterator<Item = &'a Stored>> Iterator for PartOrderElements<'a, I> {
         loop {
             match &mut self.current {
                 Some((stored, bytes)) if !bytes.is_empty() => {
-                    let (key, rest) = next_packed(bytes);
+                    let (packed_key, rest) = next_packed(bytes);
+                    let key = read_key(&mut &packed_key[..]);
                     let first = (self.unpacked_keys.is_empty()
-                        || !self.unpacked_keys.contains(key))
-                        && self.seen.insert(key);
+                        || !self.unpacked_keys.contains(packed_key))
+                        && (!(self.may_repeat)(&key) || self.seen.insert(packed_key));
                     if first {
-                        return Some(stored.element(key, rest));
+                        return Some(stored.element_with_key(key, rest));
                     }
                 }
                 _ => {
@@ -1022,7 +1035,7 @@ mod tests {
             .collect();
         let stored = packed_in_set_s(&parts[1..], Some(element(1, 9)));
         let in_part_order: Vec<Element> =
-            PartOrderElements::new(&parts[0], stored.iter(), "s").collect();
+            PartOrderElements::new(&parts[0], stored.iter(), "s", |_| true).collect();
         // The first of equal keys in part order, each part's elements as it holds them.
         let mut expected: Vec<Element> = Vec::new();
         for e in parts.concat() {
@@ -1032,7 +1045,8 @@ mod tests {
         }
         assert!(expected.len() < parts.concat().len());
         assert_eq!(in_part_order, expected);
-        let none: Vec<Element> = PartOrderElements::new(&[], stored.iter(), "none").collect();
+        let none: Vec<Element> =
+            PartOrderElements::new(&[], stored.iter(), "none", |_| true).collect();
         assert_eq!(none, Vec::new());
     }
 
@@ -1133,7 +1147,7 @@ mod tests {
             let stored = packed_in_set_s(&parts[1..], None);
             let sorted: Vec<Element> = SortedElements::new(&parts[0], &stored, "s").collect();
             let mut in_part_order: Vec<Element> =
-                PartOrderElements::new(&parts[0], stored.iter(), "s").collect();
+                PartOrderElements::new(&parts[0], stored.iter(), "s", |_| true).collect();
             in_part_order.sort_by(|a, b| a.key.cmp(&b.key));
             proptest::prop_assert_eq!(&in_part_order, &sorted);
             proptest::prop_assert_eq!(sorted, sorted_by_key_first_kept(&parts));
