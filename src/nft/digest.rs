@@ -7,6 +7,8 @@
 //! reads a comment as the kernel stores it (`render::sanitize_comment`), so a planned element
 //! and the same element read back have the same digest.
 
+use std::cell::RefCell;
+
 use sha2::{Digest, Sha256};
 
 use super::model::{AddrType, Element, MapData, Value, Verdict};
@@ -53,19 +55,24 @@ impl SetDigest {
 }
 
 fn element_hash(e: &Element) -> u128 {
-    let mut encoder = ElementEncoder::default();
-    encoder.key(e.key.len());
-    e.key.iter().for_each(|v| encoder.value(v));
-    match &e.data {
-        None => encoder.no_data(),
-        Some(MapData::Verdict(v)) => encoder.verdict(v),
-        Some(MapData::Values(values)) => {
-            encoder.values(values.len());
-            values.iter().for_each(|v| encoder.value(v));
-        }
+    thread_local! {
+        // One encoding buffer per thread: a first sync hashes every element it sends.
+        static ENCODER: RefCell<ElementEncoder> = RefCell::default();
     }
-    encoder.comment(e.comment.as_deref());
-    encoder.hash()
+    ENCODER.with_borrow_mut(|encoder| {
+        encoder.key(e.key.len());
+        e.key.iter().for_each(|v| encoder.value(v));
+        match &e.data {
+            None => encoder.no_data(),
+            Some(MapData::Verdict(v)) => encoder.verdict(v),
+            Some(MapData::Values(values)) => {
+                encoder.values(values.len());
+                values.iter().for_each(|v| encoder.value(v));
+            }
+        }
+        encoder.comment(e.comment.as_deref());
+        encoder.hash()
+    })
 }
 
 /// An element's hash, its encoding written part by part in the element's order (key, data,
