@@ -504,8 +504,9 @@ impl Iterator for SortedElements<'_> {
 /// The elements `SortedElements` hands out, in the order the parts hold them rather than by
 /// key: for a batch that creates the set, where the kernel does not care. Each part is read
 /// front to back once, and an element is left out where an earlier part (or an earlier element
-/// of its own) holds its key. Only keys `may_repeat` says another fragment may hold are
-/// remembered to find those (as the packed bytes the fragments hold: equal keys pack alike).
+/// of its own) holds its key. To find those, only the keys `may_repeat` says may be held twice
+/// are remembered (as the packed bytes the fragments hold: equal keys pack alike); a key it
+/// passes over is handed out as it comes.
 pub(super) struct PartOrderElements<'a, I, R> {
     unpacked: std::slice::Iter<'a, Element>,
     /// The packed keys of `unpacked` handed out so far (a skeleton's few).
