@@ -999,20 +999,7 @@ mod tests {
 
     #[test]
     fn sorted_elements_are_the_parts_elements_sorted_by_key_the_first_of_equal_keys_kept() {
-        let values = every_value();
-        // Keys of one to three values of every kind; part `p` holds the keys of indices
-        // i·(p+3) mod 60, so parts repeat keys and share them, each with its own data.
-        let element = |i: usize, part: usize| Element {
-            key: (0..=i % 3)
-                .map(|j| values[(i * 7 + j * 5) % values.len()].clone())
-                .collect(),
-            data: Some(MapData::Values(vec![Value::Port(part as u16)])),
-            comment: Some(format!("part {part}")),
-        };
-        let parts: Vec<Vec<Element>> = (0..5)
-            .map(|p| (0..40).map(|i| element((i * (p + 3)) % 60, p)).collect())
-            .collect();
-        let stored = packed_in_set_s(&parts[1..], Some(element(1, 9)));
+        let (parts, stored) = parts_sharing_keys();
         let expected = sorted_by_key_first_kept(&parts);
         assert!(expected.len() < parts.concat().len());
         let sorted: Vec<Element> = SortedElements::new(&parts[0], &stored, "s").collect();
@@ -1023,18 +1010,7 @@ mod tests {
 
     #[test]
     fn part_order_elements_are_the_sorted_ones_in_the_order_the_parts_hold_them() {
-        let values = every_value();
-        let element = |i: usize, part: usize| Element {
-            key: (0..=i % 3)
-                .map(|j| values[(i * 7 + j * 5) % values.len()].clone())
-                .collect(),
-            data: Some(MapData::Values(vec![Value::Port(part as u16)])),
-            comment: Some(format!("part {part}")),
-        };
-        let parts: Vec<Vec<Element>> = (0..5)
-            .map(|p| (0..40).map(|i| element((i * (p + 3)) % 60, p)).collect())
-            .collect();
-        let stored = packed_in_set_s(&parts[1..], Some(element(1, 9)));
+        let (parts, stored) = parts_sharing_keys();
         let in_part_order: Vec<Element> =
             PartOrderElements::new(&parts[0], stored.iter(), "s", |_| true).collect();
         // The first of equal keys in part order, each part's elements as it holds them.
@@ -1049,6 +1025,26 @@ mod tests {
         let none: Vec<Element> =
             PartOrderElements::new(&[], stored.iter(), "none", |_| true).collect();
         assert_eq!(none, Vec::new());
+    }
+
+    /// Five parts of elements in set `s` (the first unpacked, the others packed, each also
+    /// holding an element of another set): keys of one to three values of every kind, part
+    /// `p` holding the keys of indices i·(p+3) mod 60, so parts repeat keys and share them,
+    /// each with its own data.
+    fn parts_sharing_keys() -> (Vec<Vec<Element>>, Vec<Stored>) {
+        let values = every_value();
+        let element = |i: usize, part: usize| Element {
+            key: (0..=i % 3)
+                .map(|j| values[(i * 7 + j * 5) % values.len()].clone())
+                .collect(),
+            data: Some(MapData::Values(vec![Value::Port(part as u16)])),
+            comment: Some(format!("part {part}")),
+        };
+        let parts: Vec<Vec<Element>> = (0..5)
+            .map(|p| (0..40).map(|i| element((i * (p + 3)) % 60, p)).collect())
+            .collect();
+        let stored = packed_in_set_s(&parts[1..], Some(element(1, 9)));
+        (parts, stored)
     }
 
     /// Each of `parts` packed as a fragment holding it in set `s` (and `other` in a set of
