@@ -517,6 +517,15 @@ proptest! {
             };
             let planned = planner.tables();
             prop_assert_eq!(planned_digests_differ(&planner, &planned), None);
+            // The stream a creating sync takes rests on the key owners the partial plans keep.
+            for t in &planned {
+                for s in t.sets.values() {
+                    let mut any_order: Vec<Element> =
+                        planner.elements_in_any_order(t.family, &s.name).collect();
+                    any_order.sort_by(|a, b| a.key.cmp(&b.key));
+                    prop_assert_eq!(&any_order, &s.elements, "{} in any order", s.name);
+                }
+            }
             let whole = build_after(&state, &config, &blocks);
             let contested = Contested::of(&state);
             prop_assert_eq!(
