@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use sha2::{Digest, Sha256};
 
 use super::model::{AddrType, Element, MapData, Value, Verdict};
-use super::render::{is_sanitized, sanitize_comment};
+use super::render::sanitize_comment;
 
 /// The elements of a set, summed: equal digests mean equal elements (to 2⁻¹²⁸ for sets that
 /// differ by accident; the hash is SHA-256, so also for sets made to differ on purpose).
@@ -116,10 +116,6 @@ impl ElementEncoder {
     pub fn comment(&mut self, comment: Option<&str>) {
         match comment {
             None => self.bytes.push(0),
-            Some(c) if is_sanitized(c) => {
-                self.bytes.push(1);
-                encode_str(&mut self.bytes, c);
-            }
             Some(c) => {
                 self.bytes.push(1);
                 encode_str(&mut self.bytes, &sanitize_comment(c));

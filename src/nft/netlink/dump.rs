@@ -2,6 +2,7 @@
 //! generation id is read before and after the dumps and the whole read is retried when a
 //! transaction committed in between, so a restarted daemon reconciles against a real state.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::decode::{self, DecodeError, RawData, RawElem, RawSet};
@@ -257,35 +258,32 @@ pub fn canonical(t: &Table) -> Table {
 /// a table's.
 pub(crate) fn canonicalize_elements(elements: &mut [Element]) {
     for e in elements {
-        // Rewritten only where it changes: the planner's comments nearly all read as stored.
-        if let Some(text) = &mut e.comment
-            && !crate::nft::render::is_sanitized(text)
-        {
-            *text = crate::nft::render::sanitize_comment(text);
-        }
+        as_stored(&mut e.comment);
+    }
+}
+
+/// A comment as the kernel stores it, rewritten only where that changes it: nearly every
+/// comment already reads as stored.
+fn as_stored(comment: &mut Option<String>) {
+    if let Some(text) = comment
+        && let Cow::Owned(clean) = crate::nft::render::sanitize_comment(text)
+    {
+        *text = clean;
     }
 }
 
 /// [`canonical`] of a table that is given away, rewritten in place.
 pub(crate) fn canonicalized(mut t: Table) -> Table {
     let family = t.family;
-    // Rewritten only where it changes: most comments already read as the kernel keeps them.
-    let stored = |c: &mut Option<String>| {
-        if let Some(text) = c
-            && !crate::nft::render::is_sanitized(text)
-        {
-            *text = crate::nft::render::sanitize_comment(text);
-        }
-    };
-    stored(&mut t.comment);
+    as_stored(&mut t.comment);
     for set in t.sets.values_mut() {
-        stored(&mut set.comment);
+        as_stored(&mut set.comment);
         canonicalize_elements(&mut set.elements);
     }
     for chain in t.chains.values_mut() {
-        stored(&mut chain.comment);
+        as_stored(&mut chain.comment);
         for rule in &mut chain.rules {
-            stored(&mut rule.comment);
+            as_stored(&mut rule.comment);
             let mut out: Vec<Stmt> = Vec::with_capacity(rule.stmts.len());
             for stmt in rule.stmts.drain(..) {
                 if family == Family::Inet

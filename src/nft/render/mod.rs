@@ -14,6 +14,7 @@
 //!   (`[A-Za-z_.][A-Za-z0-9/_.-]*`, see `is_nft_identifier`); quoted names are a syntax error.
 //!   Names are printed as they are, so an invalid name surfaces as nft's own error pointing at it.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::fmt::Write as _;
@@ -61,10 +62,11 @@ pub fn is_nft_identifier(name: &str) -> bool {
 }
 
 /// Makes `text` printable as an nft comment: `"` becomes `'`, control characters become a space,
-/// and the result is cut to at most 128 bytes without splitting a character.
-pub fn sanitize_comment(text: &str) -> String {
+/// and the result is cut to at most 128 bytes without splitting a character. A comment that
+/// needs none of that (nearly all) is handed back as it is, not copied.
+pub fn sanitize_comment(text: &str) -> Cow<'_, str> {
     if is_sanitized(text) {
-        return text.to_string();
+        return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len().min(COMMENT_MAX_BYTES));
     for c in text.chars() {
@@ -78,11 +80,11 @@ pub fn sanitize_comment(text: &str) -> String {
         }
         out.push(c);
     }
-    out
+    Cow::Owned(out)
 }
 
 /// Whether `sanitize_comment` leaves `text` as it is.
-pub fn is_sanitized(text: &str) -> bool {
+fn is_sanitized(text: &str) -> bool {
     text.len() <= COMMENT_MAX_BYTES && !text.chars().any(|c| c == '"' || c.is_control())
 }
 

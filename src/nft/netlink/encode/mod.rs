@@ -10,7 +10,7 @@ use super::lower::{LowerError, lower_rule};
 use super::sys::*;
 use crate::netlink::attr::AttrWriter;
 use crate::nft::model::{BaseChain, ChainType, Element, Hook, Policy, Verdict};
-use crate::nft::render::{is_sanitized, sanitize_comment};
+use crate::nft::render::sanitize_comment;
 use crate::nft::transaction::{Op, TableRef};
 
 mod expr;
@@ -42,13 +42,7 @@ fn udata_string(kind: u8, text: &str) -> Vec<u8> {
 
 /// `udata_string(kind, text)` appended to `out`.
 fn write_udata_string(out: &mut Vec<u8>, kind: u8, text: &str) {
-    let sanitized;
-    let text = if is_sanitized(text) {
-        text
-    } else {
-        sanitized = sanitize_comment(text);
-        &sanitized
-    };
+    let text = sanitize_comment(text);
     out.extend_from_slice(&[kind, (text.len() + 1) as u8]);
     out.extend_from_slice(text.as_bytes());
     out.push(0);
