@@ -279,12 +279,9 @@ pub(super) fn anon_map_messages(
     Ok(out)
 }
 
-/// The kernel elements of one model element: interval sets hold a range as a start element
+/// The kernel elements of one model element of an interval set: a range is a start element
 /// and an INTERVAL_END element one past its last address (none when the range reaches the top).
-fn kernel_elements(e: &Element, interval: bool) -> Vec<(Vec<u8>, Option<Vec<u8>>, u32)> {
-    if !interval {
-        return vec![(key_bytes(&e.key), None, 0)];
-    }
+fn interval_elements(e: &Element) -> Vec<(Vec<u8>, Option<Vec<u8>>, u32)> {
     if e.key.len() > 1 {
         // Concatenated ranges (pipapo) carry their inclusive end in the same element.
         let (mut start, mut end) = (Vec::new(), Vec::new());
@@ -398,24 +395,21 @@ pub(super) fn element_messages<E: Borrow<Element>>(
                 });
                 element_data_and_comment(w, e);
             });
-            if chunk.buf.len() > MAX_ELEMENT_BYTES {
-                flush(&mut chunk);
+        } else {
+            for (i, (key, key_end, flags)) in interval_elements(e).into_iter().enumerate() {
+                chunk.nested(NFTA_LIST_ELEM, |w| {
+                    if flags != 0 {
+                        w.be32(NFTA_SET_ELEM_FLAGS, flags);
+                    }
+                    data_value(w, NFTA_SET_ELEM_KEY, &key);
+                    if let Some(end) = &key_end {
+                        data_value(w, NFTA_SET_ELEM_KEY_END, end);
+                    }
+                    if i == 0 {
+                        element_data_and_comment(w, e);
+                    }
+                });
             }
-            continue;
-        }
-        for (i, (key, key_end, flags)) in kernel_elements(e, interval).into_iter().enumerate() {
-            chunk.nested(NFTA_LIST_ELEM, |w| {
-                if flags != 0 {
-                    w.be32(NFTA_SET_ELEM_FLAGS, flags);
-                }
-                data_value(w, NFTA_SET_ELEM_KEY, &key);
-                if let Some(end) = &key_end {
-                    data_value(w, NFTA_SET_ELEM_KEY_END, end);
-                }
-                if i == 0 {
-                    element_data_and_comment(w, e);
-                }
-            });
         }
         if chunk.buf.len() > MAX_ELEMENT_BYTES {
             flush(&mut chunk);
