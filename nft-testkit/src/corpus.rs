@@ -117,6 +117,7 @@ fn frontend_map(name: &str, daddr: DataType, elements: Vec<Element>) -> Set {
         vec![daddr, DataType::InetService],
     )
     .with_comment("service address . protocol . port to its first endpoint")
+    .with_size(64)
     .with_elements(elements)
 }
 
@@ -469,7 +470,9 @@ fn kube_layout(family: Family) -> Table {
         endpoint(ep2, 2, false),
     ];
 
-    let mut cluster_ips = Set::new("cluster-ips", vec![a.ty]).with_comment("active ClusterIPs");
+    let mut cluster_ips = Set::new("cluster-ips", vec![a.ty])
+        .with_size(1024)
+        .with_comment("active ClusterIPs");
     cluster_ips.elements = vec![Element::new(vec![addr(1)]), Element::new(vec![addr(2)])];
     let mut nodeport_ips = Set::new("nodeport-ips", vec![a.ty]);
     nodeport_ips.elements = vec![Element::new(vec![if is6 {
@@ -548,6 +551,8 @@ fn kube_layout(family: Family) -> Table {
     let mut aff = Set::new(affinity, vec![a.ty]).with_comment("ClientIP affinity for ns1/svc1:p80");
     aff.dynamic = true;
     aff.timeout = Some(10_800);
+    // What the kernel makes the size of a set a rule adds to, when none is declared.
+    aff.size = Some(65_535);
 
     let name = if is6 { "kubenft6" } else { "kubenft" };
     table(
@@ -838,6 +843,7 @@ fn inet_everything() -> Table {
     let mut recent4 = Set::new("recent4", vec![DataType::Ipv4Addr, DataType::InetService]);
     recent4.dynamic = true;
     recent4.timeout = Some(5_430);
+    recent4.size = Some(65_535);
     let mut pick = Set::verdict_map("pick-map", vec![DataType::Integer]);
     pick.elements = vec![
         Element::map(vec![Value::Mark(0)], Verdict::goto("dnat4")),
@@ -1283,6 +1289,7 @@ mod tests {
                 ("interval", set.interval),
                 ("dynamic", set.dynamic),
                 ("timeout", set.timeout.is_some()),
+                ("size", set.size.is_some()),
                 ("set comment", set.comment.is_some()),
                 (
                     "element comment",
@@ -1482,6 +1489,7 @@ mod tests {
             "interval",
             "dynamic",
             "timeout",
+            "size",
             "regular chain",
             "policy Accept",
             "policy Drop",

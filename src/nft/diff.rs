@@ -39,13 +39,15 @@ fn same_rules(a: &Chain, b: &Chain) -> bool {
             .all(|(x, y)| x.stmts == y.stmts && x.comment == y.comment)
 }
 
-/// Whether `b` can keep the elements of `a`: same key, data, flags and timeout.
+/// Whether `b` can keep the elements of `a`: same key, data, flags, timeout and size (the
+/// kernel changes none of them in place).
 pub fn same_set_type(a: &Set, b: &Set) -> bool {
     a.key == b.key
         && a.data == b.data
         && a.interval == b.interval
         && a.dynamic == b.dynamic
         && a.timeout == b.timeout
+        && a.size == b.size
 }
 
 fn without_rules(c: &Chain) -> Chain {

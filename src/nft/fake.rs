@@ -16,6 +16,8 @@ pub(crate) enum Refusal {
     Exists,
     /// EBUSY: the object is still referenced.
     Busy,
+    /// ENFILE: the set holds as many elements as its declared size.
+    Full,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -164,7 +166,8 @@ impl FakeKernel {
                             && existing.data == set.data
                             && existing.interval == set.interval
                             && existing.dynamic == set.dynamic
-                            && existing.timeout == set.timeout;
+                            && existing.timeout == set.timeout
+                            && existing.size == set.size;
                         if !same {
                             return refuse(
                                 Refusal::Exists,
@@ -232,6 +235,9 @@ impl FakeKernel {
                             );
                         }
                         Some(_) => {}
+                        None if s.size.is_some_and(|n| s.elements.len() >= n as usize) => {
+                            return refuse(Refusal::Full, format!("set {set} is full"));
+                        }
                         None => s.elements.push(e.clone()),
                     }
                 }

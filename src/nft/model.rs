@@ -342,6 +342,10 @@ pub struct Set {
     pub dynamic: bool,
     /// `timeout`: default element lifetime in seconds (implies `flags timeout`).
     pub timeout: Option<u32>,
+    /// `size`: the most elements the set may hold. The kernel sizes a hash set's table for it
+    /// when the set is created, instead of growing it from a few buckets by rehashing, and
+    /// refuses the transaction that would put more elements in it; changing it recreates the set.
+    pub size: Option<u32>,
     pub comment: Option<String>,
     pub elements: Vec<Element>,
 }
@@ -543,6 +547,7 @@ impl Set {
             interval: false,
             dynamic: false,
             timeout: None,
+            size: None,
             comment: None,
             elements: Vec::new(),
         }
@@ -588,6 +593,14 @@ impl Set {
     pub(crate) fn with_timeout(self, seconds: u32) -> Set {
         Set {
             timeout: Some(seconds),
+            ..self
+        }
+    }
+
+    /// `size`: holds at most `elements` elements.
+    pub fn with_size(self, elements: u32) -> Set {
+        Set {
+            size: Some(elements),
             ..self
         }
     }

@@ -968,6 +968,7 @@ mod tests {
             interval: false,
             dynamic: false,
             timeout: None,
+            size: None,
             comment: Some("c".into()),
             elements: Vec::new(),
         };

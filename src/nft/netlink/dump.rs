@@ -487,6 +487,7 @@ pub(crate) fn build_set(raw: &RawSet, elems: Vec<RawElem>) -> Result<Set, DumpEr
         interval,
         dynamic: raw.flags & NFT_SET_EVAL != 0,
         timeout,
+        size: raw.size,
         comment: raw.comment.clone(),
         elements,
     })

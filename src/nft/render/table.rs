@@ -105,6 +105,7 @@ pub(super) fn set_keyword(set: &Set) -> &'static str {
 /// The declaration lines of a set or map, without elements.
 pub(super) fn set_decl_lines(set: &Set) -> Vec<String> {
     let mut lines = vec![set_type_line(set)];
+    lines.extend(set.size.map(|n| format!("size {n}")));
     lines.extend(set_flags(set));
     if let Some(t) = set.timeout {
         lines.push(format!("timeout {}", duration(t)));

@@ -157,6 +157,7 @@ impl Builder<'_> {
                     Set::new(&set, vec![f.addr_type()])
                         .with_dynamic()
                         .with_timeout(timeout)
+                        .with_size(AFFINITY_SET_SIZE)
                         .with_comment(format!("ClientIP affinity for {}", sp.name)),
                 );
                 rules.push(Rule::new(vec![Stmt::Update {

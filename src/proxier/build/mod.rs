@@ -30,6 +30,11 @@ pub use slots::SlotLayouts;
 /// first packet only), while each map would slow every commit of the whole table.
 pub(crate) const CASCADE_MAX_ENDPOINTS: usize = 128;
 
+/// The most clients a ClientIP-affinity set remembers: the size the kernel gives a set that a
+/// rule adds to when none is declared (as nft, and so kube-proxy, declares it). Declared, so
+/// the set reads back as planned.
+pub(crate) const AFFINITY_SET_SIZE: u32 = 65_535;
+
 /// Slots per block of the endpoint map. A chain draws `numgen random mod SLOTS_PER_BLOCK` in its
 /// own block and endpoint i of n owns slots `[i·S/n, (i+1)·S/n)`, so each endpoint's share is
 /// 1/n within n/65536 (0.015% of the share at 10 endpoints, 1.5% at 1,000), and the rule never

@@ -205,6 +205,8 @@ pub struct RawSet {
     pub(crate) key_len: u32,
     pub(crate) data_type: Option<u32>,
     pub(crate) timeout_ms: Option<u64>,
+    /// NFTA_SET_DESC_SIZE: the declared size, if any.
+    pub(crate) size: Option<u32>,
     /// Per-field key lengths from NFTA_SET_DESC_CONCAT (empty for a single-field key).
     pub(crate) field_lens: Vec<u32>,
     pub comment: Option<String>,
@@ -229,6 +231,7 @@ pub fn set(attr_bytes: &[u8]) -> Result<RawSet, DecodeError> {
         key_len: 0,
         data_type: None,
         timeout_ms: None,
+        size: None,
         field_lens: Vec::new(),
         comment: None,
         key_typeof: false,
@@ -257,6 +260,10 @@ pub fn set(attr_bytes: &[u8]) -> Result<RawSet, DecodeError> {
             NFTA_SET_DESC => {
                 for d in attrs(W, a.value) {
                     let d = d?;
+                    if d.kind == NFTA_SET_DESC_SIZE {
+                        s.size = Some(at(W, d.be32())?).filter(|&n| n != 0);
+                        continue;
+                    }
                     if d.kind != NFTA_SET_DESC_CONCAT {
                         continue;
                     }

@@ -16,6 +16,7 @@ fn raw_set(name: &str, flags: u32, key_type: u32) -> RawSet {
         key_len: 4,
         data_type: None,
         timeout_ms: None,
+        size: None,
         field_lens: Vec::new(),
         comment: None,
         key_typeof: false,

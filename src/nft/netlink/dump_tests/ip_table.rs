@@ -122,6 +122,8 @@ fn ip_expected() -> Table {
     let mut aff = Set::new("affinity-x", vec![DataType::Ipv4Addr]);
     aff.dynamic = true;
     aff.timeout = Some(3 * 3600);
+    // nft declares a dynamic set it creates 65,535 elements large unless told a size.
+    aff.size = Some(65535);
     let mut svc = Set::verdict_map(
         "service-ips",
         vec![

@@ -197,15 +197,21 @@ pub(super) fn set_attrs(table: &str, set: &Set, id: u32) -> AttrWriter {
     if let Some(secs) = set.timeout {
         w.be64(NFTA_SET_TIMEOUT, u64::from(secs) * 1000);
     }
-    if set.interval && set.key.len() > 1 {
+    let concat = set.interval && set.key.len() > 1;
+    if concat || set.size.is_some() {
         w.nested(NFTA_SET_DESC, |w| {
-            w.nested(NFTA_SET_DESC_CONCAT, |w| {
-                for t in &set.key {
-                    w.nested(NFTA_LIST_ELEM, |w| {
-                        w.be32(NFTA_SET_FIELD_LEN, type_len(*t));
-                    });
-                }
-            });
+            if let Some(size) = set.size {
+                w.be32(NFTA_SET_DESC_SIZE, size);
+            }
+            if concat {
+                w.nested(NFTA_SET_DESC_CONCAT, |w| {
+                    for t in &set.key {
+                        w.nested(NFTA_LIST_ELEM, |w| {
+                            w.be32(NFTA_SET_FIELD_LEN, type_len(*t));
+                        });
+                    }
+                });
+            }
         });
     }
     let mut udata = if set.key.contains(&DataType::Integer) {
