@@ -32,6 +32,10 @@ impl Rule {
             match stmt {
                 Stmt::Lookup { set, .. } | Stmt::Update { set, .. } => out.push(set.as_str()),
                 Stmt::VMap { map, .. } | Stmt::NumgenVMap { map, .. } => out.extend(map.named()),
+                Stmt::DnatNumgenMap { map, .. }
+                | Stmt::DnatHashMap { map, .. }
+                | Stmt::DnatSlotMap { map, .. }
+                | Stmt::DnatMap { map, .. } => out.push(map.as_str()),
                 _ => {}
             }
         }
@@ -46,5 +50,70 @@ impl Element {
             .as_ref()
             .and_then(MapData::verdict)
             .and_then(Verdict::target_chain)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::model::Selector;
+
+    #[test]
+    fn every_statement_that_names_a_set_references_it() {
+        let key = vec![Selector::IpDaddr];
+        let stmts = [
+            Stmt::Lookup {
+                key: key.clone(),
+                set: "lookup".into(),
+                negate: false,
+            },
+            Stmt::Update {
+                set: "update".into(),
+                key: key.clone(),
+            },
+            Stmt::VMap {
+                key: key.clone(),
+                map: MapRef::Named("vmap".into()),
+            },
+            Stmt::NumgenVMap {
+                modulus: 2,
+                map: MapRef::Named("numgen-vmap".into()),
+            },
+            Stmt::DnatNumgenMap {
+                modulus: 2,
+                offset: 0,
+                map: "dnat-numgen".into(),
+            },
+            Stmt::DnatHashMap {
+                fields: key.clone(),
+                seed: 1,
+                modulus: 2,
+                offset: 0,
+                map: "dnat-hash".into(),
+            },
+            Stmt::DnatSlotMap {
+                key: key.clone(),
+                modulus: 2,
+                map: "dnat-slot".into(),
+            },
+            Stmt::DnatMap {
+                key,
+                map: "dnat".into(),
+            },
+        ];
+        let rule = Rule::new(stmts.to_vec());
+        assert_eq!(
+            rule.referenced_sets(),
+            [
+                "lookup",
+                "update",
+                "vmap",
+                "numgen-vmap",
+                "dnat-numgen",
+                "dnat-hash",
+                "dnat-slot",
+                "dnat"
+            ]
+        );
     }
 }
