@@ -455,7 +455,14 @@ impl SyncLoop {
             let changes = self
                 .planner
                 .changes(&self.live.state, &proxy, Some(&changed));
-            partial = tokio::task::block_in_place(|| self.syncer.sync_changes(changes)).transpose();
+            if self.planner.outgrown() {
+                tracing::info!(
+                    "a set needs more elements than its declared size; syncing fully to recreate it larger"
+                );
+            } else {
+                partial =
+                    tokio::task::block_in_place(|| self.syncer.sync_changes(changes)).transpose();
+            }
         }
         let result = match partial {
             Some(result) => result,

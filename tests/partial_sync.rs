@@ -50,7 +50,7 @@ fn objects(services: usize, extra_endpoint: bool) -> (Vec<Service>, Vec<Endpoint
     (svcs, slices)
 }
 
-fn tables(services: usize, extra: bool) -> Vec<Table> {
+fn cluster(services: usize, extra: bool) -> (ClusterState, ProxyConfig) {
     let node: Node = serde_saphyr::from_str(
         "metadata: {name: node-a}\nstatus: {addresses: [{type: InternalIP, address: 10.0.0.1}]}",
     )
@@ -63,6 +63,11 @@ fn tables(services: usize, extra: bool) -> Vec<Table> {
         cluster_cidrs: vec!["10.244.0.0/14".parse().unwrap()],
         ..ProxyConfig::default()
     };
+    (state, config)
+}
+
+fn tables(services: usize, extra: bool) -> Vec<Table> {
+    let (state, config) = cluster(services, extra);
     build(&state, &config)
 }
 
@@ -466,6 +471,86 @@ fn restart_after_churn(ns_name: &str, unchanged: usize) {
         assert_eq!(
             report.ops, 0,
             "an unchanged cluster's restart sends nothing"
+        );
+    })
+    .unwrap();
+}
+
+/// Sets are declared with room to grow by half. A change that needs more is found by the
+/// planner (`outgrown`) before it is sent: as a partial sync the kernel would refuse it whole,
+/// and the daemon's full sync instead recreates the set larger, every element in it, in one
+/// transaction.
+#[test]
+fn a_set_outgrowing_its_declared_size_is_recreated_larger_by_a_full_sync() {
+    use kubenft::full_sync::full_sync;
+    use kubenft::nft::netlink::{Nftables, canonical};
+    use kubenft::proxier::Planner;
+    use kubenft::sync::Syncer;
+    if !kubenft::netns::can_create() {
+        eprintln!("skipped: needs root to create network namespaces");
+        return;
+    }
+    let ns = kubenft::netns::Netns::create("outgrow").unwrap();
+    ns.run(|| {
+        let mut nft = Nftables::open().unwrap();
+        let mut cluster_ips = |nft: &mut Nftables| {
+            let set = nft.dump_set(kubenft::nft::model::Family::Ip, "kubenft", "cluster-ips");
+            let set = set.unwrap().expect("cluster-ips exists");
+            (set.size, set.elements.len())
+        };
+        let mut planner = Planner::new();
+        let mut syncer = Syncer::new(Nftables::open().unwrap(), "kubenft");
+        let (state, config) = cluster(600, false);
+        full_sync(&mut syncer, &mut planner, &state, &config, || {}).unwrap();
+        assert_eq!(
+            cluster_ips(&mut nft),
+            (Some(1024), 600),
+            "600 and half as many again"
+        );
+
+        // Growing within the size is an ordinary partial sync.
+        let (state, config) = cluster(680, false);
+        let changes = planner.changes(&state, &config, None);
+        assert!(!planner.outgrown());
+        let report = syncer.sync_changes(changes).unwrap().expect("partial");
+        assert_eq!(report.kind, kubenft::sync::SyncKind::Partial);
+        assert_eq!(cluster_ips(&mut nft), (Some(1024), 680));
+
+        // Beyond it, the partial changes would be refused whole.
+        let (state, config) = cluster(1_100, false);
+        let changes = planner.changes(&state, &config, None);
+        assert!(planner.outgrown(), "1,100 elements do not fit in 1,024");
+        let refused = syncer.sync_changes(changes);
+        assert!(
+            refused.is_err(),
+            "the kernel refuses a full set: {refused:?}"
+        );
+        assert_eq!(
+            cluster_ips(&mut nft),
+            (Some(1024), 680),
+            "nothing was applied"
+        );
+
+        // The full sync declares it larger: recreated, filled, and the rest of the table kept.
+        let report = full_sync(&mut syncer, &mut planner, &state, &config, || {}).unwrap();
+        assert!(!planner.outgrown());
+        assert_eq!(cluster_ips(&mut nft), (Some(2048), 1_100));
+        let want: Vec<Table> = planner.tables().iter().map(canonical).collect();
+        assert!(
+            held_tables(&mut nft, &want) == want,
+            "the kernel holds the plan"
+        );
+        assert!(report.ops > 0);
+
+        // A restart keeps the size the kernel holds while the elements fit.
+        let (state, config) = cluster(700, false);
+        let mut restarted = Planner::new();
+        let mut syncer = Syncer::new(Nftables::open().unwrap(), "kubenft");
+        full_sync(&mut syncer, &mut restarted, &state, &config, || {}).unwrap();
+        assert_eq!(
+            cluster_ips(&mut nft),
+            (Some(2048), 700),
+            "not recreated as 1,024: 700 fit in 2,048"
         );
     })
     .unwrap();

@@ -517,6 +517,12 @@ proptest! {
             };
             let planned = planner.tables();
             prop_assert_eq!(planned_digests_differ(&planner, &planned), None);
+            // Every set the planner fills declares a size its elements fit in.
+            for s in planned.iter().flat_map(|t| t.sets.values()) {
+                prop_assert_eq!(s.size.is_some(), !s.interval, "{}: {:?}", s.name, s.size);
+                let fits = s.size.is_none_or(|n| s.elements.len() <= n as usize);
+                prop_assert!(fits || planner.outgrown(), "{} outgrew {:?}", s.name, s.size);
+            }
             // The stream a creating sync takes rests on the key owners the partial plans keep.
             for t in &planned {
                 for s in t.sets.values() {

@@ -7,6 +7,7 @@ mod endpoints;
 mod key_owners;
 pub mod names;
 mod plan;
+mod set_sizes;
 mod stored;
 
 pub use build::{EndpointBlocks, IpFamily, SlotLayouts};

@@ -28,6 +28,7 @@ use super::build::{
 use super::config::ProxyConfig;
 use super::key_owners::KeyOwners;
 use super::names::{is_endpoint_map, is_pick_slots};
+use super::set_sizes;
 use super::stored::{PartOrderElements, SetNames, SortedElements, Stored, digests_of};
 pub use crate::cluster::ServiceRef;
 use crate::cluster::{ClusterState, Endpoint, NodeInfo, ServicePort, ServicePortName};
@@ -66,6 +67,8 @@ pub struct Planner {
     start_blocks: EndpointBlocks,
     /// Slot layouts the next whole plan keeps (once: later whole plans start afresh).
     start_layouts: SlotLayouts,
+    /// Declared set sizes the next whole plan keeps where they still fit (once).
+    start_sizes: BTreeMap<Family, HashMap<String, u32>>,
 }
 
 impl Planner {
@@ -81,8 +84,25 @@ impl Planner {
         *self = Planner {
             start_blocks: EndpointBlocks::of_tables(kernel),
             start_layouts: SlotLayouts::of_tables(kernel),
+            start_sizes: kernel
+                .iter()
+                .map(|t| {
+                    let sizes = t
+                        .sets
+                        .values()
+                        .filter_map(|s| Some((s.name.clone(), s.size?)));
+                    (t.family, sizes.collect())
+                })
+                .collect(),
             ..Planner::default()
         };
+    }
+
+    /// Whether the last plan needs more elements in a set than its declared size: the changes
+    /// it returned cannot be applied, and a whole plan (`plan`, `plan_without_elements`)
+    /// declares the set larger, to be recreated.
+    pub fn outgrown(&self) -> bool {
+        self.tables.iter().any(|t| t.outgrown)
     }
 
     /// Whether a plan is remembered, so `changes` can work from it.
@@ -134,6 +154,11 @@ impl Planner {
             let before = self.tables();
             self.start_blocks = self.blocks();
             self.start_layouts = self.layouts();
+            self.start_sizes = self
+                .tables
+                .iter()
+                .map(|t| (t.head.family, t.sizes.clone()))
+                .collect();
             self.replan(state, config);
             return whole_table_changes(before, self.tables());
         };
@@ -205,10 +230,14 @@ impl Planner {
         let context = Context::of(state, config);
         self.service_cidrs = dropped_service_cidrs(state, config).to_vec();
         let layouts = std::mem::take(&mut self.start_layouts);
+        let mut sizes = std::mem::take(&mut self.start_sizes);
         self.tables = context
             .families
             .iter()
-            .map(|&fam| FamilyPlan::whole(fam, state, config, &self.start_blocks, &layouts))
+            .map(|&fam| {
+                let sizes = sizes.remove(&fam.table_family()).unwrap_or_default();
+                FamilyPlan::whole(fam, state, config, &self.start_blocks, &layouts, &sizes)
+            })
             .collect();
         self.inputs = state
             .services
@@ -412,6 +441,13 @@ struct FamilyPlan {
     /// Endpoint maps are left out: a key there lies in its chain's own block, so exactly one
     /// fragment has it.
     owners: KeyOwners,
+    /// How many elements the skeleton and the fragments put in each set, a key several of
+    /// them put there counted for each: never fewer than the set holds.
+    counts: HashMap<Arc<str>, usize, foldhash::fast::FixedState>,
+    /// The size declared for each set that has one (`set_sizes`).
+    sizes: HashMap<String, u32>,
+    /// Whether a set needs more elements than its declared size since the last whole plan.
+    outgrown: bool,
 }
 
 /// The `owners` key of `key` in `set`: a fast hash, as collisions cost a look, never a wrong
@@ -427,6 +463,7 @@ impl FamilyPlan {
         config: &ProxyConfig,
         start: &EndpointBlocks,
         layouts: &SlotLayouts,
+        kept_sizes: &HashMap<String, u32>,
     ) -> Self {
         let builder = FragmentBuilder::new(config, state, fam);
         let mut plan = FamilyPlan {
@@ -438,11 +475,27 @@ impl FamilyPlan {
             declared: HashMap::new(),
             set_names: SetNames::default(),
             owners: KeyOwners::default(),
+            counts: HashMap::default(),
+            sizes: HashMap::new(),
+            outgrown: false,
         };
+        for (set, elements) in &plan.skeleton.elements {
+            let set = plan.set_names.get(set);
+            *plan.counts.entry(set).or_default() += elements.len();
+        }
         for (name, sp) in &state.services {
             let fragment = builder.service(sp, &mut plan.blocks, layouts);
             plan.remember(name, &fragment);
         }
+        let declarations = plan.skeleton.sets.iter();
+        let declarations = declarations.chain(plan.declared.values().map(|(s, _)| &**s));
+        plan.sizes = declarations
+            .filter_map(|set| {
+                let elements = plan.counts.get(set.name.as_str()).copied().unwrap_or(0);
+                let size = set_sizes::chosen(set, elements, kept_sizes.get(&set.name).copied())?;
+                Some((set.name.clone(), size))
+            })
+            .collect();
         // Blocks of chains the kernel had and this plan dropped are free from now on.
         let used: BTreeSet<&str> = plan
             .fragments
@@ -463,11 +516,26 @@ impl FamilyPlan {
     }
 
     fn table(&self) -> Table {
-        assemble(
+        self.sized(assemble(
             &self.head,
             std::iter::once(self.skeleton.clone())
                 .chain(self.fragments.values().map(Stored::unpack)),
-        )
+        ))
+    }
+
+    /// `table` with each set's declared size.
+    fn sized(&self, mut table: Table) -> Table {
+        for set in table.sets.values_mut() {
+            self.size(set);
+        }
+        table
+    }
+
+    /// Gives `set` the size declared for it, if any.
+    fn size(&self, set: &mut Set) {
+        if let Some(&size) = self.sizes.get(&set.name) {
+            set.size = Some(size);
+        }
     }
 
     /// `table` without elements (see `Planner::plan_without_elements`).
@@ -477,14 +545,14 @@ impl FamilyPlan {
             sets,
             elements: Vec::new(),
         };
-        assemble(
+        self.sized(assemble(
             &self.head,
             std::iter::once(bare(&self.skeleton.chains, self.skeleton.sets.clone())).chain(
                 self.fragments
                     .values()
                     .map(|f| bare(&f.chains, f.sets.iter().map(|s| Set::clone(s)).collect())),
             ),
-        )
+        ))
     }
 
     /// The elements `table` puts in `set`: every fragment's, in fragment order, the first of
@@ -651,6 +719,7 @@ impl FamilyPlan {
         let mut gone_chains: Vec<String> = Vec::new();
         for (((name, fragment), now), differences) in new.iter().zip(packed).zip(&differences) {
             if let Some(old) = self.fragments.remove(&**name) {
+                self.count(&old, false);
                 let kept = |c: &&Chain| fragment.chains.iter().any(|n| n.name == c.name);
                 gone_chains.extend(
                     old.chains
@@ -667,6 +736,7 @@ impl FamilyPlan {
                 self.store(name, now);
             }
         }
+        self.resize(&sets);
         let news_at_hand = InHand {
             names: &names,
             fragments: new.iter().map(|(_, f)| Some(f)).collect(),
@@ -689,6 +759,26 @@ impl FamilyPlan {
             after.chains.extend(differs(&self.skeleton, &old));
         }
         (before.into_table(&self.head), after.into_table(&self.head))
+    }
+
+    /// After an update touching `sets`: a new one is declared `size_for` its elements, one that
+    /// went forgets its size, and one that needs more than its size is `outgrown` (a size
+    /// changes only in a whole plan, which recreates the set).
+    fn resize(&mut self, sets: &BTreeSet<&str>) {
+        for &name in sets {
+            let elements = self.counts.get(name).copied().unwrap_or(0);
+            let Some(set) = self.declaration(name).filter(|s| set_sizes::is_sized(s)) else {
+                self.sizes.remove(name);
+                continue;
+            };
+            match self.sizes.get(name) {
+                Some(&size) => self.outgrown |= elements > size as usize,
+                None => {
+                    let size = set_sizes::size_for(elements);
+                    self.sizes.insert(set.name.clone(), size);
+                }
+            }
+        }
     }
 
     /// The declaration of `set` if it exists now.
@@ -737,7 +827,19 @@ impl FamilyPlan {
             |set| share_declaration(declared, set),
             &mut self.set_names,
         );
+        self.count(&stored, true);
         self.fragments.insert(name.clone(), stored);
+    }
+
+    /// Adds what `stored` puts in each set to `counts` (`added`), or takes it away.
+    fn count(&mut self, stored: &Stored, added: bool) {
+        for (set, n) in stored.element_counts() {
+            let count = match self.counts.get_mut(&**set) {
+                Some(count) => count,
+                None => self.counts.entry(set.clone()).or_default(),
+            };
+            *count = if added { *count + n } else { *count - n };
+        }
     }
 
     /// Keeps `stored` as the fragment of `name`, its declarations shared with equal ones.
@@ -747,6 +849,7 @@ impl FamilyPlan {
             .iter()
             .map(|set| share_declaration(&mut self.declared, set))
             .collect();
+        self.count(&stored, true);
         self.fragments.insert(name.clone(), stored);
     }
 
@@ -916,7 +1019,9 @@ impl Part {
     fn declare(&mut self, plan: &FamilyPlan, sets: &BTreeSet<&str>) {
         for &name in sets {
             if let Some(set) = plan.declaration(name) {
-                self.sets.insert(name.to_string(), set.clone());
+                let mut set = set.clone();
+                plan.size(&mut set);
+                self.sets.insert(name.to_string(), set);
             }
         }
     }

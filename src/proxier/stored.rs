@@ -25,7 +25,8 @@ type PackedSet = (Arc<str>, Box<[u8]>);
 pub(super) struct SetNames(HashSet<Arc<str>, FixedState>);
 
 impl SetNames {
-    fn get(&mut self, name: &str) -> Arc<str> {
+    /// The one copy of `name`.
+    pub(super) fn get(&mut self, name: &str) -> Arc<str> {
         if let Some(shared) = self.0.get(name) {
             return shared.clone();
         }
@@ -104,6 +105,23 @@ impl Stored {
     pub(super) fn elements_of<'a>(&'a self, set: &str) -> impl Iterator<Item = Element> + use<'a> {
         self.packed_of(set)
             .map(|(key, rest)| self.element(key, rest))
+    }
+
+    /// How many elements this fragment puts in each set it puts any in, by the set's shared
+    /// name; counted without unpacking them.
+    pub(super) fn element_counts(&self) -> impl Iterator<Item = (&Arc<str>, usize)> {
+        self.elements
+            .iter()
+            .filter(|(_, packed)| !packed.is_empty())
+            .map(|(set, packed)| {
+                let mut bytes: &[u8] = packed;
+                let mut n = 0;
+                while !bytes.is_empty() {
+                    next_packed(&mut bytes);
+                    n += 1;
+                }
+                (set, n)
+            })
     }
 
     /// How many elements this fragment puts in `set`, counted without unpacking them.

@@ -9,7 +9,7 @@ mod service;
 mod skeleton;
 mod slots;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
 use ipnet::IpNet;
@@ -17,6 +17,7 @@ use ipnet::IpNet;
 use super::config::{DetectLocal, ProxyConfig};
 use super::endpoints::categorize;
 use super::names::*;
+use super::set_sizes;
 use crate::cluster::{ClusterState, Endpoint, ServicePort, TrafficPolicy};
 use crate::nft::model::*;
 
@@ -331,10 +332,17 @@ pub(crate) fn build_family(
         .services
         .values()
         .map(|sp| fragments.service(sp, &mut blocks, &layouts));
-    assemble(
-        &table_head(config, fam),
-        std::iter::once(skeleton).chain(services),
-    )
+    let parts: Vec<Fragment> = std::iter::once(skeleton).chain(services).collect();
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for (set, elements) in parts.iter().flat_map(|p| &p.elements) {
+        *counts.entry(set.clone()).or_default() += elements.len();
+    }
+    let mut table = assemble(&table_head(config, fam), parts);
+    for set in table.sets.values_mut() {
+        let elements = counts.get(&set.name).copied().unwrap_or(0);
+        set.size = set_sizes::chosen(set, elements, None).or(set.size);
+    }
+    table
 }
 
 /// Which families to build: every family the kernel supports, whatever addresses the node has
