@@ -247,6 +247,49 @@ fn health_and_metrics_are_served_with_kube_proxys_names() {
     );
 }
 
+#[test]
+fn a_set_outgrowing_its_declared_size_is_recreated_larger_without_a_failed_sync() {
+    let Some((topo, api)) = lab("e2eG") else {
+        return;
+    };
+    api.apply(service("web", "10.96.0.10", 80));
+    api.apply(slice("web", &[1]));
+    let _daemon = start_daemon(&topo, &api, &[]);
+    wait_for_backends(&topo, WEB, &["pod-1"], Duration::from_secs(20));
+
+    // `cluster-ips` holds one address, declared 1,024 large: 1,100 more Services outgrow it.
+    for i in 0..1_100 {
+        let ip = format!("10.96.{}.{}", 1 + i / 250, 1 + i % 250);
+        api.apply(service(&format!("extra-{i}"), &ip, 80));
+    }
+    let listed = eventually(
+        Duration::from_secs(30),
+        "every ClusterIP programmed",
+        || {
+            let out = topo
+                .node
+                .exec(&["nft", "list", "set", "ip", "kubenft", "cluster-ips"])
+                .ok()?;
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.contains("10.96.5.100").then_some(text)
+        },
+    );
+    assert!(listed.contains("size 2048"), "recreated larger:\n{listed}");
+    wait_for_backends(&topo, WEB, &["pod-1"], Duration::from_secs(5));
+
+    let (_, page) = http_get(&topo.node, addr("127.0.0.1:10249"), "/metrics").unwrap();
+    let count = |name: &str| metric(&page, name).unwrap_or_else(|| panic!("{name} in:\n{page}"));
+    assert_eq!(
+        count("kubeproxy_sync_proxy_rules_nftables_sync_failures_total"),
+        0.0,
+        "the partial changes the set could not take were never sent"
+    );
+    assert!(
+        count("kubeproxy_sync_full_proxy_rules_duration_seconds_count") >= 2.0,
+        "the first sync and the one that recreated the set"
+    );
+}
+
 const LB_MANIFESTS: &str = r#"
 apiVersion: v1
 kind: Node

@@ -39,8 +39,8 @@ fn same_rules(a: &Chain, b: &Chain) -> bool {
             .all(|(x, y)| x.stmts == y.stmts && x.comment == y.comment)
 }
 
-/// Whether `b` can keep the elements of `a`: same key, data, flags, timeout and size (the
-/// kernel changes none of them in place).
+/// Whether `b` can keep the elements of `a`: same key, data, flags, timeout and size (a
+/// kernel may raise a size in place, but the hash table keeps the buckets it was made with).
 pub fn same_set_type(a: &Set, b: &Set) -> bool {
     a.key == b.key
         && a.data == b.data

@@ -344,7 +344,8 @@ pub struct Set {
     pub timeout: Option<u32>,
     /// `size`: the most elements the set may hold. The kernel sizes a hash set's table for it
     /// when the set is created, instead of growing it from a few buckets by rehashing, and
-    /// refuses the transaction that would put more elements in it; changing it recreates the set.
+    /// refuses the transaction that would put more elements in it. A set whose size changes is
+    /// recreated (`diff::same_set_type`).
     pub size: Option<u32>,
     pub comment: Option<String>,
     pub elements: Vec<Element>,

@@ -4,9 +4,10 @@
 //! one starts at four buckets and is rehashed, in a kernel worker, each time it grows past
 //! three quarters full; a cold sync inserting while it rehashes takes the slow path for nearly
 //! every element (half the kernel's time at 30,000 services × 10 endpoints). The price of a
-//! size: the kernel refuses elements beyond it, and changes it only by recreating the set. So
-//! a set is declared with room to grow by half at least, and declared larger (recreated and
-//! filled again in the same transaction) only when a plan needs more than it holds.
+//! size: the kernel refuses elements beyond it, and a larger size needs a larger table, so the
+//! set is recreated. So a set is declared with room to grow by half at least, and declared
+//! larger (recreated and filled again in the same transaction) only when a plan needs more
+//! than it holds.
 
 use crate::nft::model::Set;
 
