@@ -70,6 +70,7 @@ fn explain(errno: &io::Error) -> &'static str {
         }
         Some(libc::ENOENT) => "; something it names does not exist (yet) in this transaction",
         Some(libc::EEXIST) => "; an object of that name exists with a different definition",
+        Some(libc::ENFILE) => "; the set is full: it holds as many elements as its declared size",
         _ => "",
     }
 }
