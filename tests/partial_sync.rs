@@ -493,7 +493,7 @@ fn a_set_outgrowing_its_declared_size_is_recreated_larger_by_a_full_sync() {
     let ns = kubenft::netns::Netns::create("outgrow").unwrap();
     ns.run(|| {
         let mut nft = Nftables::open().unwrap();
-        let mut cluster_ips = |nft: &mut Nftables| {
+        let cluster_ips = |nft: &mut Nftables| {
             let set = nft.dump_set(kubenft::nft::model::Family::Ip, "kubenft", "cluster-ips");
             let set = set.unwrap().expect("cluster-ips exists");
             (set.size, set.elements.len())
@@ -552,6 +552,50 @@ fn a_set_outgrowing_its_declared_size_is_recreated_larger_by_a_full_sync() {
             (Some(2048), 700),
             "not recreated as 1,024: 700 fit in 2,048"
         );
+    })
+    .unwrap();
+}
+
+/// Tables written before sets declared sizes (by an older kubenft) hold the same sets without
+/// one: the first full sync after the upgrade recreates them sized, in one transaction, and
+/// the next sync finds nothing to change.
+#[test]
+fn tables_from_before_declared_sizes_are_recreated_sized_by_one_full_sync() {
+    use kubenft::full_sync::full_sync;
+    use kubenft::nft::netlink::{Nftables, canonical};
+    use kubenft::proxier::Planner;
+    use kubenft::sync::Syncer;
+    if !kubenft::netns::can_create() {
+        eprintln!("skipped: needs root to create network namespaces");
+        return;
+    }
+    let ns = kubenft::netns::Netns::create("unsized").unwrap();
+    ns.run(|| {
+        let (state, config) = cluster(RECORDED_SERVICES, false);
+        let mut without_sizes = kubenft::proxier::build(&state, &config);
+        for s in without_sizes.iter_mut().flat_map(|t| t.sets.values_mut()) {
+            if !s.dynamic {
+                s.size = None;
+            }
+        }
+        let mut old = Syncer::new(Nftables::open().unwrap(), "kubenft");
+        old.sync(without_sizes, false).unwrap();
+
+        let mut planner = Planner::new();
+        let mut syncer = Syncer::new(Nftables::open().unwrap(), "kubenft");
+        let report = full_sync(&mut syncer, &mut planner, &state, &config, || {}).unwrap();
+        assert!(report.ops > 0, "the sets are recreated");
+        let mut nft = Nftables::open().unwrap();
+        let want: Vec<Table> = planner.tables().iter().map(canonical).collect();
+        assert!(
+            held_tables(&mut nft, &want) == want,
+            "the kernel holds the plan"
+        );
+        let held = &held_tables(&mut nft, &want)[0];
+        assert_eq!(held.sets["pick-2-slots"].size, Some(8192), "4,200 elements");
+
+        let again = full_sync(&mut syncer, &mut planner, &state, &config, || {}).unwrap();
+        assert_eq!(again.ops, 0, "nothing left to change");
     })
     .unwrap();
 }
