@@ -483,10 +483,13 @@ impl FamilyPlan {
             let set = plan.set_names.get(set);
             *plan.counts.entry(set).or_default() += elements.len();
         }
+        // In service order: the map is built at once, not searched for each service.
+        let mut fragments = Vec::with_capacity(state.services.len());
         for (name, sp) in &state.services {
             let fragment = builder.service(sp, &mut plan.blocks, layouts);
-            plan.remember(name, &fragment);
+            fragments.extend(plan.remember(name, &fragment).map(|f| (name.clone(), f)));
         }
+        plan.fragments = fragments.into_iter().collect();
         let declarations = plan.skeleton.sets.iter();
         let declarations = declarations.chain(plan.declared.values().map(|(s, _)| &**s));
         plan.sizes = declarations
@@ -812,9 +815,11 @@ impl FamilyPlan {
         })
     }
 
-    fn remember(&mut self, name: &Arc<ServicePortName>, fragment: &Fragment) {
+    /// `fragment` of `name` packed as the planner keeps it, its keys' owners and element counts
+    /// taken into account (`None` when it is empty); the caller keeps it in `fragments`.
+    fn remember(&mut self, name: &Arc<ServicePortName>, fragment: &Fragment) -> Option<Stored> {
         if fragment.is_empty() {
-            return;
+            return None;
         }
         for (set, elements) in shared_elements(fragment) {
             for e in elements {
@@ -828,7 +833,7 @@ impl FamilyPlan {
             &mut self.set_names,
         );
         self.count(&stored, true);
-        self.fragments.insert(name.clone(), stored);
+        Some(stored)
     }
 
     /// Adds what `stored` puts in each set to `counts` (`added`), or takes it away.
