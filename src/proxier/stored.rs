@@ -113,15 +113,7 @@ impl Stored {
         self.elements
             .iter()
             .filter(|(_, packed)| !packed.is_empty())
-            .map(|(set, packed)| {
-                let mut bytes: &[u8] = packed;
-                let mut n = 0;
-                while !bytes.is_empty() {
-                    next_packed(&mut bytes);
-                    n += 1;
-                }
-                (set, n)
-            })
+            .map(|(set, packed)| (set, split_packed(packed).count()))
     }
 
     /// How many elements this fragment puts in `set`, counted without unpacking them.
@@ -209,8 +201,7 @@ impl Stored {
 
     /// Each element of `set` as its packed key and rest.
     fn packed_of<'a>(&'a self, set: &str) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + use<'a> {
-        let mut bytes = self.packed_set(set);
-        std::iter::from_fn(move || (!bytes.is_empty()).then(|| next_packed(&mut bytes)))
+        split_packed(self.packed_set(set))
     }
 
     /// The packed elements of `set`, one after another.
@@ -303,6 +294,11 @@ impl Ord for Comparable<'_> {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         self.compared().cmp(&other.compared())
     }
+}
+
+/// The packed elements in `bytes`, one after another, each as `next_packed` splits it.
+fn split_packed(mut bytes: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    std::iter::from_fn(move || (!bytes.is_empty()).then(|| next_packed(&mut bytes)))
 }
 
 /// The next packed element of `bytes` as its key and rest, `bytes` moved past it.
