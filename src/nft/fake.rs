@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use super::diff::same_set_type;
 use super::model::{Element, MapRef, Rule, Stmt, Table};
 use super::transaction::{Op, TableRef, Transaction};
 
@@ -162,13 +163,7 @@ impl FakeKernel {
                 let t = self.table_mut(table)?;
                 match t.sets.get(&set.name) {
                     Some(existing) => {
-                        let same = existing.key == set.key
-                            && existing.data == set.data
-                            && existing.interval == set.interval
-                            && existing.dynamic == set.dynamic
-                            && existing.timeout == set.timeout
-                            && existing.size == set.size;
-                        if !same {
+                        if !same_set_type(existing, set) {
                             return refuse(
                                 Refusal::Exists,
                                 format!("set {} exists with another type", set.name),
