@@ -839,10 +839,7 @@ impl FamilyPlan {
     /// Adds what `stored` puts in each set to `counts` (`added`), or takes it away.
     fn count(&mut self, stored: &Stored, added: bool) {
         for (set, n) in stored.element_counts() {
-            let count = match self.counts.get_mut(&**set) {
-                Some(count) => count,
-                None => self.counts.entry(set.clone()).or_default(),
-            };
+            let count = self.counts.entry(set.clone()).or_default();
             *count = if added { *count + n } else { *count - n };
         }
     }
