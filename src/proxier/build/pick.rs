@@ -162,26 +162,28 @@ impl Builder<'_> {
     pub(super) fn fill_slots(
         &mut self,
         sp: &ServicePort,
+        label: &str,
         slots: u32,
         frontends: &[(IpAddr, u16)],
         eps: &[Endpoint],
     ) {
         let map = pick_slots(slots);
-        let label = sp.name.to_string();
         let proto = Value::Proto(sp.name.protocol.number());
         for &(ip, port) in frontends {
             let frontend = vec![ip_value(ip), proto.clone(), Value::Port(port)];
             let laid_out = self.layouts.lay_out(&map, &frontend, eps);
             // Slot 0 is filled in every layout and changes hands only when its endpoint goes,
             // so the fallback churns no more than the slots do.
-            self.fallback_element(&frontend, laid_out[0], &label);
+            self.fallback_element(&frontend, laid_out[0], label);
             for (slot, ep) in laid_out.into_iter().enumerate() {
                 let mut key = Vec::with_capacity(frontend.len() + 1);
                 key.extend_from_slice(&frontend);
                 key.push(Value::Mark(slot as u32));
                 let data = MapData::Values(target_of(ep).into());
-                self.out
-                    .push_element(&map, Element::map(key, data).with_comment(label.clone()));
+                self.out.push_element(
+                    &map,
+                    Element::map(key, data).with_comment(label.to_string()),
+                );
             }
         }
     }
@@ -191,17 +193,17 @@ impl Builder<'_> {
     pub(super) fn fallback(
         &mut self,
         sp: &ServicePort,
+        label: &str,
         frontends: &[(IpAddr, u16)],
         eps: &[Endpoint],
     ) {
         let Some(first) = eps.first() else {
             return;
         };
-        let label = sp.name.to_string();
         let proto = Value::Proto(sp.name.protocol.number());
         for &(ip, port) in frontends {
             let frontend = vec![ip_value(ip), proto.clone(), Value::Port(port)];
-            self.fallback_element(&frontend, first, &label);
+            self.fallback_element(&frontend, first, label);
         }
     }
 

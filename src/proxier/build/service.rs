@@ -20,14 +20,32 @@ struct PortRules<'a> {
     proto: Value,
     port: Value,
     label: String,
-    /// `service-…`, the chain picking among the cluster endpoints.
-    svc_chain: String,
-    /// The chain ClusterIP traffic goes to: `svc_chain`, or `local-…` under iTP Local.
-    internal_chain: String,
     /// Where traffic finds no endpoint of its policy, and the comment saying so.
     no_endpoints: (Verdict, &'static str),
     /// The shared pick chains' slot counts, when the port may use them.
     shared: Option<SlotCounts>,
+}
+
+impl PortRules<'_> {
+    /// Whether ClusterIP traffic has a chain apart from `service-…`: under iTP Local with
+    /// external traffic, `service-…` serves that traffic's Cluster policy, so the ClusterIPs
+    /// go to `local-…`. (Without external traffic, `service-…` is free to serve a Local
+    /// internal policy itself.)
+    fn internal_is_local(&self) -> bool {
+        self.sp.internal_policy == TrafficPolicy::Local && self.sp.has_external()
+    }
+
+    /// The chain of its own ClusterIP traffic goes to when it does not take a shared pick
+    /// chain, named as kube-proxy names it: `service-…` picks among the cluster endpoints,
+    /// `local-…` among the local ones. Named only where needed: most ports have no chain of
+    /// their own, and each name costs a SHA-256.
+    fn internal_chain(&self) -> String {
+        if self.internal_is_local() {
+            local_chain(&self.sp.name)
+        } else {
+            service_chain(&self.sp.name)
+        }
+    }
 }
 
 impl Builder<'_> {
@@ -62,16 +80,6 @@ impl Builder<'_> {
         // externalTrafficPolicy; `cluster` also serves pods and the host under eTP Local.
         let internal = eps.internal(sp);
         let external = eps.external(sp);
-        let svc_chain = service_chain(&sp.name);
-        // Chains of its own, named as kube-proxy names them: `service-…` picks among the
-        // cluster endpoints, `local-…` among the local ones, and ClusterIPs go to the one of
-        // their policy. (Without external traffic, `service-…` is free to serve a Local
-        // internal policy itself.)
-        let internal_chain = if sp.internal_policy == TrafficPolicy::Local && sp.has_external() {
-            local_chain(&sp.name)
-        } else {
-            svc_chain.clone()
-        };
         // Where traffic finds no endpoint of its policy: dropped if endpoints exist elsewhere
         // (a Local policy), rejected if none exists at all.
         let no_endpoints = if eps.has_any {
@@ -89,8 +97,6 @@ impl Builder<'_> {
             proto: Value::Proto(sp.name.protocol.number()),
             port: Value::Port(sp.port),
             label: sp.name.to_string(),
-            svc_chain,
-            internal_chain,
             no_endpoints,
             shared: self.shared_pick(sp, internal.len(), external.len()),
         };
@@ -116,7 +122,7 @@ impl Builder<'_> {
             p.cluster_ips.iter().map(|ip| (*ip, sp.port)).collect();
         if let (false, Some(slots)) = (p.internal.is_empty(), p.shared) {
             // The shared pick chain masquerades off-cluster sources and draws a slot.
-            self.fill_slots(sp, slots.internal, &cluster_frontends, p.internal);
+            self.fill_slots(sp, label, slots.internal, &cluster_frontends, p.internal);
             self.hairpin(p.internal);
             for ip in &p.cluster_ips {
                 self.out.push_element(
@@ -136,19 +142,20 @@ impl Builder<'_> {
                     rules.push(Rule::new(s));
                 }
             }
-            rules.extend(self.dispatch(sp, &p.internal_chain, p.internal));
+            let internal_chain = p.internal_chain();
+            rules.extend(self.dispatch(sp, &internal_chain, p.internal));
             self.chain(
-                Chain::new(&p.internal_chain)
+                Chain::new(&internal_chain)
                     .with_comment(label)
                     .with_rules(rules),
             );
-            self.fallback(sp, &cluster_frontends, p.internal);
+            self.fallback(sp, label, &cluster_frontends, p.internal);
             for ip in &p.cluster_ips {
                 self.out.push_element(
                     SERVICE_IPS,
                     Element::map(
                         vec![ip_value(*ip), p.proto.clone(), p.port.clone()],
-                        Verdict::Jump(p.internal_chain.clone()),
+                        Verdict::Jump(internal_chain.clone()),
                     )
                     .with_comment(label.clone()),
                 );
@@ -212,7 +219,7 @@ impl Builder<'_> {
         if let (true, Some(slots)) = (external_chain_needed, p.shared) {
             // externalTrafficPolicy Cluster: the shared external pick chain masquerades and
             // draws among the cluster endpoints, keyed by the address the traffic arrived at.
-            self.fill_slots(sp, slots.external, &frontends, p.external);
+            self.fill_slots(sp, label, slots.external, &frontends, p.external);
             self.hairpin(p.external);
             for (i, (ip, port)) in frontends.into_iter().enumerate() {
                 let comment = if i < external_ips.len() {
@@ -232,7 +239,7 @@ impl Builder<'_> {
             self.chain(Chain::new(&ext_chain).with_comment(label).with_rules(rules));
             // The fallback serves what the chain serves traffic from outside: nothing without
             // a local endpoint, so that traffic is not translated by `pick-retry` either.
-            self.fallback(sp, &frontends, p.external);
+            self.fallback(sp, label, &frontends, p.external);
             for ip in &external_ips {
                 self.out.push_element(
                     SERVICE_IPS,
@@ -259,9 +266,10 @@ impl Builder<'_> {
     /// The rules of the port's `external-…` chain, after creating the endpoint chains they go
     /// to that the internal chain is not.
     fn external_chain_rules(&mut self, p: &PortRules) -> Vec<Rule> {
-        let (sp, label, svc_chain) = (p.sp, &p.label, &p.svc_chain);
+        let (sp, label) = (p.sp, &p.label);
+        let svc_chain = &service_chain(&sp.name);
         // The cluster endpoints' chain, unless the internal chain is it.
-        if p.internal_chain != *svc_chain && !p.cluster.is_empty() {
+        if p.internal_is_local() && !p.cluster.is_empty() {
             let dispatch = self.dispatch(sp, svc_chain, p.cluster);
             self.chain(
                 Chain::new(svc_chain)
@@ -302,7 +310,7 @@ impl Builder<'_> {
         if !p.local.is_empty() {
             let local_chain = local_chain(&sp.name);
             // Under iTP Local too, the internal chain picks among the local endpoints.
-            if p.internal_chain != local_chain {
+            if !p.internal_is_local() {
                 let dispatch = self.dispatch(sp, &local_chain, p.local);
                 self.chain(
                     Chain::new(&local_chain)
