@@ -24,7 +24,7 @@ use k8s_openapi::api::networking::v1::{ServiceCIDR, ServiceCIDRSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::{
-    CONSISTENT_ENDPOINT_ANNOTATION, SERVICE_NAME_LABEL, ServiceRef, service_ref_named, shared,
+    CONSISTENT_ENDPOINT_ANNOTATION, SERVICE_NAME_LABEL, ServiceRef, service_names, shared,
     shared_name,
 };
 
@@ -152,8 +152,14 @@ pub(crate) struct KeptServiceSpec {
 impl KeptService {
     /// The service the Service defines (no namespace means `default`, as the API does).
     pub(crate) fn service_ref(&self) -> ServiceRef {
+        let (namespace, name) = self.service_names();
+        (namespace.to_string(), name.to_string())
+    }
+
+    /// `service_ref`, borrowed.
+    pub(crate) fn service_names(&self) -> (&str, &str) {
         let Names { namespace, name } = &self.names;
-        service_ref_named(namespace.as_deref(), name.as_deref())
+        service_names(namespace.as_deref(), name.as_deref())
     }
 }
 
@@ -281,8 +287,14 @@ impl KeptSlice {
     /// without the label belongs to no service: it is grouped under the empty name, which no
     /// Service can have, and rejected when converted.
     pub(crate) fn service_ref(&self) -> ServiceRef {
+        let (namespace, name) = self.service_names();
+        (namespace.to_string(), name.to_string())
+    }
+
+    /// `service_ref`, borrowed.
+    pub(crate) fn service_names(&self) -> (&str, &str) {
         let namespace = self.names.namespace.as_deref();
-        service_ref_named(namespace, self.service_name.as_deref())
+        service_names(namespace, self.service_name.as_deref())
     }
 
     fn meta(&self) -> ObjectMeta {

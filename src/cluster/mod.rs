@@ -506,13 +506,13 @@ impl ServicePortName {
     }
 }
 
-/// The service named `name` in `namespace` (none means `default`, as the API does; no name is
-/// the empty name, which no Service can have).
-pub(crate) fn service_ref_named(namespace: Option<&str>, name: Option<&str>) -> ServiceRef {
-    (
-        namespace_or_default(namespace).to_string(),
-        name.unwrap_or_default().to_string(),
-    )
+/// The namespace and name of the service named `name` in `namespace` (none means `default`,
+/// as the API does; no name is the empty name, which no Service can have).
+pub(crate) fn service_names<'a>(
+    namespace: Option<&'a str>,
+    name: Option<&'a str>,
+) -> (&'a str, &'a str) {
+    (namespace_or_default(namespace), name.unwrap_or_default())
 }
 
 /// The label that ties an EndpointSlice to its Service.

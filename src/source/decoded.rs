@@ -1248,10 +1248,7 @@ mod tests {
         assert_eq!(slice.kept, expected.compact());
         assert_eq!(
             DecodedSlice::service(&slice.kept),
-            Some(crate::cluster::service_ref_named(
-                Some("default"),
-                Some("web")
-            ))
+            Some(("default".to_string(), "web".to_string()))
         );
     }
 

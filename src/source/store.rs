@@ -278,6 +278,29 @@ impl Members {
     }
 }
 
+/// Under this share of the services changed, a sync searches for each one's objects; from it
+/// on, it walks every object (`ClusterStore::kept_of_each`).
+const WALK_WHEN_CHANGED_ONE_IN: usize = 4;
+
+/// The objects of the service `names` in `grouped` (sorted by service), searched for from
+/// `next`, which moves past them: called for services in order, the search walks `grouped` once.
+fn run_of<'a, T>(
+    grouped: &[((&str, &str), &'a T)],
+    next: &mut usize,
+    names: (&str, &str),
+) -> Vec<&'a T> {
+    // Stepping, not bisecting: the run is almost always right at `next`.
+    while grouped.get(*next).is_some_and(|(n, _)| *n < names) {
+        *next += 1;
+    }
+    let mut run = Vec::new();
+    while let Some((_, object)) = grouped.get(*next).filter(|(n, _)| *n == names) {
+        run.push(*object);
+        *next += 1;
+    }
+    run
+}
+
 /// Which of a service's member lists an object kind goes to.
 type MemberList = fn(&mut Members) -> &mut Keys;
 
@@ -445,10 +468,16 @@ impl ClusterStore {
     /// those services.
     pub fn update_model(&mut self, live: &mut LiveState, hostname: &str) -> BTreeSet<ServiceRef> {
         let changed = self.take_changed();
-        live.update_services(changed.iter().map(|service| {
-            let (services, slices) = self.kept_of(service);
-            (service, services, slices)
-        }));
+        // Searching three maps per service costs more than walking every object once when
+        // many services changed (the first sync, a re-list).
+        if changed.len() >= self.members.len() / WALK_WHEN_CHANGED_ONE_IN {
+            live.update_services(self.kept_of_each(&changed));
+        } else {
+            live.update_services(changed.iter().map(|service| {
+                let (services, slices) = self.kept_of(service);
+                (service, services, slices)
+            }));
+        }
         live.state.node = self.node(hostname).as_ref().map(NodeInfo::of);
         if std::mem::take(&mut self.service_cidrs_changed) {
             let objects: Vec<ServiceCIDR> = self.service_cidrs.objects().collect();
@@ -473,6 +502,34 @@ impl ClusterStore {
                 .filter_map(|k| self.endpoint_slices.kept(k))
                 .collect(),
         )
+    }
+
+    /// `kept_of` for each of `services`, in their order, found by walking the live objects
+    /// once, grouped by service in sorted runs, rather than by searching for each.
+    fn kept_of_each<'a>(
+        &'a self,
+        services: &'a BTreeSet<ServiceRef>,
+    ) -> impl Iterator<Item = (&'a ServiceRef, Vec<&'a KeptService>, Vec<&'a KeptSlice>)> {
+        // In key order, which is the order `kept_of` gives a service's objects in; the stable
+        // sort keeps it within each service. Keys (`namespace/name`) sort almost as services
+        // do, and slices' generated names after their service's, so the runs are long.
+        let mut objects: Vec<_> = (self.services.live.values())
+            .map(|s| (s.service_names(), s))
+            .collect();
+        objects.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut slices: Vec<_> = (self.endpoint_slices.live.values())
+            .map(|s| (s.service_names(), s))
+            .collect();
+        slices.sort_by(|a, b| a.0.cmp(&b.0));
+        let (mut next_object, mut next_slice) = (0, 0);
+        services.iter().map(move |service| {
+            let names = (service.0.as_str(), service.1.as_str());
+            (
+                service,
+                run_of(&objects, &mut next_object, names),
+                run_of(&slices, &mut next_slice, names),
+            )
+        })
     }
 
     /// This node's Node object, named `hostname`, if present.
@@ -839,6 +896,63 @@ mod tests {
         all.insert(SERVICE_NAME_LABEL.into(), service.into());
         slice.metadata.labels = Some(all);
         slice
+    }
+
+    #[test]
+    fn walking_every_object_finds_what_searching_finds_for_each_service() {
+        let mut store = ClusterStore::default();
+        let in_namespace = |mut object: Service, namespace: Option<&str>| {
+            object.metadata.namespace = namespace.map(str::to_string);
+            object
+        };
+        // Namespaces and names where `namespace/name` keys sort otherwise than services do
+        // ("a-b/…" before "a/…"; "web-1" before "web-abc"), a Service without namespace (the
+        // default one), a Service without slices, slices without a Service or a label.
+        for (name, namespace) in [
+            ("web", Some("a")),
+            ("web-1", Some("a")),
+            ("web", Some("a-b")),
+            ("solo", Some("a")),
+            ("web", None),
+        ] {
+            store.apply_service(Event::Apply(in_namespace(svc(name, 80), namespace)));
+        }
+        for (name, service, namespace) in [
+            ("web-zz", "web", "a"),
+            ("web-abc", "web", "a"),
+            ("web-1-x", "web-1", "a"),
+            ("web-q", "web", "a-b"),
+            ("ghost-1", "ghost", "a"),
+            ("web-d", "web", "default"),
+        ] {
+            let mut object = slice(name, service, &[]);
+            object.metadata.namespace = Some(namespace.into());
+            store.apply_endpoint_slice(Event::Apply(object));
+        }
+        let mut unlabelled = slice("loose", "", &[]);
+        unlabelled.metadata.labels = None;
+        unlabelled.metadata.namespace = Some("a".into());
+        store.apply_endpoint_slice(Event::Apply(unlabelled));
+
+        let mut services: BTreeSet<ServiceRef> = store.members.keys().cloned().collect();
+        // Services with no object left (deleted since) are asked for too.
+        services.insert(("a".into(), "gone".into()));
+        services.insert(("zz".into(), "gone".into()));
+        let walked: Vec<_> = store.kept_of_each(&services).collect();
+        assert_eq!(walked.len(), services.len());
+        for ((service, objects, slices), expected) in walked.into_iter().zip(&services) {
+            assert_eq!(service, expected);
+            let (want_objects, want_slices) = store.kept_of(service);
+            assert_eq!(objects, want_objects, "{service:?}");
+            assert_eq!(slices, want_slices, "{service:?}");
+        }
+        let (_, slices) = store.kept_of(&("a".into(), "web".into()));
+        let found: Vec<_> = slices.iter().map(|s| s.names.name.as_deref()).collect();
+        assert_eq!(
+            found,
+            [Some("web-abc"), Some("web-zz")],
+            "the test's premise: several slices of one service"
+        );
     }
 
     #[test]
