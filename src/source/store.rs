@@ -204,14 +204,11 @@ pub struct ClusterStore {
     /// The store keys of each service's objects, so a sync converts only changed services.
     members: BTreeMap<ServiceRef, Members>,
     /// Services whose Service object or slices changed since the last `take_changed`.
-    changed: BTreeSet<ServiceRef>,
+    changed: Changed,
     /// kube-proxy's change counts: Service and EndpointSlice notifications since start (every
-    /// event, as kube-proxy's informer handlers count them, see `KindStore::notifications`),
-    /// and the services whose objects changed in what the model reads, not yet taken by a sync.
+    /// event, as kube-proxy's informer handlers count them, see `KindStore::notifications`).
     service_changes: u64,
     endpoint_changes: u64,
-    service_changes_pending: BTreeSet<ServiceRef>,
-    endpoint_changes_pending: BTreeSet<ServiceRef>,
     /// Where the counts are published as they move, if anywhere: an event that changes nothing
     /// the model reads wakes no sync, yet kube-proxy's counters count it at once.
     metrics: Option<Metrics>,
@@ -304,48 +301,77 @@ fn run_of<'a, T>(
 /// Which of a service's member lists an object kind goes to.
 type MemberList = fn(&mut Members) -> &mut Keys;
 
-/// Moves object `key` from the service `before` named to the one `after` names, and marks both
-/// changed.
-fn track(
+/// The kind of object a change came in, as kube-proxy's change trackers count them.
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    Service,
+    EndpointSlice,
+}
+
+/// The services whose objects changed since a sync last took them, with kube-proxy's pending
+/// counts: how many of them have a change of each kind (to the object as it is now, or as it
+/// was if gone) no sync has taken yet. Flags, not sets of their own: at the first sync every
+/// service is in all three, and a name held thrice is freed thrice.
+#[derive(Debug, Default)]
+struct Changed {
+    services: BTreeMap<ServiceRef, Pending>,
+    services_pending: u64,
+    slices_pending: u64,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    service: bool,
+    slices: bool,
+}
+
+impl Changed {
+    /// Marks `service` changed and, if `pending` says by which kind, pending for that kind.
+    fn mark(&mut self, service: ServiceRef, pending: Option<Via>) {
+        let flags = self.services.entry(service).or_default();
+        let (flag, count) = match pending {
+            None => return,
+            Some(Via::Service) => (&mut flags.service, &mut self.services_pending),
+            Some(Via::EndpointSlice) => (&mut flags.slices, &mut self.slices_pending),
+        };
+        if !std::mem::replace(flag, true) {
+            *count += 1;
+        }
+    }
+
+    fn take(&mut self) -> BTreeSet<ServiceRef> {
+        self.services_pending = 0;
+        self.slices_pending = 0;
+        std::mem::take(&mut self.services).into_keys().collect()
+    }
+}
+
+/// Moves object `key` (of kind `via`) from the service it was part of `before` to the one it
+/// is part of `after`, and marks both changed; the service of the object as it is now, or as
+/// it was if gone, is also marked pending.
+fn track<K: Kept>(
     members: &mut BTreeMap<ServiceRef, Members>,
-    changed: &mut BTreeSet<ServiceRef>,
+    changed: &mut Changed,
     list: MemberList,
+    via: Via,
     key: &str,
-    before: Option<ServiceRef>,
-    after: Option<ServiceRef>,
+    before: Option<&K::Compact>,
+    after: Option<&K::Compact>,
 ) {
-    if let Some(service) = before {
+    let after = after.and_then(K::service);
+    if let Some(service) = before.and_then(K::service) {
         if let Some(m) = members.get_mut(&service) {
             list(m).remove(key);
             if m.is_empty() {
                 members.remove(&service);
             }
         }
-        changed.insert(service);
+        changed.mark(service, after.is_none().then_some(via));
     }
     if let Some(service) = after {
         list(members.entry(service.clone()).or_default()).insert(key);
-        changed.insert(service);
+        changed.mark(service, Some(via));
     }
-}
-
-/// `track`, with the service of the object (as it is now, or as it was if gone) also marked
-/// as having a change no sync has taken yet.
-fn track_pending<K: Kept>(
-    members: &mut BTreeMap<ServiceRef, Members>,
-    changed: &mut BTreeSet<ServiceRef>,
-    pending: &mut BTreeSet<ServiceRef>,
-    list: MemberList,
-    key: &str,
-    before: Option<&K::Compact>,
-    after: Option<&K::Compact>,
-) {
-    let before = before.and_then(K::service);
-    let after = after.and_then(K::service);
-    if let Some(service) = after.as_ref().or(before.as_ref()) {
-        pending.insert(service.clone());
-    }
-    track(members, changed, list, key, before, after);
 }
 
 impl ClusterStore {
@@ -373,10 +399,9 @@ impl ClusterStore {
     pub fn apply_decoded_service(&mut self, event: Event<DecodedService>) -> Change {
         let completes_list = matches!(event, Event::InitDone);
         let (members, changed) = (&mut self.members, &mut self.changed);
-        let pending = &mut self.service_changes_pending;
         let (change, notifications) = self.services.apply_counted(event, |key, before, after| {
             let list: MemberList = |m| &mut m.services;
-            track_pending::<DecodedService>(members, changed, pending, list, key, before, after);
+            track::<DecodedService>(members, changed, list, Via::Service, key, before, after);
         });
         self.service_changes += notifications;
         if completes_list {
@@ -404,14 +429,12 @@ impl ClusterStore {
             _ => None,
         };
         let (members, changed) = (&mut self.members, &mut self.changed);
-        let pending = &mut self.endpoint_changes_pending;
         let (change, notifications) =
             self.endpoint_slices
                 .apply_counted(event, |key, before, after| {
                     let list: MemberList = |m| &mut m.slices;
-                    track_pending::<DecodedSlice>(
-                        members, changed, pending, list, key, before, after,
-                    );
+                    let via = Via::EndpointSlice;
+                    track::<DecodedSlice>(members, changed, list, via, key, before, after);
                 });
         self.endpoint_changes += notifications;
         // As kube-proxy: a trigger time is observed only with a change to program.
@@ -446,10 +469,9 @@ impl ClusterStore {
 
     /// Takes the services whose objects changed since the last call.
     pub(crate) fn take_changed(&mut self) -> BTreeSet<ServiceRef> {
-        self.service_changes_pending.clear();
-        self.endpoint_changes_pending.clear();
+        let changed = self.changed.take();
         self.publish_counts();
-        std::mem::take(&mut self.changed)
+        changed
     }
 
     /// Service and EndpointSlice changes seen since start, and the services with changes that
@@ -457,9 +479,9 @@ impl ClusterStore {
     pub(crate) fn change_counts(&self) -> ChangeCounts {
         ChangeCounts {
             service_changes_total: self.service_changes,
-            service_changes_pending: self.service_changes_pending.len() as u64,
+            service_changes_pending: self.changed.services_pending,
             endpoint_changes_total: self.endpoint_changes,
-            endpoint_changes_pending: self.endpoint_changes_pending.len() as u64,
+            endpoint_changes_pending: self.changed.slices_pending,
         }
     }
 
@@ -878,6 +900,26 @@ mod tests {
         assert_eq!(c.service_changes_total, 6);
         assert_eq!(c.service_changes_pending, 1);
         assert_eq!(c.endpoint_changes_pending, 0);
+
+        store.apply_endpoint_slice(Event::Apply(slice("s", "a", &[])));
+        store.take_changed();
+        // A slice relabelled: both services are converted again, the one it belongs to now
+        // is the one pending; deleted, it is pending for the one it belonged to.
+        store.apply_endpoint_slice(Event::Apply(slice("s", "b", &[])));
+        let c = store.change_counts();
+        assert_eq!(
+            (c.service_changes_pending, c.endpoint_changes_pending),
+            (0, 1)
+        );
+        store.apply_endpoint_slice(Event::Delete(slice("s", "b", &[])));
+        assert_eq!(store.change_counts().endpoint_changes_pending, 1);
+        let service = |name: &str| ("default".to_string(), name.to_string());
+        assert_eq!(store.take_changed(), [service("a"), service("b")].into());
+        let c = store.change_counts();
+        assert_eq!(
+            (c.service_changes_pending, c.endpoint_changes_pending),
+            (0, 0)
+        );
     }
 
     fn slice(name: &str, service: &str, labels: &[(&str, &str)]) -> EndpointSlice {
