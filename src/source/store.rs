@@ -3,6 +3,7 @@
 //! replaces a kind's objects only once the list is complete, so a half-read list never reaches
 //! the planner and the last good state stays programmed until fresh state arrives.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::SystemTime;
@@ -287,12 +288,13 @@ fn run_of<'a, T>(
     names: (&str, &str),
 ) -> Vec<&'a T> {
     // Stepping, not bisecting: the run is almost always right at `next`.
-    while grouped.get(*next).is_some_and(|(n, _)| *n < names) {
-        *next += 1;
-    }
     let mut run = Vec::new();
-    while let Some((_, object)) = grouped.get(*next).filter(|(n, _)| *n == names) {
-        run.push(*object);
+    while let Some((n, object)) = grouped.get(*next) {
+        match n.cmp(&names) {
+            Ordering::Less => {}
+            Ordering::Equal => run.push(*object),
+            Ordering::Greater => break,
+        }
         *next += 1;
     }
     run
