@@ -220,7 +220,7 @@ fn local_facts(sp: &ServicePort, all: &[Endpoint], hostname: &str) -> Option<Loc
 pub fn udp_frontends(state: &ClusterState) -> Frontends<ServicePortName> {
     let mut frontends = Frontends::default();
     for sp in state.services.values() {
-        let all = state.endpoints.get(&sp.name).map_or(&[][..], Vec::as_slice);
+        let all = state.endpoints_of(&sp.name);
         if let Some(service) = udp_service(sp, all) {
             frontends.set(ServicePortName::clone(&sp.name), service);
         }
@@ -237,7 +237,7 @@ pub fn local_endpoint_facts(
     let mut checks: BTreeMap<u16, ServiceHealth> = BTreeMap::new();
     let mut counts = [(0, 0); 2];
     for sp in state.services.values() {
-        let all = state.endpoints.get(&sp.name).map_or(&[][..], Vec::as_slice);
+        let all = state.endpoints_of(&sp.name);
         for (i, count) in counts.iter_mut().enumerate() {
             let v4 = i == 0;
             if !sp.cluster_ips.iter().any(|ip| ip.is_ipv4() == v4) {

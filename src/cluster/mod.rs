@@ -252,6 +252,26 @@ fn parse_net(s: &str) -> Option<IpNet> {
 pub type ServiceRef = (String, String);
 
 impl ClusterState {
+    /// The endpoints of the service port `name` (none if no slice names it).
+    pub(crate) fn endpoints_of(&self, name: &ServicePortName) -> &[Endpoint] {
+        self.endpoints.get(name).map_or(&[], Vec::as_slice)
+    }
+
+    /// Each service port with its endpoints (`endpoints_of`), in name order: found by walking
+    /// the endpoints beside the ports rather than searching for each.
+    pub(crate) fn ports_with_endpoints(
+        &self,
+    ) -> impl Iterator<Item = (&Arc<ServicePortName>, &ServicePort, &[Endpoint])> {
+        let mut endpoints = self.endpoints.iter().peekable();
+        self.services.iter().map(move |(name, sp)| {
+            // A port's endpoints share its name: most steps compare no text.
+            let same = |n: &Arc<ServicePortName>| Arc::ptr_eq(n, name) || n == name;
+            while endpoints.next_if(|(n, _)| !same(n) && *n < name).is_some() {}
+            let eps = endpoints.next_if(|(n, _)| same(n));
+            (name, sp, eps.map_or(&[][..], |(_, eps)| eps.as_slice()))
+        })
+    }
+
     /// Converts API objects; returns what was skipped and why.
     pub fn from_objects(
         services: &[Service],

@@ -184,3 +184,79 @@ fn a_slice_with_a_bad_endpoint_and_a_bad_port_keeps_its_good_endpoints() {
             .all(|r| r.kind == "EndpointSlice" && r.name == "web-1")
     );
 }
+
+/// Walking the endpoints beside the ports finds what searching finds: for ports without
+/// endpoints, between endpoints no port has, and where a port's endpoints are filed under an
+/// equal name that is not the port's own.
+#[test]
+fn ports_with_endpoints_finds_each_ports_endpoints() {
+    let service = |name: &str, ports: serde_json::Value| -> Service {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "a"},
+            "spec": {"clusterIP": "10.96.0.10", "ports": ports},
+        }))
+        .unwrap()
+    };
+    let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "x-1", "namespace": "a",
+                     "labels": {"kubernetes.io/service-name": "x"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [{"addresses": ["10.244.0.1"]}],
+    }))
+    .unwrap();
+    let services = [
+        service(
+            "x",
+            serde_json::json!([{"name": "http", "port": 80}, {"name": "metrics", "port": 9090}]),
+        ),
+        service("y", serde_json::json!([{"port": 80}])),
+    ];
+    let (mut state, _) = ClusterState::from_objects(&services, &[slice], None);
+    let name = |service: &str, port: &str| {
+        Arc::new(ServicePortName {
+            namespace: "a".into(),
+            name: service.into(),
+            port: port.into(),
+            protocol: Protocol::Tcp,
+        })
+    };
+    let endpoint = |ip: &str| Endpoint {
+        ip: ip.parse().unwrap(),
+        port: 8080,
+        ready: true,
+        serving: true,
+        terminating: false,
+        node_name: None,
+        zone: None,
+        hint_zones: Vec::new(),
+        hint_nodes: Vec::new(),
+    };
+    for (service, port, ip) in [
+        ("w", "", "10.244.0.9"),
+        ("x", "other", "10.244.0.8"),
+        ("y", "", "10.244.0.3"),
+        ("z", "", "10.244.0.7"),
+    ] {
+        state
+            .endpoints
+            .insert(name(service, port), vec![endpoint(ip)]);
+    }
+    let walked: Vec<_> = state.ports_with_endpoints().collect();
+    let names: Vec<_> = walked.iter().map(|(n, _, _)| n.to_string()).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    for (n, sp, eps) in &walked {
+        assert!(Arc::ptr_eq(n, &sp.name));
+        assert_eq!(*eps, state.endpoints_of(n), "{n}");
+    }
+    let ips = |eps: &[Endpoint]| -> Vec<String> { eps.iter().map(|e| e.ip.to_string()).collect() };
+    let found: Vec<Vec<String>> = walked.iter().map(|(_, _, eps)| ips(eps)).collect();
+    assert_eq!(
+        found,
+        [
+            vec!["10.244.0.1".to_string()],
+            vec![],
+            vec!["10.244.0.3".into()]
+        ]
+    );
+}

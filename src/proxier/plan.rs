@@ -240,9 +240,8 @@ impl Planner {
             })
             .collect();
         self.inputs = state
-            .services
-            .iter()
-            .map(|(n, sp)| (n.clone(), input_digest(sp, state.endpoints.get(n))))
+            .ports_with_endpoints()
+            .map(|(n, sp, eps)| (n.clone(), input_digest(sp, eps)))
             .collect();
         self.context = Some(context);
     }
@@ -254,7 +253,7 @@ impl Planner {
         state: &ClusterState,
         scope: Option<&BTreeSet<ServiceRef>>,
     ) -> Vec<Arc<ServicePortName>> {
-        let digest = |n: &ServicePortName, sp| input_digest(sp, state.endpoints.get(n));
+        let digest = |n: &ServicePortName, sp| input_digest(sp, state.endpoints_of(n));
         let mut changed = Vec::new();
         let Some(services) = scope else {
             let candidates: BTreeSet<Arc<ServicePortName>> = state
@@ -398,7 +397,7 @@ impl SetElements for Planner {
     }
 }
 
-fn input_digest(sp: &ServicePort, endpoints: Option<&Vec<Endpoint>>) -> u64 {
+fn input_digest(sp: &ServicePort, endpoints: &[Endpoint]) -> u64 {
     let mut h = DefaultHasher::new();
     sp.hash(&mut h);
     endpoints.hash(&mut h);
@@ -485,8 +484,8 @@ impl FamilyPlan {
         }
         // In service order: the map is built at once, not searched for each service.
         let mut fragments = Vec::with_capacity(state.services.len());
-        for (name, sp) in &state.services {
-            let fragment = builder.service(sp, &mut plan.blocks, layouts);
+        for (name, sp, eps) in state.ports_with_endpoints() {
+            let fragment = builder.service(sp, eps, &mut plan.blocks, layouts);
             fragments.extend(plan.remember(name, &fragment).map(|f| (name.clone(), f)));
         }
         plan.fragments = fragments.into_iter().collect();
@@ -611,7 +610,10 @@ impl FamilyPlan {
                 let fragment = state
                     .services
                     .get(&**name)
-                    .map(|sp| builder.service(sp, &mut self.blocks, &layouts))
+                    .map(|sp| {
+                        let eps = state.endpoints_of(name);
+                        builder.service(sp, eps, &mut self.blocks, &layouts)
+                    })
                     .unwrap_or_default();
                 (name.clone(), fragment)
             })

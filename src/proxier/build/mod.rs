@@ -9,6 +9,7 @@ mod service;
 mod skeleton;
 mod slots;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
@@ -301,16 +302,17 @@ impl<'a> FragmentBuilder<'a> {
         b.out
     }
 
-    /// What `sp` adds to the table (empty for a service of the other family only); its
-    /// endpoints keep the slots `layouts` gives them where they can.
+    /// What `sp` with its `endpoints` adds to the table (empty for a service of the other
+    /// family only); its endpoints keep the slots `layouts` gives them where they can.
     pub(crate) fn service(
         &self,
         sp: &ServicePort,
+        endpoints: &[Endpoint],
         blocks: &mut BlockAllocator,
         layouts: &SlotLayouts,
     ) -> Fragment {
         let mut b = self.builder(blocks, layouts);
-        b.service(sp);
+        b.service(sp, endpoints);
         b.out.dedup_keys();
         b.out
     }
@@ -329,9 +331,8 @@ pub(crate) fn build_family(
     let skeleton = fragments.skeleton();
     let layouts = SlotLayouts::default();
     let services = state
-        .services
-        .values()
-        .map(|sp| fragments.service(sp, &mut blocks, &layouts));
+        .ports_with_endpoints()
+        .map(|(_, sp, eps)| fragments.service(sp, eps, &mut blocks, &layouts));
     let parts: Vec<Fragment> = std::iter::once(skeleton).chain(services).collect();
     let mut counts: HashMap<String, usize> = HashMap::new();
     for (set, elements) in parts.iter().flat_map(|p| &p.elements) {

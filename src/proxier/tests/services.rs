@@ -291,6 +291,7 @@ fn an_address_a_service_is_reached_at_twice_yields_its_elements_once() {
     let sp = state.services.values().next().unwrap();
     let fragment = build::FragmentBuilder::new(&config, &state, build::IpFamily::V4).service(
         sp,
+        state.endpoints_of(&sp.name),
         &mut build::BlockAllocator::new(Default::default()),
         &build::SlotLayouts::default(),
     );
