@@ -276,8 +276,8 @@ impl Members {
     }
 }
 
-/// Under this share of the services changed, a sync searches for each one's objects; from it
-/// on, it walks every object (`ClusterStore::kept_of_each`).
+/// When at least one service in this many changed, a sync walks every object
+/// (`ClusterStore::kept_of_each`) rather than searching for each changed service's.
 const WALK_WHEN_CHANGED_ONE_IN: usize = 4;
 
 /// The objects of the service `names` in `grouped` (sorted by service), searched for from
@@ -312,8 +312,8 @@ enum Via {
 
 /// The services whose objects changed since a sync last took them, with kube-proxy's pending
 /// counts: how many of them have a change of each kind (to the object as it is now, or as it
-/// was if gone) no sync has taken yet. Flags, not sets of their own: at the first sync every
-/// service is in all three, and a name held thrice is freed thrice.
+/// was if gone) no sync has taken yet. Flags rather than sets of their own: at the first sync
+/// every service would be in all three sets, its name copied into each and freed from each.
 #[derive(Debug, Default)]
 struct Changed {
     services: BTreeMap<ServiceRef, Pending>,
@@ -321,6 +321,7 @@ struct Changed {
     slices_pending: u64,
 }
 
+/// Which kinds of a changed service's objects have changes no sync has taken yet.
 #[derive(Debug, Default)]
 struct Pending {
     service: bool,

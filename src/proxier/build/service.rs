@@ -35,10 +35,10 @@ impl PortRules<'_> {
         self.sp.internal_policy == TrafficPolicy::Local && self.sp.has_external()
     }
 
-    /// The chain of its own ClusterIP traffic goes to when it does not take a shared pick
-    /// chain, named as kube-proxy names it: `service-…` picks among the cluster endpoints,
-    /// `local-…` among the local ones. Named only where needed: most ports have no chain of
-    /// their own, and each name costs a SHA-256.
+    /// The port's own chain for ClusterIP traffic, where no shared pick chain takes it, named
+    /// as kube-proxy names it: `service-…` picks among the cluster endpoints, `local-…` among
+    /// the local ones. Named only where needed: most ports have no chain of their own, and
+    /// each name costs a SHA-256.
     fn internal_chain(&self) -> String {
         if self.internal_is_local() {
             local_chain(&self.sp.name)
