@@ -257,8 +257,8 @@ fn a_set_outgrowing_its_declared_size_is_recreated_larger_without_a_failed_sync(
     let _daemon = start_daemon(&topo, &api, &[]);
     wait_for_backends(&topo, WEB, &["pod-1"], Duration::from_secs(20));
 
-    // `cluster-ips` holds one address, declared 1,024 large: 1,100 more Services outgrow it.
-    for i in 0..1_100 {
+    // `cluster-ips` holds one address, declared 768 large: 800 more Services outgrow it.
+    for i in 0..800 {
         let ip = format!("10.96.{}.{}", 1 + i / 250, 1 + i % 250);
         api.apply(service(&format!("extra-{i}"), &ip, 80));
     }
@@ -271,10 +271,10 @@ fn a_set_outgrowing_its_declared_size_is_recreated_larger_without_a_failed_sync(
                 .exec(&["nft", "list", "set", "ip", "kubenft", "cluster-ips"])
                 .ok()?;
             let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            text.contains("10.96.5.100").then_some(text)
+            text.contains("10.96.4.50").then_some(text)
         },
     );
-    assert!(listed.contains("size 2048"), "recreated larger:\n{listed}");
+    assert!(listed.contains("size 1536"), "recreated larger:\n{listed}");
     wait_for_backends(&topo, WEB, &["pod-1"], Duration::from_secs(5));
 
     let (_, page) = http_get(&topo.node, addr("127.0.0.1:10249"), "/metrics").unwrap();

@@ -500,12 +500,12 @@ fn a_set_outgrowing_its_declared_size_is_recreated_larger_by_a_full_sync() {
         };
         let mut planner = Planner::new();
         let mut syncer = Syncer::new(Nftables::open().unwrap(), "kubenft");
-        let (state, config) = cluster(600, false);
+        let (state, config) = cluster(400, false);
         full_sync(&mut syncer, &mut planner, &state, &config, || {}).unwrap();
         assert_eq!(
             cluster_ips(&mut nft),
-            (Some(1024), 600),
-            "600 and half as many again"
+            (Some(768), 400),
+            "400 and half as many again, at least 768"
         );
 
         // Growing within the size is an ordinary partial sync.
@@ -514,12 +514,12 @@ fn a_set_outgrowing_its_declared_size_is_recreated_larger_by_a_full_sync() {
         assert!(!planner.outgrown());
         let report = syncer.sync_changes(changes).unwrap().expect("partial");
         assert_eq!(report.kind, kubenft::sync::SyncKind::Partial);
-        assert_eq!(cluster_ips(&mut nft), (Some(1024), 680));
+        assert_eq!(cluster_ips(&mut nft), (Some(768), 680));
 
         // Beyond it, the partial changes would be refused whole.
         let (state, config) = cluster(1_100, false);
         let changes = planner.changes(&state, &config, None);
-        assert!(planner.outgrown(), "1,100 elements do not fit in 1,024");
+        assert!(planner.outgrown(), "1,100 elements do not fit in 768");
         let refused = syncer.sync_changes(changes);
         assert!(
             refused.is_err(),
@@ -527,14 +527,14 @@ fn a_set_outgrowing_its_declared_size_is_recreated_larger_by_a_full_sync() {
         );
         assert_eq!(
             cluster_ips(&mut nft),
-            (Some(1024), 680),
+            (Some(768), 680),
             "nothing was applied"
         );
 
         // The full sync declares it larger: recreated, filled, and the rest of the table kept.
         let report = full_sync(&mut syncer, &mut planner, &state, &config, || {}).unwrap();
         assert!(!planner.outgrown());
-        assert_eq!(cluster_ips(&mut nft), (Some(2048), 1_100));
+        assert_eq!(cluster_ips(&mut nft), (Some(3072), 1_100));
         let want: Vec<Table> = planner.tables().iter().map(canonical).collect();
         assert!(
             held_tables(&mut nft, &want) == want,
@@ -549,8 +549,8 @@ fn a_set_outgrowing_its_declared_size_is_recreated_larger_by_a_full_sync() {
         full_sync(&mut syncer, &mut restarted, &state, &config, || {}).unwrap();
         assert_eq!(
             cluster_ips(&mut nft),
-            (Some(2048), 700),
-            "not recreated as 1,024: 700 fit in 2,048"
+            (Some(3072), 700),
+            "not recreated as 1,536: 700 fit in 3,072"
         );
     })
     .unwrap();
@@ -592,7 +592,11 @@ fn tables_from_before_declared_sizes_are_recreated_sized_by_one_full_sync() {
             "the kernel holds the plan"
         );
         let held = &held_tables(&mut nft, &want)[0];
-        assert_eq!(held.sets["pick-2-slots"].size, Some(8192), "4,200 elements");
+        assert_eq!(
+            held.sets["pick-2-slots"].size,
+            Some(12288),
+            "4,200 elements"
+        );
 
         let again = full_sync(&mut syncer, &mut planner, &state, &config, || {}).unwrap();
         assert_eq!(again.ops, 0, "nothing left to change");
