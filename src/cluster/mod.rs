@@ -187,6 +187,24 @@ pub struct Endpoint {
     pub hint_nodes: Vec<String>,
 }
 
+#[cfg(test)]
+impl Endpoint {
+    /// A ready endpoint, on no node named, without zone or hints.
+    pub(crate) fn ready(ip: IpAddr, port: u16) -> Endpoint {
+        Endpoint {
+            ip,
+            port,
+            ready: true,
+            serving: true,
+            terminating: false,
+            node_name: None,
+            zone: None,
+            hint_zones: Vec::new(),
+            hint_nodes: Vec::new(),
+        }
+    }
+}
+
 /// Facts about this node.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodeInfo {

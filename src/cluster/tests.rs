@@ -221,17 +221,7 @@ fn ports_with_endpoints_finds_each_ports_endpoints() {
             protocol: Protocol::Tcp,
         })
     };
-    let endpoint = |ip: &str| Endpoint {
-        ip: ip.parse().unwrap(),
-        port: 8080,
-        ready: true,
-        serving: true,
-        terminating: false,
-        node_name: None,
-        zone: None,
-        hint_zones: Vec::new(),
-        hint_nodes: Vec::new(),
-    };
+    let endpoint = |ip: &str| Endpoint::ready(ip.parse().unwrap(), 8080);
     for (service, port, ip) in [
         ("w", "", "10.244.0.9"),
         ("x", "other", "10.244.0.8"),

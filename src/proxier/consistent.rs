@@ -227,17 +227,7 @@ mod tests {
     fn slot_ranges_cut_the_block_into_equal_runs_the_kernel_hash_selects() {
         let eps: Vec<Endpoint> = endpoints(3)
             .into_iter()
-            .map(|(ip, port)| Endpoint {
-                ip,
-                port,
-                ready: true,
-                serving: true,
-                terminating: false,
-                node_name: None,
-                zone: None,
-                hint_zones: vec![],
-                hint_nodes: vec![],
-            })
+            .map(|(ip, port)| Endpoint::ready(ip, port))
             .collect();
         let base = 5 << 16;
         let ranges = slot_ranges(base, 1 << 16, &eps);

@@ -153,17 +153,7 @@ mod tests {
     use super::*;
 
     fn ep(last: u8) -> Endpoint {
-        Endpoint {
-            ip: IpAddr::from([10, 244, 0, last]),
-            port: 8080,
-            ready: true,
-            serving: true,
-            terminating: false,
-            node_name: None,
-            zone: None,
-            hint_zones: Vec::new(),
-            hint_nodes: Vec::new(),
-        }
+        Endpoint::ready(IpAddr::from([10, 244, 0, last]), 8080)
     }
 
     fn eps(lasts: &[u8]) -> Vec<Endpoint> {
