@@ -256,20 +256,20 @@ impl Planner {
         let digest = |n: &ServicePortName, sp| input_digest(sp, state.endpoints_of(n));
         let mut changed = Vec::new();
         let Some(services) = scope else {
-            let candidates: BTreeSet<Arc<ServicePortName>> = state
-                .services
-                .iter()
-                .filter(|(n, sp)| self.inputs.get(*n).copied() != Some(digest(n, sp)))
-                .map(|(n, _)| n)
+            // Each port whose digest moved, with it, and each planned port gone, without one.
+            let candidates: BTreeMap<Arc<ServicePortName>, Option<u64>> = state
+                .ports_with_endpoints()
+                .map(|(n, sp, eps)| (n, input_digest(sp, eps)))
+                .filter(|(n, now)| self.inputs.get(*n) != Some(now))
+                .map(|(n, now)| (n.clone(), Some(now)))
                 .chain(
                     self.inputs
                         .keys()
-                        .filter(|n| !state.services.contains_key(*n)),
+                        .filter(|n| !state.services.contains_key(*n))
+                        .map(|n| (n.clone(), None)),
                 )
-                .cloned()
                 .collect();
-            for name in candidates {
-                let now = state.services.get(&name).map(|sp| digest(&name, sp));
+            for (name, now) in candidates {
                 changed.extend(self.record_input(&name, now));
             }
             return changed;
