@@ -19,6 +19,8 @@ pub(crate) enum Refusal {
     Busy,
     /// ENFILE: the set holds as many elements as its declared size.
     Full,
+    /// EINVAL: a construct the oldest supported kernels refuse.
+    Invalid,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -276,6 +278,15 @@ impl FakeKernel {
                         );
                     }
                 }
+                if let Some(map) = membership_test_on_a_map(t, rule) {
+                    return refuse(
+                        Refusal::Invalid,
+                        format!(
+                            "rule in {chain} tests membership in map {map}: kernels before 6.5 \
+                             accept a lookup on a map only into a register"
+                        ),
+                    );
+                }
                 let Some(c) = t.chains.get_mut(chain) else {
                     return refuse(Refusal::NotFound, format!("chain {chain} does not exist"));
                 };
@@ -306,6 +317,18 @@ impl FakeKernel {
     }
 }
 
+/// The map a `key @set` test in `rule` names, if any. Kernels before 6.5 (Debian 12's 6.1
+/// among them; docs/kernel-facts.md) refuse that rule with EINVAL; the fake is as strict, so
+/// tests catch such a rule without booting one.
+fn membership_test_on_a_map<'a>(t: &Table, rule: &'a Rule) -> Option<&'a str> {
+    rule.stmts.iter().find_map(|stmt| match stmt {
+        Stmt::Lookup { set, .. } if t.sets.get(set).is_some_and(|s| !s.data.is_empty()) => {
+            Some(set.as_str())
+        }
+        _ => None,
+    })
+}
+
 /// Something other than the chain itself that still refers to `chain`, described for errors.
 fn chain_user(t: &Table, chain: &str) -> Option<String> {
     for c in t.chains.values() {
@@ -326,4 +349,70 @@ fn chain_user(t: &Table, chain: &str) -> Option<String> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::model::{Chain, DataType, Family, Selector, Set};
+
+    /// A table holding `set`, a chain `next`, and a rule in `services` testing a packet's
+    /// destination address for membership in `set`.
+    fn membership_test_in(set: Set) -> Transaction {
+        let table = TableRef {
+            family: Family::Ip,
+            name: "t".into(),
+        };
+        let lookup = Rule::new(vec![
+            Stmt::in_set(vec![Selector::IpDaddr], set.name.clone()),
+            Stmt::goto("next"),
+        ]);
+        Transaction {
+            ops: vec![
+                Op::AddTable {
+                    table: table.clone(),
+                    comment: None,
+                },
+                Op::AddSet {
+                    table: table.clone(),
+                    set,
+                },
+                Op::AddChain {
+                    table: table.clone(),
+                    chain: Chain::new("next"),
+                },
+                Op::AddChain {
+                    table: table.clone(),
+                    chain: Chain::new("services"),
+                },
+                Op::AddRule {
+                    table,
+                    chain: "services".into(),
+                    rule: lookup,
+                },
+            ],
+            expected_generation: None,
+        }
+    }
+
+    #[test]
+    fn a_membership_test_on_a_map_is_refused_as_older_kernels_refuse_it() {
+        let map = Set::map(
+            "frontends",
+            vec![DataType::Ipv4Addr],
+            vec![DataType::Ipv4Addr],
+        );
+        let mut kernel = FakeKernel::new();
+        let refused = kernel.apply(&membership_test_in(map)).unwrap_err();
+        assert_eq!((refused.op_index, refused.refusal), (4, Refusal::Invalid));
+        assert!(kernel.tables.is_empty(), "nothing applied");
+    }
+
+    #[test]
+    fn a_membership_test_on_a_plain_set_is_accepted() {
+        let set = Set::new("frontends", vec![DataType::Ipv4Addr]);
+        FakeKernel::new()
+            .apply(&membership_test_in(set))
+            .expect("a plain set may be tested");
+    }
 }

@@ -113,6 +113,9 @@ pub(crate) fn pick_set(slots: u32) -> String {
 /// moved, or miss both the old and the new dispatch entry: it then lands here (see
 /// `PICK_RETRY`).
 pub(crate) const PICK_FALLBACK: &str = "pick-fallback";
+/// The keys of `PICK_FALLBACK` as a plain set, which `services` tests a packet's key against:
+/// kernels before 6.5 (Debian 12's 6.1 among them) refuse a membership test on a map.
+pub(crate) const PICK_FALLBACK_FRONTENDS: &str = "pick-fallback-frontends";
 /// Where `services` sends a packet whose key is in `PICK_FALLBACK` but matched no dispatch
 /// entry: the pick sets again, which see the commit finished, then masquerading and the
 /// fallback (a service that moved to a chain of its own, which this packet sees empty).

@@ -116,6 +116,11 @@ impl Builder<'_> {
                 "ClusterIP . protocol . port . slot to endpoint address . port",
             ));
         }
+        self.out.declare(
+            Set::new(PICK_FALLBACK_FRONTENDS, frontend_key.clone()).with_comment(format!(
+                "the service addresses . protocols . ports in {PICK_FALLBACK}"
+            )),
+        );
         self.out.declare(self.endpoint_data_map(
             PICK_FALLBACK,
             frontend_key,
@@ -207,8 +212,13 @@ impl Builder<'_> {
         }
     }
 
-    /// `frontend` (`address . protocol . port`) in `PICK_FALLBACK`, sent to `ep`.
+    /// `frontend` (`address . protocol . port`) in `PICK_FALLBACK`, sent to `ep`, and in
+    /// `PICK_FALLBACK_FRONTENDS`.
     fn fallback_element(&mut self, frontend: &[Value], ep: &Endpoint, label: &str) {
+        self.out.push_element(
+            PICK_FALLBACK_FRONTENDS,
+            Element::new(frontend.to_vec()).with_comment(label.to_string()),
+        );
         let data = MapData::Values(target_of(ep).into());
         self.out.push_element(
             PICK_FALLBACK,

@@ -149,7 +149,7 @@ impl Builder<'_> {
         dispatch.extend(self.pick_dispatch());
         dispatch.push(self.by_node_port(SERVICE_NODEPORTS));
         dispatch.push(
-            self.frontend_in(PICK_FALLBACK, PICK_RETRY)
+            self.frontend_in(PICK_FALLBACK_FRONTENDS, PICK_RETRY)
                 .with_comment("the dispatch changed while this packet was looked up"),
         );
         self.chain(Chain::new(SERVICES).with_rules(dispatch));

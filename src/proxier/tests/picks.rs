@@ -422,8 +422,9 @@ fn external_traffic_of_policy_cluster_services_is_drawn_by_the_shared_external_c
 }
 
 /// What a packet racing a commit needs: every key of a pick set (ClusterIP or external) is in
-/// `pick-fallback` with the endpoint of its slot 0, every pick chain ends with that fallback, and
-/// a key that matched no pick set is dispatched once more by `pick-retry`.
+/// `pick-fallback` with the endpoint of its slot 0 (and in the plain set of its keys), every
+/// pick chain ends with that fallback, and a key that matched no pick set is dispatched once
+/// more by `pick-retry`.
 #[test]
 fn every_pick_key_has_a_fallback_endpoint_and_a_second_dispatch() {
     let svc = service(
@@ -469,6 +470,12 @@ fn every_pick_key_has_a_fallback_endpoint_and_a_second_dispatch() {
     );
     assert_eq!(fallback, slot0);
     assert_eq!(fallback.keys().cloned().collect::<BTreeSet<_>>(), picked);
+    let fallback_frontends: BTreeSet<Vec<Value>> = t.sets["pick-fallback-frontends"]
+        .elements
+        .iter()
+        .map(|e| e.key.clone())
+        .collect();
+    assert_eq!(fallback_frontends, picked, "the map's keys as a plain set");
 
     let fallback_rule = Stmt::DnatMap {
         key: vec![Selector::IpDaddr, Selector::L4Proto, Selector::ThDport],
@@ -514,7 +521,7 @@ fn every_pick_key_has_a_fallback_endpoint_and_a_second_dispatch() {
         [
             Stmt::Lookup {
                 key: vec![Selector::IpDaddr, Selector::L4Proto, Selector::ThDport],
-                set: "pick-fallback".into(),
+                set: "pick-fallback-frontends".into(),
                 negate: false,
             },
             Stmt::Verdict(Verdict::Goto("pick-retry".into())),
