@@ -938,14 +938,16 @@ fn ip_route_and_misc() -> Table {
                 Rule::new(vec![dnat_by_frontend(Family::Ip, "first")]),
             ]),
     );
-    chains.push(Chain::new("retry").with_rules(vec![Rule::new(vec![
+    chains.push(Chain::new("retry").with_rules(
+        vec![Rule::new(vec![
                 Stmt::Lookup {
                     key: vec![Selector::IpDaddr, Selector::L4Proto, Selector::ThDport],
-                    set: "first".into(),
+                    set: "first-frontends".into(),
                     negate: false,
                 },
                 Stmt::goto("pick-4"),
-            ]).with_comment("a map's keys as a set")]));
+            ]).with_comment("the map's keys as a plain set: kernels before 6.5 refuse a map here")],
+    ));
     let v4_at = |a| IpAddr::V4(v4(a));
     let slots = slot_map(
         "slots",
@@ -986,6 +988,19 @@ fn ip_route_and_misc() -> Table {
             "ns/web:http",
         )],
     );
+    let mut first_frontends = Set::new(
+        "first-frontends",
+        vec![
+            DataType::Ipv4Addr,
+            DataType::InetProto,
+            DataType::InetService,
+        ],
+    );
+    first_frontends.elements = vec![Element::new(vec![
+        Value::Ipv4(v4([10, 96, 0, 1])),
+        Value::Proto(6),
+        Value::Port(80),
+    ])];
     let v4_slot =
         |first, last, addr, port, comment| slot(first, last, IpAddr::V4(v4(addr)), port, comment);
     let endpoints = endpoint_map(
@@ -1031,7 +1046,7 @@ fn ip_route_and_misc() -> Table {
         "misc",
         "odds and ends",
         chains,
-        vec![pairs, endpoints, hairpins, slots, first],
+        vec![pairs, endpoints, hairpins, slots, first, first_frontends],
     )
 }
 
