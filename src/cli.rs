@@ -2,7 +2,8 @@
 //!
 //! Guarantees: every skipped manifest and every rejected object is logged as a warning naming
 //! it; `sync --once` and `cleanup` change the kernel in exactly one transaction; `cleanup`
-//! touches only our `ip` and `ip6` tables.
+//! touches only our `ip` and `ip6` tables; `sync --once` on a kernel that refuses the
+//! start-up probe (`kernel_support`) changes nothing and exits `EX_UNAVAILABLE`.
 
 use std::path::Path;
 
@@ -44,12 +45,31 @@ pub enum CliError {
     Demo(#[source] Box<crate::demo::DemoError>),
     #[error("sync: {0}")]
     Sync(#[source] Box<crate::sync::SyncError>),
+    /// The kernel refused the start-up probe: nothing was changed.
+    #[error("{0}")]
+    KernelUnsupported(Box<crate::kernel_support::Unsupported>),
     #[cfg(feature = "daemon")]
     #[error("run: {0}")]
     Run(#[source] Box<crate::daemon::DaemonError>),
     #[cfg(not(feature = "daemon"))]
     #[error("run: this kubenft was built without the daemon (feature `daemon`)")]
     NoDaemon,
+}
+
+/// sysexits.h EX_UNAVAILABLE: this kernel lacks what the ruleset needs.
+pub const EX_UNAVAILABLE: u8 = 69;
+
+impl CliError {
+    /// The process's exit status for this error: `EX_UNAVAILABLE` when the kernel refused the
+    /// start-up probe (`sync --once` or `run`), 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::KernelUnsupported(_) => EX_UNAVAILABLE,
+            #[cfg(feature = "daemon")]
+            CliError::Run(e) if e.is_kernel_unsupported() => EX_UNAVAILABLE,
+            _ => 1,
+        }
+    }
 }
 
 /// Loads `path`, logs each skipped document as a warning, and picks this node's Node object.
@@ -204,6 +224,10 @@ mod glue {
                     supported_families: kernel_families(),
                     ..config.proxy.clone()
                 };
+                // Before reading anything: a kernel that cannot run the ruleset is told apart
+                // from a bad input, and nothing is changed.
+                crate::kernel_support::check_at_start(&proxy, &proxy.supported_families)
+                    .map_err(CliError::KernelUnsupported)?;
                 let tables = build_tables(manifests, proxy)?;
                 sync_once(&config.proxy.table_name, tables)
             }

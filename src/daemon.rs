@@ -3,7 +3,11 @@
 //! after each sync it reconciles the UDP conntrack entries and the healthCheckNodePort
 //! servers; `/healthz`, `/livez` and `/metrics` are served alongside.
 //!
-//! Guarantees: nothing is programmed before every kind was listed completely once; a failed
+//! Guarantees: nothing is programmed before the kernel passed the start-up probe
+//! (`kernel_support`): on a kernel that refuses it the daemon answers `/healthz` and `/livez`
+//! with 503 and the reason, records a Warning Event on the Node, waits for that write (at most
+//! `REFUSAL_EVENT_LIMIT`) and exits with an error; nothing is programmed before every kind was
+//! listed completely once; a failed
 //! sync leaves the previous rules, is logged and counted, and is retried as a full sync; API
 //! outages never clear the rules; stopping (SIGTERM, SIGINT) leaves the rules in place, so a
 //! restart drops no connection.
@@ -51,7 +55,21 @@ pub enum DaemonError {
     Signal(#[source] std::io::Error),
     #[error("--init-only: {failed} conntrack setting(s) could not be applied (logged above)")]
     NodeSettings { failed: usize },
+    /// The kernel refused the start-up probe: nothing was programmed.
+    #[error("{0}")]
+    KernelUnsupported(Box<crate::kernel_support::Unsupported>),
 }
+
+impl DaemonError {
+    /// Whether the kernel refused the start-up probe (exit `EX_UNAVAILABLE`).
+    pub(crate) fn is_kernel_unsupported(&self) -> bool {
+        matches!(self, DaemonError::KernelUnsupported(_))
+    }
+}
+
+/// How long a daemon that cannot run waits for its Warning event to be written before it
+/// exits: the Event is the one place a cluster operator sees why the pod keeps restarting.
+const REFUSAL_EVENT_LIMIT: Duration = Duration::from_secs(10);
 
 /// Where the cluster objects come from.
 #[derive(Debug, Clone)]
@@ -158,6 +176,18 @@ async fn run_async(
         )));
     }
 
+    let probed = tokio::task::block_in_place(|| {
+        crate::kernel_support::check_at_start(&proxy, &proxy.supported_families)
+    });
+    if let Err(unsupported) = probed {
+        report_unsupported_kernel(&unsupported, &proxy, &source, &health, &metrics).await;
+        let _ = stop_tx.send(true);
+        for server in servers {
+            let _ = server.await;
+        }
+        return Err(DaemonError::KernelUnsupported(unsupported));
+    }
+
     let nft = Nftables::open().map_err(DaemonError::Netlink)?;
     let store = Arc::new(Mutex::new(ClusterStore::publishing_to(metrics.clone())));
     let wake = Arc::new(Notify::new());
@@ -237,6 +267,36 @@ async fn run_async(
         let _ = server.await;
     }
     result
+}
+
+/// Says why the daemon cannot run, everywhere an operator looks: the log, `/healthz` and
+/// `/livez`, and a Warning Event on the Node, written before this returns (or given up on
+/// after `REFUSAL_EVENT_LIMIT`).
+async fn report_unsupported_kernel(
+    unsupported: &crate::kernel_support::Unsupported,
+    proxy: &ProxyConfig,
+    source: &Source,
+    health: &HealthState,
+    metrics: &Metrics,
+) {
+    let reason = unsupported.to_string();
+    tracing::error!(kernel = %unsupported.kernel, "{reason}");
+    health.kernel_unsupported(&reason);
+    let Source::Api { kubeconfig, .. } = source else {
+        return;
+    };
+    let client = match kube_source::client(kubeconfig.as_deref()).await {
+        Ok(client) => client,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot record the Warning event: no API client");
+            return;
+        }
+    };
+    let events = Recorder::spawn(client, &proxy.hostname, metrics.clone(), Limits::default());
+    events.record(Occurrence::kernel_unsupported(&proxy.hostname, &reason));
+    if !events.flush(REFUSAL_EVENT_LIMIT).await {
+        tracing::warn!(limit = ?REFUSAL_EVENT_LIMIT, "the Warning event was not written in time");
+    }
 }
 
 async fn listen(addr: SocketAddr, what: &'static str) -> Result<TcpListener, DaemonError> {

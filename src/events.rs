@@ -1,6 +1,6 @@
 //! Events (events.k8s.io/v1) recorded as kube-proxy records them: a Normal `Starting` event on
 //! the Node when the daemon starts (kube-proxy's "birth cry"), and Warnings for objects it had
-//! to skip and for syncs that keep failing.
+//! to skip, for syncs that keep failing, and for a kernel that cannot run the ruleset.
 //!
 //! Guarantees: recording never blocks and never fails the caller. Events go through a bounded
 //! queue to a writer task of their own; a full queue drops the event, a refused or failed
@@ -17,7 +17,7 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::serve::{EventOutcome, Metrics};
 
@@ -30,6 +30,8 @@ pub(crate) const REASON_STARTING: &str = "Starting";
 pub(crate) const ACTION_START: &str = "StartKubeProxy";
 /// A Service, EndpointSlice or ServiceCIDR (or the part of it the note names) was skipped.
 pub(crate) const REASON_REJECTED: &str = "RejectedObject";
+/// The kernel refused the start-up probe; the daemon exits without changing anything.
+pub(crate) const REASON_KERNEL_UNSUPPORTED: &str = "KernelUnsupported";
 /// Several syncs in a row failed; the previous rules stay in place.
 pub(crate) const REASON_SYNC_FAILING: &str = "SyncProxyRulesFailed";
 pub(crate) const ACTION_SYNC: &str = "SyncProxyRules";
@@ -138,6 +140,17 @@ impl Occurrence {
             note: format!(
                 "{failures} syncs in a row failed; the previous rules stay in place: {error}"
             ),
+        }
+    }
+
+    /// The kernel refused the start-up probe, for `reason`.
+    pub(crate) fn kernel_unsupported(node: &str, reason: &str) -> Occurrence {
+        Occurrence {
+            regarding: Regarding::node(node),
+            event_type: EventType::Warning,
+            reason: REASON_KERNEL_UNSUPPORTED,
+            action: ACTION_START,
+            note: reason.to_string(),
         }
     }
 
@@ -268,10 +281,18 @@ fn event_name(object: &str, n: u64) -> String {
     format!("{base}.{:x}", nanos.wrapping_add(n))
 }
 
+/// What the writer task receives: an occurrence to write, or a request to say when everything
+/// queued before it has been handled.
+#[derive(Debug)]
+enum Queued {
+    Occurrence(Occurrence),
+    Flush(oneshot::Sender<()>),
+}
+
 /// Records events; cheap to clone. Without an API (the manifests source) it records nothing.
 #[derive(Debug, Clone)]
 pub(crate) struct Recorder {
-    queue: Option<mpsc::Sender<Occurrence>>,
+    queue: Option<mpsc::Sender<Queued>>,
     metrics: Metrics,
 }
 
@@ -306,13 +327,27 @@ impl Recorder {
         let Some(queue) = &self.queue else {
             return;
         };
-        if let Err(e) = queue.try_send(occurrence) {
+        if let Err(e) = queue.try_send(Queued::Occurrence(occurrence)) {
             self.metrics.count_event(EventOutcome::Dropped);
-            let o = match &e {
-                mpsc::error::TrySendError::Full(o) | mpsc::error::TrySendError::Closed(o) => o,
+            let queued = match &e {
+                mpsc::error::TrySendError::Full(q) | mpsc::error::TrySendError::Closed(q) => q,
             };
-            tracing::debug!(reason = o.reason, object = %o.regarding.name, "event dropped: the writer is behind");
+            if let Queued::Occurrence(o) = queued {
+                tracing::debug!(reason = o.reason, object = %o.regarding.name, "event dropped: the writer is behind");
+            }
         }
+    }
+
+    /// Waits until every occurrence recorded so far was written (or its write failed), at most
+    /// `limit`: for a process about to exit. Returns whether they all were.
+    pub(crate) async fn flush(&self, limit: Duration) -> bool {
+        let Some(queue) = &self.queue else {
+            return true;
+        };
+        let (done, written) = oneshot::channel();
+        let flushed =
+            async { queue.send(Queued::Flush(done)).await.is_ok() && written.await.is_ok() };
+        tokio::time::timeout(limit, flushed).await.unwrap_or(false)
     }
 }
 
@@ -324,8 +359,15 @@ struct Writer {
 }
 
 impl Writer {
-    async fn run(mut self, mut rx: mpsc::Receiver<Occurrence>) {
-        while let Some(occurrence) = rx.recv().await {
+    async fn run(mut self, mut rx: mpsc::Receiver<Queued>) {
+        while let Some(queued) = rx.recv().await {
+            let occurrence = match queued {
+                Queued::Occurrence(o) => o,
+                Queued::Flush(done) => {
+                    let _ = done.send(());
+                    continue;
+                }
+            };
             let write = self.limiter.observe(&occurrence, Instant::now());
             let outcome = match &write {
                 Write::Fold => Ok(EventOutcome::Aggregated),

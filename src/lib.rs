@@ -22,6 +22,7 @@ mod events;
 mod explain;
 mod family;
 pub mod full_sync;
+pub mod kernel_support;
 pub mod lab;
 pub mod netlink;
 pub mod netns;

@@ -1,5 +1,6 @@
 //! The `kubenft` binary: parse and validate the configuration first (exit 64 when it is bad,
-//! before touching anything), set up logging, then run one subcommand.
+//! before touching anything), set up logging, then run one subcommand (exit 69 when the kernel
+//! lacks what the ruleset needs, 1 on other failures).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -44,7 +45,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("kubenft: {}", with_causes(&e));
-            ExitCode::FAILURE
+            ExitCode::from(e.exit_code())
         }
     }
 }

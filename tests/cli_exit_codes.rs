@@ -1,5 +1,7 @@
 //! The binary's contract with its caller: a bad configuration exits 64 (EX_USAGE) with the
-//! reason on stderr before anything runs; help succeeds.
+//! reason on stderr before anything runs; help succeeds. A kernel that lacks what the ruleset
+//! needs exits 69 (EX_UNAVAILABLE) from `sync --once` and `run`, changing nothing: that needs
+//! a kernel, so it is tested in `kernel_probe.rs`; other failures exit 1.
 
 use std::process::{Command, Output};
 

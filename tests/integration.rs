@@ -33,6 +33,7 @@ mod dual_stack;
 mod events;
 mod explain;
 mod image;
+mod kernel_probe;
 mod kube_proxy_config;
 mod least_privilege;
 mod metrics_parity;

@@ -1,6 +1,7 @@
 //! Proxy health with kube-proxy's rules: healthy unless a change has waited longer than the
 //! health timeout without a successful sync; `/healthz` is additionally unhealthy while the node
-//! is being deleted, `/livez` is not. Time is always passed in, so the rules are testable
+//! is being deleted, `/livez` is not. Once the kernel refused the start-up probe, both are
+//! unhealthy for good and their body says why (`kernelUnsupported`). Time is always passed in, so the rules are testable
 //! without sleeping.
 
 use std::sync::{Arc, Mutex};
@@ -27,6 +28,8 @@ struct State {
     /// When the oldest change not yet synced was queued; cleared by a successful sync.
     oldest_pending: Option<SystemTime>,
     node_eligible: bool,
+    /// Why this kernel cannot run the ruleset, once the start-up probe said so.
+    kernel_unsupported: Option<String>,
 }
 
 /// Shared health state: the sync loop writes it, the health servers read it. Clones share it.
@@ -60,6 +63,7 @@ impl HealthState {
                 oldest_pending: None,
                 // Eligible until the first Node event says otherwise, as in kube-proxy.
                 node_eligible: true,
+                kernel_unsupported: None,
             })),
             timeout,
             clock,
@@ -100,9 +104,17 @@ impl HealthState {
         self.lock().node_eligible
     }
 
+    /// The kernel refused the start-up probe for `reason`: unhealthy from now on.
+    pub(crate) fn kernel_unsupported(&self, reason: &str) {
+        self.lock().kernel_unsupported = Some(reason.to_string());
+    }
+
     /// The proxy's own health at `now`, ignoring the node.
     pub(crate) fn is_healthy(&self, now: SystemTime) -> bool {
         let s = self.lock();
+        if s.kernel_unsupported.is_some() {
+            return false;
+        }
         match s.oldest_pending {
             None => true,
             // A clock stepping backwards makes the wait negative: not late.
@@ -120,9 +132,10 @@ impl HealthState {
         let eligible = self.node_eligible();
         let healthy = self.is_healthy(now) && eligible;
         let body = format!(
-            r#"{{"lastUpdated": "{}","currentTime": "{}", "nodeEligible": {eligible}}}"#,
+            r#"{{"lastUpdated": "{}","currentTime": "{}", "nodeEligible": {eligible}{}}}"#,
             self.reported_last_updated(healthy, now),
-            rfc3339(now)
+            rfc3339(now),
+            self.kernel_unsupported_field()
         );
         HealthReport { healthy, body }
     }
@@ -131,11 +144,23 @@ impl HealthState {
     pub(crate) fn livez(&self, now: SystemTime) -> HealthReport {
         let healthy = self.is_healthy(now);
         let body = format!(
-            r#"{{"lastUpdated": "{}","currentTime": "{}"}}"#,
+            r#"{{"lastUpdated": "{}","currentTime": "{}"{}}}"#,
             self.reported_last_updated(healthy, now),
-            rfc3339(now)
+            rfc3339(now),
+            self.kernel_unsupported_field()
         );
         HealthReport { healthy, body }
+    }
+
+    /// `, "kernelUnsupported": "…"` once the kernel refused the probe; nothing before.
+    fn kernel_unsupported_field(&self) -> String {
+        match &self.lock().kernel_unsupported {
+            Some(reason) => format!(
+                r#", "kernelUnsupported": {}"#,
+                serde_json::Value::from(reason.as_str())
+            ),
+            None => String::new(),
+        }
     }
 
     /// kube-proxy reports "now" as lastUpdated while healthy (older releases reported the last
@@ -254,6 +279,22 @@ mod tests {
         );
         let parsed: serde_json::Value = serde_json::from_str(&late.body).unwrap();
         assert!(parsed["lastUpdated"].is_string());
+    }
+
+    #[test]
+    fn a_kernel_that_refused_the_probe_fails_both_endpoints_saying_why() {
+        let h = HealthState::new(Duration::from_secs(60));
+        h.kernel_unsupported("kernel 6.1 refused `add rule …` → EINVAL");
+        for report in [h.healthz(at(1_000)), h.livez(at(1_000))] {
+            assert!(!report.healthy);
+            let body: serde_json::Value = serde_json::from_str(&report.body).unwrap();
+            assert_eq!(
+                body["kernelUnsupported"],
+                "kernel 6.1 refused `add rule …` → EINVAL"
+            );
+        }
+        h.synced(at(1_001));
+        assert!(!h.healthz(at(1_002)).healthy, "for good");
     }
 
     #[test]

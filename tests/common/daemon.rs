@@ -112,6 +112,20 @@ impl Daemon {
         self.child.as_ref().map(Child::id)
     }
 
+    /// Waits up to `limit` for the daemon to exit by itself; its exit code, or None if it is
+    /// still running (or was killed by a signal).
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let child = self.child.as_mut()?;
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(status) = child.try_wait().ok().flatten() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
     /// Whether the process is still running.
     pub fn running(&mut self) -> bool {
         self.child

@@ -78,10 +78,10 @@ fn explain(errno: &io::Error) -> &'static str {
 /// A handle on nf_tables in the network namespace of the thread that opened it.
 #[derive(Debug)]
 pub struct Nftables {
-    sock: NetlinkSocket,
+    pub(super) sock: NetlinkSocket,
     /// Interval sets known to exist (created by an applied batch or seen in a dump): their
     /// elements go to the kernel as ranges.
-    interval_sets: BTreeMap<(TableRef, String), usize>,
+    pub(super) interval_sets: BTreeMap<(TableRef, String), usize>,
 }
 
 impl Nftables {
@@ -183,8 +183,13 @@ impl Nftables {
         // Sequence numbers are reserved generously (an op can become several messages) and
         // wrap harmlessly: replies are matched by exact value.
         let first_seq = self.sock.next_seq(64 + 4 * tx.ops.len() as u32);
-        let (bytes, owners, messages) =
-            encode_batch(tx, first_seq, self.interval_sets.clone(), &mut fill)?;
+        let (bytes, owners, messages) = encode_batch(
+            tx,
+            first_seq,
+            self.interval_sets.clone(),
+            &mut fill,
+            BatchEnd::Commit,
+        )?;
         self.sock
             .set_buffers(bytes.len().saturating_mul(2).max(4 << 20))?;
         self.sock.send(&bytes).map_err(|e| match e {
@@ -236,8 +241,16 @@ impl Nftables {
     }
 }
 
+/// How a batch ends: with the batch-end message that asks the kernel to commit, or without it,
+/// which makes the kernel check every message, run the commit's validation and then abort.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum BatchEnd {
+    Commit,
+    DryRun,
+}
+
 /// The batch bytes, seq → op index, and the message count.
-type Batch = (Vec<u8>, BTreeMap<u32, usize>, usize);
+pub(super) type Batch = (Vec<u8>, BTreeMap<u32, usize>, usize);
 
 /// Gives the elements of `set` of `table` for an `AddElements` that carries none.
 pub type Fill<'a> = &'a mut dyn FnMut(&TableRef, &str) -> ElementStream<'a>;
@@ -250,13 +263,13 @@ fn filled(op: &Op, fill: &mut Option<Fill<'_>>) -> Option<Op> {
 /// The batch `apply` would send for `tx` (`apply_filling`, given `fill`), its first sequence
 /// number 1: whether two ways of programming the same tables send the same bytes.
 pub fn batch_bytes(tx: &Transaction, mut fill: Option<Fill<'_>>) -> Result<Vec<u8>, ApplyError> {
-    Ok(encode_batch(tx, 1, BTreeMap::new(), &mut fill)?.0)
+    Ok(encode_batch(tx, 1, BTreeMap::new(), &mut fill, BatchEnd::Commit)?.0)
 }
 
 /// Encodes `tx` as the batch `apply` would send, without sending it: its size, and the
 /// user-space share of an apply's cost (benchmarks and metrics).
 pub fn encode_only(tx: &Transaction) -> Result<ApplyStats, ApplyError> {
-    let (bytes, _, messages) = encode_batch(tx, 1, BTreeMap::new(), &mut None)?;
+    let (bytes, _, messages) = encode_batch(tx, 1, BTreeMap::new(), &mut None, BatchEnd::Commit)?;
     Ok(ApplyStats {
         messages,
         bytes: bytes.len(),
@@ -264,12 +277,14 @@ pub fn encode_only(tx: &Transaction) -> Result<ApplyStats, ApplyError> {
 }
 
 /// Encodes every operation, filling elements as `apply_filling` says; `first` is the sequence
-/// number of the batch-begin message.
-fn encode_batch(
+/// number of the batch-begin message. A dry run's batch has no batch-end message; its message
+/// count still includes one, so sequence numbers are the same either way.
+pub(super) fn encode_batch(
     tx: &Transaction,
     first: u32,
     interval_sets: BTreeMap<(TableRef, String), usize>,
     fill: &mut Option<Fill<'_>>,
+    end: BatchEnd,
 ) -> Result<Batch, ApplyError> {
     let mut encoder = Encoder::new(interval_sets);
     let mut out = Vec::new();
@@ -311,7 +326,10 @@ fn encode_batch(
         emit(&mut out, last, NLM_F_ACK);
     }
     let total = seq.wrapping_sub(first) + 2;
-    NfHeader::batch_end(NFNL_SUBSYS_NFTABLES, first.wrapping_add(total - 1)).encode(&[], &mut out);
+    if end == BatchEnd::Commit {
+        NfHeader::batch_end(NFNL_SUBSYS_NFTABLES, first.wrapping_add(total - 1))
+            .encode(&[], &mut out);
+    }
     Ok((out, owners, total as usize))
 }
 
@@ -356,14 +374,27 @@ mod tests {
                 comment: Some(format!("port {p}")),
             })
             .collect();
-        let whole = encode_batch(&tx(elements.clone()), 1, BTreeMap::new(), &mut None).unwrap();
+        let whole = encode_batch(
+            &tx(elements.clone()),
+            1,
+            BTreeMap::new(),
+            &mut None,
+            BatchEnd::Commit,
+        )
+        .unwrap();
         let mut asked = Vec::new();
         let mut fill = |t: &TableRef, set: &str| {
             asked.push((t.name.clone(), set.to_string()));
             Box::new(elements.iter().cloned()) as ElementStream<'_>
         };
-        let filled =
-            encode_batch(&tx(Vec::new()), 1, BTreeMap::new(), &mut Some(&mut fill)).unwrap();
+        let filled = encode_batch(
+            &tx(Vec::new()),
+            1,
+            BTreeMap::new(),
+            &mut Some(&mut fill),
+            BatchEnd::Commit,
+        )
+        .unwrap();
         assert!(whole.2 > 5, "{} messages", whole.2);
         assert_eq!(filled, whole);
         assert_eq!(asked, vec![("kubenft".to_string(), "ports".to_string())]);

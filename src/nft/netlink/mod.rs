@@ -2,6 +2,7 @@
 //! kernel error to the operation that caused it, and decode dumps back into the model.
 
 pub mod apply;
+pub mod check;
 pub mod decode;
 pub(crate) mod dump;
 mod encode;
@@ -12,6 +13,7 @@ pub mod sys;
 
 pub use crate::netlink::{NetlinkSocket, SocketError};
 pub use apply::{ApplyError, ApplyStats, Nftables};
+pub use check::Refusal;
 pub use dump::{DumpError, canonical, dump_table};
 pub(crate) use dump::{canonicalize_elements, canonicalized};
 pub use encode::EncodeError;
