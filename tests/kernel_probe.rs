@@ -150,3 +150,34 @@ fn a_daemon_on_a_kernel_that_refuses_the_probe_says_so_on_healthz_and_in_an_even
         "nothing was programmed: {rules}"
     );
 }
+
+/// The module `.ci/kernels` keeps out of the guest it boots for the test below.
+const MODULE_KEPT_OUT: &str = "nft_numgen";
+
+/// A real kernel lacking a module the ruleset needs: `.ci/kernels` boots Debian 12's 6.1 with
+/// `module_blacklist=nft_numgen`, so the kernel itself answers the probe's `numgen` with
+/// ENOENT, and `sync --once` must name the module, exit 69 and create nothing.
+#[test]
+#[ignore = "needs a kernel booted with module_blacklist=nft_numgen (.ci/kernels boots one)"]
+fn sync_once_on_a_kernel_without_nft_numgen_names_the_module_and_creates_nothing() {
+    let loads = Command::new("modprobe")
+        .arg(MODULE_KEPT_OUT)
+        .output()
+        .unwrap();
+    assert!(
+        !loads.status.success(),
+        "{MODULE_KEPT_OUT} loads here: boot a kernel with module_blacklist={MODULE_KEPT_OUT}"
+    );
+    let ns = Netns::create("probemod").unwrap();
+    let (code, stderr) = sync_once(&ns, &[]);
+    assert_eq!(code, Some(69), "{stderr}");
+    assert!(stderr.contains("cannot run kubenft's ruleset"), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "module missing or not loadable: {MODULE_KEPT_OUT}"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
+    assert_eq!(ruleset(&ns).trim(), "", "nothing was created");
+}
