@@ -178,25 +178,13 @@ impl Nftables {
         if tx.ops.is_empty() {
             return Ok(ApplyStats::default());
         }
-        // Replies a previous, failed batch left queued must not be mistaken for ours.
-        let _stale = self.sock.batch_replies();
-        // Sequence numbers are reserved generously (an op can become several messages) and
-        // wrap harmlessly: replies are matched by exact value.
-        let first_seq = self.sock.next_seq(64 + 4 * tx.ops.len() as u32);
-        let (bytes, owners, messages) = encode_batch(
-            tx,
+        let Sent {
+            bytes,
+            messages,
+            owners,
             first_seq,
-            self.interval_sets.clone(),
-            &mut fill,
-            BatchEnd::Commit,
-        )?;
-        self.sock
-            .set_buffers(bytes.len().saturating_mul(2).max(4 << 20))?;
-        self.sock.send(&bytes).map_err(|e| match e {
-            SocketError::Send { source, .. } => ApplyError::Batch(source),
-            other => ApplyError::Socket(other),
-        })?;
-        let last_op_seq = first_seq.wrapping_add(messages as u32 - 2);
+            last_op_seq,
+        } = self.send_batch(tx, &mut fill, BatchEnd::Commit)?;
         // The kernel processes the batch inside `send`; read until the last message's ACK or
         // an error. An error on any message aborts the whole batch.
         loop {
@@ -206,10 +194,7 @@ impl Nftables {
                 if err.is_ack() {
                     if err.seq == last_op_seq {
                         self.learn(tx);
-                        return Ok(ApplyStats {
-                            messages,
-                            bytes: bytes.len(),
-                        });
+                        return Ok(ApplyStats { messages, bytes });
                     }
                     continue;
                 }
@@ -239,10 +224,50 @@ impl Nftables {
             }
         }
     }
+    /// Encodes `tx` (filling elements as `fill` says) and sends it as one batch ending as
+    /// `end` says; the kernel processes it inside the send.
+    pub(super) fn send_batch(
+        &mut self,
+        tx: &Transaction,
+        fill: &mut Option<Fill<'_>>,
+        end: BatchEnd,
+    ) -> Result<Sent, ApplyError> {
+        // Replies a previous, failed batch left queued must not be mistaken for ours.
+        let _stale = self.sock.batch_replies();
+        // Sequence numbers are reserved generously (an op can become several messages) and
+        // wrap harmlessly: replies are matched by exact value.
+        let first_seq = self.sock.next_seq(64 + 4 * tx.ops.len() as u32);
+        let (bytes, owners, messages) =
+            encode_batch(tx, first_seq, self.interval_sets.clone(), fill, end)?;
+        self.sock
+            .set_buffers(bytes.len().saturating_mul(2).max(4 << 20))?;
+        self.sock.send(&bytes).map_err(|e| match e {
+            SocketError::Send { source, .. } => ApplyError::Batch(source),
+            other => ApplyError::Socket(other),
+        })?;
+        Ok(Sent {
+            bytes: bytes.len(),
+            messages,
+            owners,
+            first_seq,
+            // `messages` counts the batch-begin and batch-end messages, a dry run's too.
+            last_op_seq: first_seq.wrapping_add(messages as u32 - 2),
+        })
+    }
+}
+
+/// A batch as sent: its size, who owns each sequence number, and the sequence numbers of its
+/// batch-begin message and of its last operation's message.
+pub(super) struct Sent {
+    pub bytes: usize,
+    pub messages: usize,
+    pub owners: BTreeMap<u32, usize>,
+    pub first_seq: u32,
+    pub last_op_seq: u32,
 }
 
 /// How a batch ends: with the batch-end message that asks the kernel to commit, or without it,
-/// which makes the kernel check every message, run the commit's validation and then abort.
+/// which makes the kernel check every message and then abort (`check.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum BatchEnd {
     Commit,

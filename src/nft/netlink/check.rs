@@ -1,8 +1,9 @@
 //! Asking the kernel whether it would accept a `Transaction`, without committing it: the batch
 //! is sent without its batch-end message, as `nft --check` does. The kernel then processes
-//! every message (resolving each expression, loading the modules it needs), runs the commit's
-//! own validation (hooks, chain types, loops) and aborts. Nothing is ever visible to packets
-//! or to other programs, and the ruleset generation does not move.
+//! every message (resolving each expression, loading the modules it needs) and aborts. The
+//! checks the kernel makes only at commit (which hooks and chain types a rule may sit in,
+//! loops) are not run: `the_commits_own_validation_is_not_part_of_the_check` pins that. Nothing
+//! is ever visible to packets or to other programs, and the ruleset generation does not move.
 //!
 //! Guarantees: every operation the kernel refuses is reported, not only the first (nfnetlink
 //! keeps processing a batch after an error); each refusal names its operation.
@@ -10,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::io;
 
-use super::apply::{ApplyError, BatchEnd, Nftables, encode_batch};
+use super::apply::{ApplyError, BatchEnd, Nftables};
 use crate::netlink::socket::SocketError;
 use crate::nft::render::render_op;
 use crate::nft::transaction::{Op, Transaction};
@@ -49,23 +50,10 @@ impl Nftables {
             ops: tx.ops.clone(),
             expected_generation: None,
         };
-        let _stale = self.sock.batch_replies();
-        let first_seq = self.sock.next_seq(64 + 4 * tx.ops.len() as u32);
-        let (bytes, owners, messages) = encode_batch(
-            &tx,
-            first_seq,
-            self.interval_sets.clone(),
-            &mut None,
-            BatchEnd::DryRun,
-        )?;
-        self.sock
-            .set_buffers(bytes.len().saturating_mul(2).max(4 << 20))?;
-        self.sock.send(&bytes).map_err(|e| match e {
-            SocketError::Send { source, .. } => ApplyError::Batch(source),
-            other => ApplyError::Socket(other),
-        })?;
-        let last_op_seq = first_seq.wrapping_add(messages as u32 - 2);
-        collect_refusals(&tx, &owners, first_seq, last_op_seq, || self.sock.recv())
+        let sent = self.send_batch(&tx, &mut None, BatchEnd::DryRun)?;
+        collect_refusals(&tx, &sent.owners, sent.first_seq, sent.last_op_seq, || {
+            self.sock.recv()
+        })
     }
 }
 
