@@ -130,10 +130,7 @@ fn uses_any(op: &Op, names: &BTreeSet<String>) -> bool {
         Op::AddRule { chain, rule, .. } => {
             names.contains(chain)
                 || rule.referenced_sets().iter().any(|s| names.contains(*s))
-                || rule.stmts.iter().any(|s| match s {
-                    Stmt::Verdict(v) => v.target_chain().is_some_and(|c| names.contains(c)),
-                    _ => false,
-                })
+                || rule.referenced_chains().iter().any(|c| names.contains(*c))
         }
         Op::AddElements { set, elements, .. } => {
             names.contains(set)

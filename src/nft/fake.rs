@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::diff::same_set_type;
-use super::model::{Element, MapRef, Rule, Stmt, Table};
+use super::model::{Element, Rule, Stmt, Table};
 use super::transaction::{Op, TableRef, Transaction};
 
 /// Why the fake refused an operation; mirrors the errno the kernel would return.
@@ -36,27 +36,6 @@ pub struct FakeError {
 pub struct FakeKernel {
     pub tables: BTreeMap<TableRef, Table>,
     next_handle: u64,
-}
-
-/// Chains `rule` can jump or go to (directly or through an anonymous map): the kernel refuses
-/// to delete a chain still referenced and to add a jump to a missing one.
-fn referenced_chains(rule: &Rule) -> Vec<&str> {
-    let mut out = Vec::new();
-    for stmt in &rule.stmts {
-        match stmt {
-            Stmt::Verdict(v) => out.extend(v.target_chain()),
-            Stmt::VMap {
-                map: MapRef::Anonymous(entries),
-                ..
-            }
-            | Stmt::NumgenVMap {
-                map: MapRef::Anonymous(entries),
-                ..
-            } => out.extend(entries.iter().filter_map(|(_, v)| v.target_chain())),
-            _ => {}
-        }
-    }
-    out
 }
 
 fn refuse<T>(refusal: Refusal, reason: String) -> Result<T, (Refusal, String)> {
@@ -262,7 +241,7 @@ impl FakeKernel {
             Op::AddRule { table, chain, rule } => {
                 let handle = self.next_handle;
                 let t = self.table_mut(table)?;
-                for target in referenced_chains(rule) {
+                for target in rule.referenced_chains() {
                     if !t.chains.contains_key(target) {
                         return refuse(
                             Refusal::NotFound,
@@ -335,7 +314,7 @@ fn chain_user(t: &Table, chain: &str) -> Option<String> {
         if c.name != chain
             && c.rules
                 .iter()
-                .any(|r| referenced_chains(r).contains(&chain))
+                .any(|r| r.referenced_chains().contains(&chain))
         {
             return Some(format!("a rule in chain {}", c.name));
         }

@@ -25,6 +25,26 @@ impl MapRef {
 }
 
 impl Rule {
+    /// Chains this rule can jump or go to, directly or through an anonymous verdict map.
+    pub(crate) fn referenced_chains(&self) -> Vec<&str> {
+        let mut out = Vec::new();
+        for stmt in &self.stmts {
+            match stmt {
+                Stmt::Verdict(v) => out.extend(v.target_chain()),
+                Stmt::VMap {
+                    map: MapRef::Anonymous(entries),
+                    ..
+                }
+                | Stmt::NumgenVMap {
+                    map: MapRef::Anonymous(entries),
+                    ..
+                } => out.extend(entries.iter().filter_map(|(_, v)| v.target_chain())),
+                _ => {}
+            }
+        }
+        out
+    }
+
     /// Named sets and maps this rule reads or updates.
     pub(crate) fn referenced_sets(&self) -> Vec<&str> {
         let mut out = Vec::new();
