@@ -7,10 +7,9 @@
 //! (`kernel_support`): on a kernel that refuses it the daemon answers `/healthz` and `/livez`
 //! with 503 and the reason, records a Warning Event on the Node, waits for that write (at most
 //! `REFUSAL_EVENT_LIMIT`) and exits with an error; nothing is programmed before every kind was
-//! listed completely once; a failed
-//! sync leaves the previous rules, is logged and counted, and is retried as a full sync; API
-//! outages never clear the rules; stopping (SIGTERM, SIGINT) leaves the rules in place, so a
-//! restart drops no connection.
+//! listed completely once; a failed sync leaves the previous rules, is logged and counted, and
+//! is retried as a full sync; API outages never clear the rules; stopping (SIGTERM, SIGINT)
+//! leaves the rules in place, so a restart drops no connection.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

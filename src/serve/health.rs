@@ -1,8 +1,8 @@
 //! Proxy health with kube-proxy's rules: healthy unless a change has waited longer than the
 //! health timeout without a successful sync; `/healthz` is additionally unhealthy while the node
 //! is being deleted, `/livez` is not. Once the kernel refused the start-up probe, both are
-//! unhealthy for good and their body says why (`kernelUnsupported`). Time is always passed in, so the rules are testable
-//! without sleeping.
+//! unhealthy for good and their body says why (`kernelUnsupported`). Time is always passed in,
+//! so the rules are testable without sleeping.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -81,7 +81,7 @@ pub struct Nftables {
     pub(super) sock: NetlinkSocket,
     /// Interval sets known to exist (created by an applied batch or seen in a dump): their
     /// elements go to the kernel as ranges.
-    pub(super) interval_sets: BTreeMap<(TableRef, String), usize>,
+    interval_sets: BTreeMap<(TableRef, String), usize>,
 }
 
 impl Nftables {
@@ -224,6 +224,7 @@ impl Nftables {
             }
         }
     }
+
     /// Encodes `tx` (filling elements as `fill` says) and sends it as one batch ending as
     /// `end` says; the kernel processes it inside the send.
     pub(super) fn send_batch(
@@ -314,7 +315,8 @@ pub(super) fn encode_batch(
     let mut encoder = Encoder::new(interval_sets);
     let mut out = Vec::new();
     let mut begin = AttrWriter::new();
-    if let Some(generation) = tx.expected_generation {
+    // A dry run commits nothing, so there is nothing for a generation to guard.
+    if let (Some(generation), BatchEnd::Commit) = (tx.expected_generation, end) {
         begin.be32(NFNL_BATCH_GENID, generation);
     }
     NfHeader::batch_begin(NFNL_SUBSYS_NFTABLES, first).encode(&begin.buf, &mut out);
@@ -387,6 +389,29 @@ mod tests {
             ],
             expected_generation: Some(7),
         }
+    }
+
+    /// A dry run commits nothing: it carries no generation to guard, so a stale one cannot
+    /// make the kernel refuse the whole check.
+    #[test]
+    fn a_dry_run_batch_leaves_out_the_generation_guard_and_the_batch_end() {
+        let encode = |generation, end| {
+            let tx = Transaction {
+                expected_generation: generation,
+                ..tx(Vec::new())
+            };
+            encode_batch(&tx, 1, BTreeMap::new(), &mut None, end).unwrap()
+        };
+        let guarded = encode(Some(7), BatchEnd::Commit);
+        let unguarded = encode(None, BatchEnd::Commit);
+        assert_ne!(guarded.0, unguarded.0, "a commit carries the generation");
+        let dry = encode(Some(7), BatchEnd::DryRun);
+        assert_eq!(dry, encode(None, BatchEnd::DryRun));
+        assert_eq!(dry.1, unguarded.1, "the same sequence numbers");
+        assert!(
+            unguarded.0.starts_with(&dry.0) && dry.0.len() < unguarded.0.len(),
+            "the same messages, less the batch end"
+        );
     }
 
     #[test]

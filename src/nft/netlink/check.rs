@@ -46,12 +46,8 @@ impl Nftables {
         if tx.ops.is_empty() {
             return Ok(Vec::new());
         }
-        let tx = Transaction {
-            ops: tx.ops.clone(),
-            expected_generation: None,
-        };
-        let sent = self.send_batch(&tx, &mut None, BatchEnd::DryRun)?;
-        collect_refusals(&tx, &sent.owners, sent.first_seq, sent.last_op_seq, || {
+        let sent = self.send_batch(tx, &mut None, BatchEnd::DryRun)?;
+        collect_refusals(tx, &sent.owners, sent.first_seq, sent.last_op_seq, || {
             self.sock.recv()
         })
     }
