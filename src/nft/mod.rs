@@ -11,6 +11,7 @@ pub mod jhash;
 pub mod model;
 mod model_ext;
 pub mod netlink;
+pub mod outline;
 mod refs;
 pub mod render;
 pub mod transaction;

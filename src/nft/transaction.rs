@@ -16,6 +16,18 @@ pub struct TableRef {
     pub name: String,
 }
 
+impl std::fmt::Display for TableRef {
+    /// As nft names it: `ip kubenft`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}",
+            super::render::family_keyword(self.family),
+            self.name
+        )
+    }
+}
+
 /// One operation, in the order the kernel will see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {

@@ -18,12 +18,14 @@ use crate::nft::netlink::apply::Fill;
 use crate::nft::netlink::{
     ApplyError, ApplyStats, DumpError, Nftables, canonicalize_elements, canonicalized,
 };
-use crate::nft::transaction::{ElementStream, SetElements, TableRef, Transaction};
+use crate::nft::outline::Outline;
+use crate::nft::transaction::{ElementStream, Op, SetElements, TableRef, Transaction};
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::digests::{self, DIGEST_SET, DIGESTED_MIN_ELEMENTS, Digests, Summary, TableDigests};
+use super::leading::Leading;
 use super::{Observed, creation_transaction, reconcile_transaction_lending, return_elements};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -60,6 +62,8 @@ pub trait Kernel {
         }
         self.apply(&tx)
     }
+    /// The kernel's tables in outline, for the operations of a `Leading`.
+    fn outline(&mut self) -> &mut dyn Outline;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +115,10 @@ impl Kernel for Nftables {
 
     fn apply_filling(&mut self, tx: &Transaction, fill: Fill<'_>) -> Result<usize, KernelError> {
         applied(Nftables::apply_filling(self, tx, fill))
+    }
+
+    fn outline(&mut self) -> &mut dyn Outline {
+        self
     }
 }
 
@@ -221,6 +229,8 @@ pub struct Syncer<K> {
     /// failure, another program's commit, the periodic full sync), and a hand edit of a set's
     /// elements does not change its record, so they read every element.
     trust_records: bool,
+    /// Operations to put in front of the next commit (`lead_next_commit_with`).
+    leading: Option<Box<dyn Leading>>,
 }
 
 impl<K: Kernel> Syncer<K> {
@@ -235,7 +245,24 @@ impl<K: Kernel> Syncer<K> {
             unread: BTreeMap::new(),
             settled: BTreeSet::new(),
             trust_records: true,
+            leading: None,
         }
+    }
+
+    /// Puts `leading`'s operations in front of the next successful commit, in the same
+    /// transaction (see `Leading`).
+    pub fn lead_next_commit_with(&mut self, leading: Box<dyn Leading>) {
+        self.leading = Some(leading);
+    }
+
+    /// The kernel's tables in outline (other programs' tables, say).
+    pub fn outline(&mut self) -> &mut dyn Outline {
+        self.kernel.outline()
+    }
+
+    /// Whether operations given to `lead_next_commit_with` still wait for a commit.
+    pub fn leading_pending(&self) -> bool {
+        self.leading.is_some()
     }
 
     #[cfg(test)]
@@ -452,7 +479,7 @@ impl<K: Kernel> Syncer<K> {
                     None => Box::new(canonical),
                 }
             };
-            match self.commit_filling(&tx, Some(&mut fill)) {
+            match self.commit_filling(&mut tx, Some(&mut fill)) {
                 Ok(c) => {
                     let summary = desired
                         .iter()
@@ -529,7 +556,7 @@ impl<K: Kernel> Syncer<K> {
         let mut tx = reconcile_transaction_lending(&read.observed, desired, Some(generation));
         let mut digests = read.digests;
         add_records(&self.table_name, &mut tx, &mut digests);
-        let committed = self.commit(&tx);
+        let committed = self.commit(&mut tx);
         return_elements(tx, desired);
         for (family, set, elements) in lent {
             if let Some(s) = desired
@@ -716,7 +743,7 @@ impl<K: Kernel> Syncer<K> {
         if !self.still_at(generation)? {
             return Ok(None);
         }
-        match self.commit(&tx()) {
+        match self.commit(&mut tx()) {
             Ok(committed) => Ok(Some(committed)),
             Err(SyncError::Apply {
                 source: KernelError::GenerationChanged { .. },
@@ -767,17 +794,66 @@ impl<K: Kernel> Syncer<K> {
     }
 
     /// Applies `tx`; returns what was sent and the generation our commit left behind.
-    fn commit(&mut self, tx: &Transaction) -> Result<Committed, SyncError> {
+    fn commit(&mut self, tx: &mut Transaction) -> Result<Committed, SyncError> {
         self.commit_filling(tx, None)
     }
 
     /// [`commit`](Self::commit), with the elements `tx` leaves out from `fill` (see
-    /// `Kernel::apply_filling`).
+    /// `Kernel::apply_filling`). A pending `Leading` puts its operations in front of `tx` for
+    /// the commit; `tx` is given back as it came.
     fn commit_filling(
         &mut self,
-        tx: &Transaction,
+        tx: &mut Transaction,
         fill: Option<Fill<'_>>,
     ) -> Result<Committed, SyncError> {
+        let had_leading = self.leading.is_some();
+        let leading = self.leading_ops();
+        let led = leading.len();
+        tx.ops.splice(0..0, leading);
+        let result = self.send(tx, fill);
+        tx.ops.drain(..led);
+        if had_leading {
+            match &result {
+                Ok(_) => {
+                    if let Some(mut l) = self.leading.take() {
+                        l.committed();
+                    }
+                }
+                // Listed again at the retry, from the ruleset as it is then.
+                Err(SyncError::Apply {
+                    source: KernelError::GenerationChanged { .. },
+                    ..
+                }) => {}
+                Err(e) if led > 0 => {
+                    if let Some(mut l) = self.leading.take() {
+                        tracing::warn!(error = %e, "the operations leading this sync were refused with it; the next sync goes without them");
+                        l.abandoned(e);
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        result
+    }
+
+    /// The pending `Leading`'s operations, listed now; none if listing fails (it is then
+    /// abandoned).
+    fn leading_ops(&mut self) -> Vec<Op> {
+        let Some(leading) = self.leading.as_mut() else {
+            return Vec::new();
+        };
+        match leading.ops(self.kernel.outline()) {
+            Ok(ops) => ops,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the operations to lead this sync; syncing without them");
+                leading.abandoned(&e);
+                self.leading = None;
+                Vec::new()
+            }
+        }
+    }
+
+    fn send(&mut self, tx: &Transaction, fill: Option<Fill<'_>>) -> Result<Committed, SyncError> {
         let started = Instant::now();
         let bytes = if tx.ops.is_empty() {
             0
@@ -1003,6 +1079,9 @@ mod tests {
             self.generation += 1;
             self.applied.push(tx.ops.len());
             Ok(tx.ops.len() * 100)
+        }
+        fn outline(&mut self) -> &mut dyn Outline {
+            &mut self.kernel
         }
     }
 
@@ -1543,5 +1622,95 @@ mod tests {
         let kernel = s.kernel().kernel.table(&ip()).unwrap();
         assert_eq!(kernel.sets["big"].timeout, Some(60));
         assert_eq!(kernel.sets["big"].elements.len(), BIG as usize);
+    }
+
+    /// Leads with the deletion of table `ip other` when the kernel holds it; records how its
+    /// commits went.
+    #[derive(Default, Clone)]
+    struct DeleteOther {
+        log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    }
+
+    impl Leading for DeleteOther {
+        fn ops(
+            &mut self,
+            kernel: &mut dyn Outline,
+        ) -> Result<Vec<Op>, crate::nft::outline::OutlineError> {
+            let other = kernel.tables()?.into_iter().find(|t| t.name == "other");
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("listed {}", other.is_some()));
+            Ok(other
+                .map(|table| Op::DeleteTable { table })
+                .into_iter()
+                .collect())
+        }
+        fn committed(&mut self) {
+            self.log.lock().unwrap().push("committed".into());
+        }
+        fn abandoned(&mut self, _: &dyn std::error::Error) {
+            self.log.lock().unwrap().push("abandoned".into());
+        }
+    }
+
+    fn other_table() -> TableRef {
+        TableRef {
+            family: Family::Ip,
+            name: "other".into(),
+        }
+    }
+
+    fn with_other_table() -> Fake {
+        let mut fake = Fake::default();
+        let mut t = table(&["x"]);
+        t.name = "other".into();
+        fake.kernel.tables.insert(other_table(), t);
+        fake
+    }
+
+    #[test]
+    fn leading_operations_ride_in_the_same_transaction_as_the_sync_once() {
+        let mut s = Syncer::new(with_other_table(), "kubenft");
+        let leading = DeleteOther::default();
+        s.lead_next_commit_with(Box::new(leading.clone()));
+        s.sync(vec![table(&["a"])], false).unwrap();
+        assert_eq!(
+            s.kernel().applied,
+            [3],
+            "one commit: the deletion and the table"
+        );
+        assert!(s.kernel().kernel.table(&other_table()).is_none());
+        assert!(!s.leading_pending());
+        s.sync(vec![table(&["a", "b"])], true).unwrap();
+        assert_eq!(*leading.log.lock().unwrap(), ["listed true", "committed"]);
+    }
+
+    #[test]
+    fn refused_leading_operations_are_abandoned_and_the_next_sync_goes_without_them() {
+        let mut s = Syncer::new(with_other_table(), "kubenft");
+        let leading = DeleteOther::default();
+        s.lead_next_commit_with(Box::new(leading.clone()));
+        s.kernel().fail_next = true;
+        assert!(s.sync(vec![table(&["a"])], false).is_err());
+        assert!(!s.leading_pending(), "never offered again");
+        s.sync(vec![table(&["a"])], false).unwrap();
+        assert!(s.kernel().kernel.table(&other_table()).is_some());
+        assert_eq!(*leading.log.lock().unwrap(), ["listed true", "abandoned"]);
+    }
+
+    #[test]
+    fn a_failed_commit_without_leading_operations_keeps_them_for_the_next() {
+        let mut s = Syncer::new(Fake::default(), "kubenft");
+        let leading = DeleteOther::default();
+        s.lead_next_commit_with(Box::new(leading.clone()));
+        s.kernel().fail_next = true;
+        assert!(s.sync(vec![table(&["a"])], false).is_err());
+        assert!(s.leading_pending(), "the failure was the sync's own");
+        s.sync(vec![table(&["a"])], false).unwrap();
+        assert_eq!(
+            *leading.log.lock().unwrap(),
+            ["listed false", "listed false", "committed"]
+        );
     }
 }

@@ -8,9 +8,11 @@
 pub(crate) mod digests;
 pub use digests::DIGEST_SET;
 pub(crate) mod engine;
+pub(crate) mod leading;
 pub(crate) mod schedule;
 
 pub use engine::{Kernel, KernelError, SyncError, SyncKind, SyncReport, Syncer};
+pub use leading::Leading;
 pub(crate) use schedule::{Periods, Schedule};
 
 use std::collections::BTreeSet;

@@ -8,6 +8,7 @@ pub(crate) mod dump;
 mod encode;
 pub mod lift;
 pub(crate) mod lower;
+mod outline;
 pub mod requests;
 pub mod sys;
 
