@@ -219,7 +219,10 @@ mod glue {
                 }
                 out.flush().map_err(CliError::Output)
             }
-            Task::Sync { manifests } => {
+            Task::Sync {
+                manifests,
+                replace_kube_proxy,
+            } => {
                 let proxy = ProxyConfig {
                     supported_families: kernel_families(),
                     ..config.proxy.clone()
@@ -228,8 +231,9 @@ mod glue {
                 // from a bad input, and nothing is changed.
                 crate::kernel_support::check_at_start(&proxy, &proxy.supported_families)
                     .map_err(CliError::KernelUnsupported)?;
-                let tables = build_tables(manifests, proxy)?;
-                sync_once(&config.proxy.table_name, tables)
+                sync_once(&config.proxy.table_name, *replace_kube_proxy, || {
+                    build_tables(manifests, proxy.clone())
+                })
             }
             Task::Demo => crate::demo::run().map_err(|e| CliError::Demo(Box::new(e))),
             Task::Explain(flags) => {
@@ -294,19 +298,41 @@ mod glue {
     }
 
     /// Reads our tables back, plans the difference and applies it in one transaction guarded by
-    /// the generation it read (the daemon's full sync, once).
-    fn sync_once(table_name: &str, desired: Vec<Table>) -> Result<(), CliError> {
+    /// the generation it read (the daemon's full sync, once); with `replace_kube_proxy`, what
+    /// kube-proxy left goes in that transaction. If the kernel refuses the removal, the sync is
+    /// made again without it: kube-proxy's rules never keep ours out.
+    fn sync_once(
+        table_name: &str,
+        replace_kube_proxy: bool,
+        desired: impl Fn() -> Result<Vec<Table>, CliError>,
+    ) -> Result<(), CliError> {
         let nft = Nftables::open().map_err(|e| CliError::Open(e.into()))?;
         let mut syncer = crate::sync::Syncer::new(nft, table_name);
-        let report = syncer
-            .sync(desired, true)
-            .map_err(|e| CliError::Sync(Box::new(e)))?;
+        let takeover = replace_kube_proxy.then(|| crate::takeover::Takeover::new(table_name));
+        let outcome = takeover.as_ref().map(|t| t.outcome());
+        if let Some(t) = takeover {
+            syncer.lead_next_commit_with(Box::new(t));
+        }
+        let mut result = syncer.sync(desired()?, true);
+        let abandoned = |o: &Option<crate::takeover::TakeoverOutcome>| {
+            matches!(
+                o.as_ref().map(|o| o.get()),
+                Some(crate::takeover::Outcome::Abandoned { .. })
+            )
+        };
+        if result.is_err() && abandoned(&outcome) {
+            result = syncer.sync(desired()?, true);
+        }
+        let report = result.map_err(|e| CliError::Sync(Box::new(e)))?;
         tracing::info!(
             command = "sync",
             ops = report.ops,
             bytes = report.bytes,
             "transaction applied"
         );
+        if replace_kube_proxy {
+            crate::takeover::report_unreachable();
+        }
         Ok(())
     }
 

@@ -35,6 +35,7 @@ use crate::serve::{self, HealthCheckServers, HealthState, Metrics, SyncResult};
 use crate::source::kube as kube_source;
 use crate::source::store::ClusterStore;
 use crate::sync::{Schedule, SyncKind, SyncReport, Syncer};
+use crate::takeover::watch::Say;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -228,13 +229,21 @@ async fn run_async(
     };
 
     let after_sync = AfterSyncFacts::new(&proxy.hostname);
+    let mut syncer = Syncer::new(nft, &proxy.table_name);
+    let takeover = settings.replace_kube_proxy.then(|| {
+        let takeover = crate::takeover::Takeover::new(&proxy.table_name);
+        let outcome = takeover.outcome();
+        syncer.lead_next_commit_with(Box::new(takeover));
+        outcome
+    });
     let ip_families = family_labels(&families(&Default::default(), &proxy));
     let mut sync_loop = SyncLoop {
         nodeport_conflicts: BTreeSet::new(),
         ip_families,
         events,
         failures_in_a_row: 0,
-        syncer: Syncer::new(nft, &proxy.table_name),
+        syncer,
+        foreign_proxies: crate::takeover::watch::Watch::new(takeover),
         planner: Planner::new(),
         proxy,
         schedule: Schedule::new(periods),
@@ -399,6 +408,8 @@ struct SyncLoop {
     /// Failed syncs since the last successful one.
     failures_in_a_row: u32,
     syncer: Syncer<Nftables>,
+    /// What has been said about kube-proxy's rules on the node.
+    foreign_proxies: crate::takeover::watch::Watch,
     /// What the last successful sync planned, service by service, so the next one replans and
     /// sends only the services that changed.
     planner: Planner,
@@ -543,6 +554,9 @@ impl SyncLoop {
                     model_seconds,
                     after_sync_seconds,
                 };
+                if report.kind == SyncKind::Full {
+                    self.watch_foreign_proxies();
+                }
                 self.succeeded(report, timings, now, &triggers);
             }
             Err(e) => {
@@ -690,6 +704,36 @@ impl SyncLoop {
             .await
         {
             tracing::warn!(error = %e, "healthCheckNodePort servers not all open; retried at the next sync");
+        }
+    }
+
+    /// After a full sync: what kube-proxy has on the node, counted in the gauge, each kind of
+    /// finding said once (`takeover::watch`).
+    fn watch_foreign_proxies(&mut self) {
+        let leftovers = match crate::takeover::survey(self.syncer.outline(), &self.proxy.table_name)
+        {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list other programs' tables for kube-proxy's rules");
+                return;
+            }
+        };
+        let unreachable = crate::takeover::unreachable::Unreachable::survey();
+        let finding = self.foreign_proxies.observe(&leftovers, &unreachable);
+        self.metrics.set_foreign_proxy_rules(finding.counts);
+        let node = &self.proxy.hostname;
+        for say in finding.say {
+            match say {
+                Say::Replaced(removed) => self
+                    .events
+                    .record(Occurrence::kube_proxy_replaced(node, &removed)),
+                Say::Warn(note) => {
+                    tracing::warn!("{note}");
+                    self.events
+                        .record(Occurrence::foreign_proxy_rules(node, note));
+                }
+                Say::Beside(note) => tracing::info!("{note}"),
+            }
         }
     }
 

@@ -34,6 +34,11 @@ pub(crate) const REASON_REJECTED: &str = "RejectedObject";
 pub(crate) const REASON_KERNEL_UNSUPPORTED: &str = "KernelUnsupported";
 /// Several syncs in a row failed; the previous rules stay in place.
 pub(crate) const REASON_SYNC_FAILING: &str = "SyncProxyRulesFailed";
+/// kubenft's own: kube-proxy's rules removed with the first sync (`--replace-kube-proxy`).
+pub(crate) const REASON_KUBE_PROXY_REPLACED: &str = "KubeProxyReplaced";
+/// kubenft's own: another proxy's rules are on the node (back after the takeover, or where
+/// nf_tables cannot reach).
+pub(crate) const REASON_FOREIGN_PROXY_RULES: &str = "ForeignProxyRules";
 pub(crate) const ACTION_SYNC: &str = "SyncProxyRules";
 
 /// The API server refuses notes longer than this.
@@ -140,6 +145,30 @@ impl Occurrence {
             note: format!(
                 "{failures} syncs in a row failed; the previous rules stay in place: {error}"
             ),
+        }
+    }
+
+    /// kube-proxy's rules (`removed`) went in the same transaction as the first sync.
+    pub(crate) fn kube_proxy_replaced(node: &str, removed: &str) -> Occurrence {
+        Occurrence {
+            regarding: Regarding::node(node),
+            event_type: EventType::Normal,
+            reason: REASON_KUBE_PROXY_REPLACED,
+            action: ACTION_SYNC,
+            note: format!(
+                "kube-proxy's rules removed in the same transaction as kubenft's first sync: {removed}"
+            ),
+        }
+    }
+
+    /// Another proxy's rules are on the node: `note` says which, and what kubenft does.
+    pub(crate) fn foreign_proxy_rules(node: &str, note: String) -> Occurrence {
+        Occurrence {
+            regarding: Regarding::node(node),
+            event_type: EventType::Warning,
+            reason: REASON_FOREIGN_PROXY_RULES,
+            action: ACTION_SYNC,
+            note,
         }
     }
 

@@ -32,3 +32,4 @@ pub mod proxier;
 mod serve;
 pub mod source;
 pub mod sync;
+mod takeover;

@@ -33,6 +33,10 @@ pub(crate) enum Command {
         /// Apply once and exit (the only mode so far).
         #[arg(long)]
         once: bool,
+        /// Remove kube-proxy's rules (its nftables tables, its iptables-nft chains) in the same
+        /// transaction.
+        #[arg(long)]
+        replace_kube_proxy: bool,
     },
     /// The daemon: watch the cluster (the API, or --manifests), keep the kernel in sync, serve
     /// health and metrics. Leaves the rules in place when it stops.
@@ -77,6 +81,11 @@ pub(crate) struct RunFlags {
     /// Delete kubenft's tables and exit, as kube-proxy's --cleanup does for its own rules.
     #[arg(long)]
     pub(crate) cleanup: bool,
+    /// Take the node over from kube-proxy: its nftables tables and iptables-nft chains go in
+    /// the same transaction as the first sync; rules it writes again later are reported, not
+    /// removed. What nf_tables cannot reach (IPVS, legacy iptables) is reported.
+    #[arg(long)]
+    pub(crate) replace_kube_proxy: bool,
     /// Write the effective configuration (file and flags merged) as a KubeProxyConfiguration
     /// to FILE and exit.
     #[arg(long, value_name = "FILE")]

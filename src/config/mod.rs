@@ -47,6 +47,8 @@ pub enum Task {
     /// Apply the tables built from these manifests, once.
     Sync {
         manifests: PathBuf,
+        /// Remove kube-proxy's rules in the same transaction.
+        replace_kube_proxy: bool,
     },
     /// The daemon.
     Run(RunSettings),
@@ -83,6 +85,8 @@ pub struct RunSettings {
     pub(crate) manifests_poll_period: Duration,
     /// Apply the node settings and exit.
     pub(crate) init_only: bool,
+    /// Remove kube-proxy's rules with the first sync (`--replace-kube-proxy`).
+    pub(crate) replace_kube_proxy: bool,
     pub(crate) conntrack: crate::conntrack::tuning::ConntrackSettings,
     /// Every gate given (file and flag merged), as given.
     pub(crate) feature_gates: BTreeMap<String, bool>,
@@ -231,10 +235,14 @@ impl Cli {
                 Command::Render => Task::Render {
                     manifests: manifests("render")?,
                 },
-                Command::Sync { once: true } => Task::Sync {
+                Command::Sync {
+                    once: true,
+                    replace_kube_proxy,
+                } => Task::Sync {
                     manifests: manifests("sync")?,
+                    replace_kube_proxy: *replace_kube_proxy,
                 },
-                Command::Sync { once: false } => return Err(ConfigError::SyncNeedsOnce),
+                Command::Sync { once: false, .. } => return Err(ConfigError::SyncNeedsOnce),
                 Command::Cleanup => Task::Cleanup,
                 Command::Demo => Task::Demo,
                 Command::Explain(flags) => Task::Explain(flags.clone()),

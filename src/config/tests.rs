@@ -346,9 +346,18 @@ fn render_and_sync_need_manifests_and_sync_needs_once() {
     assert_eq!(
         c.task,
         Task::Sync {
-            manifests: PathBuf::from("d")
+            manifests: PathBuf::from("d"),
+            replace_kube_proxy: false,
         }
     );
+    let c = validate(&["sync", "--once", "--replace-kube-proxy", "--manifests", "d"]).unwrap();
+    assert!(matches!(
+        c.task,
+        Task::Sync {
+            replace_kube_proxy: true,
+            ..
+        }
+    ));
 }
 
 #[test]

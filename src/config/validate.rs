@@ -162,6 +162,7 @@ impl RunFlags {
                 &self.manifests_poll_period,
             )?,
             init_only: self.init_only,
+            replace_kube_proxy: self.replace_kube_proxy,
             conntrack: crate::conntrack::tuning::ConntrackSettings {
                 max_per_core: self.conntrack_max_per_core,
                 min: self.conntrack_min,

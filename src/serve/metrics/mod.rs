@@ -100,6 +100,12 @@ fn per_family<T>(f: impl Fn() -> T) -> [T; 2] {
     [f(), f()]
 }
 
+/// The kinds of `kubenft_foreign_proxy_rules`, and what each counts: kube-proxy's nftables
+/// tables, its iptables-nft chains, IPVS virtual services (the `kube-ipvs0` interface counting
+/// as one more), legacy iptables tables in use.
+pub(crate) const FOREIGN_PROXY_KINDS: [&str; 4] =
+    ["nftables", "iptables-nft", "ipvs", "iptables-legacy"];
+
 #[derive(Debug)]
 struct Registry {
     /// The sync metrics are kept per family, as kube-proxy keeps one proxier per family; one
@@ -131,6 +137,8 @@ struct Registry {
     conntrack_reconcile_duration: [Histogram; 2],
     conntrack_deleted: [AtomicU64; 2],
     nodeport_conflicts: AtomicU64,
+    /// Indexed as [`FOREIGN_PROXY_KINDS`].
+    foreign_proxy_rules: [AtomicU64; 4],
     /// Indexed as [`EventOutcome::ALL`].
     events: [AtomicU64; 4],
 }
@@ -180,6 +188,7 @@ impl Metrics {
                 ),
                 conntrack_deleted: Default::default(),
                 nodeport_conflicts: AtomicU64::new(0),
+                foreign_proxy_rules: Default::default(),
                 events: Default::default(),
             }),
         }
@@ -270,6 +279,14 @@ impl Metrics {
     }
 
     /// Sets how many NodePorts a local process also listens on.
+    /// Sets what another proxy (kube-proxy) has on the node, by kind of
+    /// [`FOREIGN_PROXY_KINDS`], as found after the last full sync.
+    pub(crate) fn set_foreign_proxy_rules(&self, counts: [u64; 4]) {
+        for (gauge, n) in self.inner.foreign_proxy_rules.iter().zip(counts) {
+            gauge.store(n, Ordering::Relaxed);
+        }
+    }
+
     pub(crate) fn set_nodeport_conflicts(&self, n: u64) {
         self.inner.nodeport_conflicts.store(n, Ordering::Relaxed);
     }

@@ -229,6 +229,24 @@ fn labelled_counters(out: &mut String, r: &Registry) {
         );
     }
 
+    let name = "kubenft_foreign_proxy_rules";
+    header(
+        out,
+        name,
+        "gauge",
+        "What another proxy (kube-proxy) has on the node, by kind, as found after the last full sync",
+    );
+    for (kind, n) in super::FOREIGN_PROXY_KINDS
+        .iter()
+        .zip(&r.foreign_proxy_rules)
+    {
+        let _ = writeln!(
+            out,
+            "{name}{{kind=\"{kind}\"}} {}",
+            n.load(Ordering::Relaxed)
+        );
+    }
+
     let name = "kubenft_sync_total";
     header(out, name, "counter", "Sync attempts by kind and result");
     for kind in [SyncKind::Full, SyncKind::Partial] {
