@@ -171,3 +171,93 @@ fn when_events_cannot_be_written_syncs_go_on() {
     assert!(api.server.objects(Kind::Event).is_empty());
     assert!(!daemon.log().contains("sync failed"), "{}", daemon.log());
 }
+
+/// The gauge's sample for `kind` of another proxy's rules.
+fn foreign_rules(topo: &common::Topology, kind: &str) -> Option<f64> {
+    let (_, page) = http_get(&topo.node, addr(METRICS), "/metrics")?;
+    sample(
+        &page,
+        &format!("kubenft_foreign_proxy_rules{{kind=\"{kind}\"}}"),
+    )
+}
+
+/// A table as kube-proxy's nftables mode names it, and one of its iptables-mode chains with
+/// the jump into it, as a node that ran kube-proxy holds them.
+fn load_kube_proxy_rules(topo: &common::Topology) {
+    topo.node
+        .exec_with_stdin(
+            &["nft", "-f", "-"],
+            "table ip kube-proxy {\n chain services {\n }\n}\n",
+        )
+        .unwrap();
+    topo.node
+        .exec_with_stdin(
+            &["iptables-restore", "--noflush"],
+            "*nat\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -j KUBE-SERVICES\nCOMMIT\n",
+        )
+        .unwrap();
+}
+
+fn has_kube_proxy_table(topo: &common::Topology) -> bool {
+    let out = topo.node.exec(&["nft", "list", "tables"]).unwrap();
+    String::from_utf8_lossy(&out.stdout).contains("table ip kube-proxy")
+}
+
+#[test]
+fn the_takeover_is_recorded_once_and_kube_proxys_rules_written_again_are_reported_once_and_left() {
+    let Some((topo, api)) = lab("evK") else {
+        return;
+    };
+    api.apply(service("web", "10.96.0.10", 80));
+    api.apply(slice("web", &[1]));
+    load_kube_proxy_rules(&topo);
+    let _daemon = start_daemon(
+        &topo,
+        &api,
+        &[
+            "--replace-kube-proxy",
+            "--sync-period",
+            "1s",
+            "--full-sync-period",
+            "1s",
+        ],
+    );
+    wait_for_backends(&topo, WEB, &["pod-1"], Duration::from_secs(20));
+    assert!(!has_kube_proxy_table(&topo), "removed with the first sync");
+
+    let replaced = eventually(Duration::from_secs(10), "the takeover's event", || {
+        events(&api, "KubeProxyReplaced").pop()
+    });
+    assert_eq!(replaced["type"], "Normal");
+    let note = replaced["note"].as_str().unwrap();
+    assert!(note.contains("table ip kube-proxy"), "{note}");
+    assert!(
+        note.contains("iptables-nft: 1 chains and 1 jump rules in ip nat"),
+        "{note}"
+    );
+    eventually(Duration::from_secs(10), "the gauge at zero", || {
+        (foreign_rules(&topo, "nftables") == Some(0.0)).then_some(())
+    });
+
+    // kube-proxy, still running on the node, writes its rules again.
+    load_kube_proxy_rules(&topo);
+    let warning = eventually(Duration::from_secs(10), "a Warning", || {
+        events(&api, "ForeignProxyRules").pop()
+    });
+    assert_eq!(warning["type"], "Warning");
+    assert!(
+        warning["note"].as_str().unwrap().contains("again"),
+        "{warning}"
+    );
+    eventually(Duration::from_secs(10), "the gauge counting them", || {
+        (foreign_rules(&topo, "nftables") == Some(1.0)
+            && foreign_rules(&topo, "iptables-nft") == Some(1.0))
+        .then_some(())
+    });
+    // Several full syncs later: left in place, said once.
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(has_kube_proxy_table(&topo), "never fought over");
+    assert_eq!(events(&api, "ForeignProxyRules").len(), 1);
+    assert_eq!(events(&api, "KubeProxyReplaced").len(), 1);
+    assert_eq!(backend(&topo, WEB).as_deref(), Some("pod-1"));
+}

@@ -49,6 +49,7 @@ mod service_cidrs;
 mod service_traffic;
 mod streamed_batch;
 mod sync_once;
+mod takeover;
 mod traffic_policy;
 
 /// A test file that no `mod` line names would silently never run.
