@@ -128,6 +128,8 @@ fn the_daemonsets_command_line_and_the_configmaps_configuration_validate_without
                 .replace("$(NODE_NAME)", "node-a"),
         );
     }
+    // The shipped DaemonSet takes nodes over from kube-proxy (docs/migration.md).
+    assert!(argv.iter().any(|a| a == "--replace-kube-proxy"), "{argv:?}");
     let cli = kubenft::config::Cli::parse_args(&argv).unwrap();
     let config = cli.validate().unwrap();
     assert!(config.warnings.is_empty(), "{:?}", config.warnings);
