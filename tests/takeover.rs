@@ -498,6 +498,10 @@ fn take_over_and_hand_back(mode: Mode, tag: &str) {
 
     let again = node.kubenft(&["sync", "--once", "--replace-kube-proxy"]);
     assert!(!again.contains("kube-proxy's rules removed"), "{again}");
+    assert!(
+        again.contains("ops=0"),
+        "a second start sends nothing: {again}"
+    );
     assert_eq!(
         serde_json::to_string(&others(&node.nft_json())).unwrap(),
         serde_json::to_string(&others_after).unwrap(),
@@ -535,4 +539,32 @@ fn kube_proxys_nftables_rules_give_way_to_kubenfts_in_one_transaction_and_come_b
 #[test]
 fn kube_proxys_iptables_nft_rules_give_way_to_kubenfts_in_one_transaction_and_come_back() {
     take_over_and_hand_back(Mode::Iptables, "tkoIpt");
+}
+
+#[test]
+fn what_nf_tables_cannot_reach_is_reported_with_the_way_to_remove_it() {
+    if !can_create() {
+        eprintln!("skipping: needs root to create network namespaces");
+        return;
+    }
+    let node = Node::build("tkoLeg");
+    // IPVS mode's interface (a veth stands in for the dummy), and a chain kube-proxy wrote
+    // through iptables-legacy.
+    link(&node.node, "kube-ipvs0", &node.pod, "ipvs-peer");
+    sh(&node.node, "iptables-legacy -t nat -N KUBE-SERVICES");
+    let log = node.kubenft(&["sync", "--once", "--replace-kube-proxy"]);
+    assert!(log.contains("kube-ipvs0 interface"), "{log}");
+    assert!(
+        log.contains("legacy iptables tables are in use (ip nat)"),
+        "{log}"
+    );
+    assert!(log.contains("kube-proxy --cleanup"), "{log}");
+    let legacy = node
+        .node
+        .exec(&["iptables-legacy-save", "-t", "nat"])
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&legacy.stdout).contains(":KUBE-SERVICES"),
+        "reported, not removed"
+    );
 }
