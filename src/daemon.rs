@@ -567,6 +567,10 @@ impl SyncLoop {
                     &self.ip_families,
                 );
                 self.schedule.finished(Instant::now(), None);
+                if self.foreign_proxies.abandoned_just_now() {
+                    // Refused with the takeover it carried: the next sync goes without it.
+                    self.schedule.retry_soon();
+                }
                 lock(&self.store).requeue_triggers(triggers);
                 tracing::error!(error = %e, source = ?std::error::Error::source(&e), retry_in = ?self.schedule.periods().sync_period, "sync failed; the previous rules stay in place");
                 self.failures_in_a_row += 1;

@@ -261,3 +261,23 @@ fn the_takeover_is_recorded_once_and_kube_proxys_rules_written_again_are_reporte
     assert_eq!(events(&api, "KubeProxyReplaced").len(), 1);
     assert_eq!(backend(&topo, WEB).as_deref(), Some("pod-1"));
 }
+
+#[test]
+fn a_takeover_the_kernel_refuses_is_warned_about_once_and_the_next_sync_follows_at_once() {
+    let Some((topo, api)) = lab("evR") else {
+        return;
+    };
+    api.apply(service("web", "10.96.0.10", 80));
+    api.apply(slice("web", &[1]));
+    let _owned = crate::takeover::OwnedKubeProxyTable::create(&topo.node);
+    // The default --sync-period (30s) would be the retry delay after any other failure.
+    let _daemon = start_daemon(&topo, &api, &["--replace-kube-proxy"]);
+    wait_for_backends(&topo, WEB, &["pod-1"], Duration::from_secs(10));
+    let warning = eventually(Duration::from_secs(10), "a Warning", || {
+        events(&api, "ForeignProxyRules").pop()
+    });
+    let note = warning["note"].as_str().unwrap();
+    assert!(note.contains("could not be removed"), "{note}");
+    assert!(has_kube_proxy_table(&topo), "left in place");
+    assert!(events(&api, "KubeProxyReplaced").is_empty());
+}

@@ -568,3 +568,64 @@ fn what_nf_tables_cannot_reach_is_reported_with_the_way_to_remove_it() {
         "reported, not removed"
     );
 }
+
+/// `table ip kube-proxy` created with `flags owner` by an `nft -i` kept running: the kernel
+/// lets no other process delete it (EPERM), so its removal is refused.
+pub struct OwnedKubeProxyTable(std::process::Child);
+
+impl OwnedKubeProxyTable {
+    pub fn create(ns: &Netns) -> OwnedKubeProxyTable {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns.name(), "nft", "-i"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.as_mut().unwrap();
+        writeln!(stdin, "add table ip kube-proxy {{ flags owner; }}").unwrap();
+        stdin.flush().unwrap();
+        for _ in 0..100 {
+            let out = ns.exec(&["nft", "list", "tables"]).unwrap();
+            if String::from_utf8_lossy(&out.stdout).contains("table ip kube-proxy") {
+                return OwnedKubeProxyTable(child);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("nft -i did not create the owned table");
+    }
+}
+
+impl Drop for OwnedKubeProxyTable {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_removal_the_kernel_refuses_is_dropped_and_kubenfts_rules_go_in_without_it() {
+    if !can_create() {
+        eprintln!("skipping: needs root to create network namespaces");
+        return;
+    }
+    let node = Node::build("tkoRef");
+    let _owned = OwnedKubeProxyTable::create(&node.node);
+    let log = node.kubenft(&["sync", "--once", "--replace-kube-proxy"]);
+    assert!(log.contains("kube-proxy's rules were not removed"), "{log}");
+    assert!(log.contains("Operation not permitted"), "{log}");
+    let tables = node.node.exec(&["nft", "list", "tables"]).unwrap();
+    let tables = String::from_utf8_lossy(&tables.stdout);
+    assert!(
+        tables.contains("table ip kube-proxy"),
+        "left in place: {tables}"
+    );
+    assert!(
+        tables.contains("table ip kubenft"),
+        "ours went in: {tables}"
+    );
+    let mut flow = Held::open(&node.pod, "172.30.0.41:80");
+    assert_eq!(flow.ask("served"), "ep1 served");
+}

@@ -63,6 +63,13 @@ impl Schedule {
         self.pending = true;
     }
 
+    /// The last sync failed for a reason already gone (operations that led it were refused
+    /// and dropped): the next one is due after `min_sync_period`, not `sync_period`.
+    pub(crate) fn retry_soon(&mut self) {
+        self.failed_at = None;
+        self.pending = true;
+    }
+
     #[cfg(test)]
     pub(crate) fn pending(&self) -> bool {
         self.pending
@@ -169,6 +176,15 @@ mod tests {
         s.start(t0 + 30_100 * MS);
         s.finished(t0 + 30_200 * MS, Some(SyncKind::Full));
         assert_eq!(s.next_sync(t0 + 30_200 * MS), t0 + 60_100 * MS);
+    }
+
+    #[test]
+    fn a_failure_whose_cause_is_gone_is_retried_after_the_minimum_period() {
+        let (mut s, t0) = schedule();
+        s.start(t0);
+        s.finished(t0 + 100 * MS, None);
+        s.retry_soon();
+        assert_eq!(s.next_sync(t0 + 200 * MS), t0 + 1000 * MS);
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub(crate) struct Watch {
     said_held: bool,
     said_unreachable: bool,
     said_beside: bool,
+    /// The takeover was seen abandoned (`abandoned_just_now`).
+    seen_abandoned: bool,
 }
 
 impl Watch {
@@ -44,6 +46,14 @@ impl Watch {
             takeover,
             ..Watch::default()
         }
+    }
+
+    /// Whether the takeover was abandoned since this was last asked: true once. A sync it
+    /// led failed then, and the next one goes without it.
+    pub(crate) fn abandoned_just_now(&mut self) -> bool {
+        let abandoned =
+            (self.takeover.as_ref()).is_some_and(|t| matches!(t.get(), Outcome::Abandoned { .. }));
+        abandoned && !std::mem::replace(&mut self.seen_abandoned, true)
     }
 
     /// What `leftovers` and `unreachable`, found after a successful full sync, call for.
