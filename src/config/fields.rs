@@ -1,7 +1,7 @@
 //! Every field of KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1) that kube-proxy
 //! 1.33 to 1.37 define, with what kubenft does with it: the one list that file reading, the
-//! "accepted and not applied" warning, the unknown-field suggestion and the README's table
-//! agree on.
+//! "accepted and not applied" warning, the unknown-field suggestion and the table in
+//! docs/configuration.md agree on.
 
 /// What kubenft does with a field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
