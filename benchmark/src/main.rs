@@ -408,7 +408,8 @@ const METHOD: &str = "\
   node, i.e. what the takeover adds (listing kube-proxy's chains, and the kernel removing
   them in the same transaction). *operations* is the transaction's size as kubenft logs it;
   *kube-proxy's objects before* is counted in the kernel with `nft list tables`, `nft list
-  chains` and `iptables-save`; *removed* is kubenft's `kube-proxy's rules removed` log line.
+  chains` and `nft list chain` of the built-in chains (`iptables-save` 1.8.9 overflows its
+  stack on 100,000 chains); *removed* is kubenft's `kube-proxy's rules removed` log line.
   After each run the same counts must be zero and kubenft's table present, or the stage fails.
 - **The daemon** is the real `kubenft run --kubeconfig` in a fresh namespace, watching the
   project's test API server there (the real kube-rs client over real HTTP, list then watch, as

@@ -12,6 +12,7 @@ use kubenft::netns::Netns;
 
 use crate::control::{iptables_ruleset, median, run_with_stdin};
 use crate::daemon::{binary, field};
+use crate::report::secs;
 use crate::synthetic::{self, cluster, manifests};
 
 /// What the node holds of kube-proxy's before kubenft's first sync, and whether kubenft is
@@ -51,16 +52,17 @@ impl Case {
     }
 }
 
-/// kube-proxy's objects in a namespace's nf_tables, as `nft` and `iptables-save` list them.
+/// kube-proxy's objects in a namespace's nf_tables, as `nft list` shows them.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
 pub struct Objects {
     /// Tables `ip kube-proxy` and `ip6 kube-proxy`.
     pub tables: usize,
     /// Chains of those tables.
     pub table_chains: usize,
-    /// `KUBE-` chains in iptables-nft's tables (only kube-proxy writes any in these namespaces).
+    /// `KUBE-` chains in iptables-nft's nat, filter and mangle tables (only kube-proxy writes
+    /// any in these namespaces).
     pub iptables_chains: usize,
-    /// Rules of iptables-nft's tables jumping to a `KUBE-` chain from a built-in chain.
+    /// Rules of those tables' other (built-in) chains jumping to a `KUBE-` chain.
     pub iptables_jumps: usize,
 }
 
@@ -80,31 +82,51 @@ impl Objects {
             .lines()
             .filter(|l| is_kube_proxy_header(l))
             .count();
+        // iptables-nft's tables are nf_tables tables (`table ip nat`): read through `nft`, as
+        // iptables-save 1.8.9 overflows its stack on some 100,000 chains.
+        let iptables_header = |l: &str| {
+            let mut words = l.split_whitespace();
+            let (family, name) = (words.nth(1)?, words.next()?);
+            (["ip", "ip6"].contains(&family) && ["nat", "filter", "mangle"].contains(&name))
+                .then(|| format!("{family} {name}"))
+        };
         // `nft list chains` groups the chains under their tables' headers.
         let mut table_chains = 0;
-        let mut inside = false;
+        let mut iptables_chains = 0;
+        let mut other_chains = Vec::new();
+        let (mut in_kube_proxy, mut in_iptables) = (false, None);
         for line in text(&["nft", "list", "chains"]).lines() {
             if line.starts_with("table ") {
-                inside = is_kube_proxy_header(line);
-            } else if inside && line.trim_start().starts_with("chain ") {
-                table_chains += 1;
+                in_kube_proxy = is_kube_proxy_header(line);
+                in_iptables = iptables_header(line);
+            } else if let Some(name) = line.trim_start().strip_prefix("chain ") {
+                let name = name.trim_end_matches('{').trim();
+                if in_kube_proxy {
+                    table_chains += 1;
+                } else if let Some(table) = &in_iptables {
+                    if name.starts_with("KUBE-") {
+                        iptables_chains += 1;
+                    } else {
+                        other_chains.push(format!("{table} {name}"));
+                    }
+                }
             }
         }
-        let save = text(&["iptables-save"]);
-        let builtin = |chain: &str| {
-            ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"].contains(&chain)
-        };
+        // Only built-in chains are there besides kube-proxy's: their jumps into `KUBE-` chains.
+        let mut iptables_jumps = 0;
+        for chain in &other_chains {
+            let mut args = vec!["nft", "list", "chain"];
+            args.extend(chain.split(' '));
+            iptables_jumps += text(&args)
+                .lines()
+                .filter(|l| l.contains("jump KUBE-") || l.contains("goto KUBE-"))
+                .count();
+        }
         Objects {
             tables,
             table_chains,
-            iptables_chains: save.lines().filter(|l| l.starts_with(":KUBE-")).count(),
-            iptables_jumps: save
-                .lines()
-                .filter_map(|l| l.strip_prefix("-A "))
-                .filter(|l| {
-                    l.split_whitespace().next().is_some_and(builtin) && l.contains(" -j KUBE-")
-                })
-                .count(),
+            iptables_chains,
+            iptables_jumps,
         }
     }
 
@@ -329,7 +351,9 @@ fn one_run(case: Case, manifests: &Path, nft_text: &str, ipt_text: &str) -> Run 
         Case::Nftables => Some(run_with_stdin(&ns, "nft", &["-f", "-"], nft_text)),
         Case::Iptables => Some(run_with_stdin(&ns, "iptables-restore", &[], ipt_text)),
     };
+    let counting = Instant::now();
     let before = Objects::count(&ns);
+    let counted = counting.elapsed();
     assert_eq!(
         before.is_empty(),
         load.is_none(),
@@ -356,6 +380,12 @@ fn one_run(case: Case, manifests: &Path, nft_text: &str, ipt_text: &str) -> Run 
     let sync = start.elapsed();
     let log = String::from_utf8_lossy(&out.stderr).into_owned();
     let after = Objects::count(&ns);
+    eprintln!(
+        "    loaded in {}, counted in {}, kubenft in {}",
+        load.map_or("—".into(), secs),
+        secs(counted),
+        secs(sync)
+    );
     if !after.is_empty() {
         panic!(
             "takeover stage, {case:?}: kube-proxy's rules remain after kubenft's sync: {after} \
