@@ -16,7 +16,11 @@
 //!   others change through the API at `--churn-rate` per second for `--churn-seconds`: each
 //!   change's time from the API write to the kernel, failed connections, failed syncs, memory;
 //! - data plane (`dataplane`): new-connection latency through kubenft, through iptables and to
-//!   the pod directly, with 10 to 30,000 services in the table; numgen's endpoint spread.
+//!   the pod directly, with 10 to 30,000 services in the table; numgen's endpoint spread;
+//! - taking over from kube-proxy (`--takeover`, `takeover`): the real `kubenft sync --once
+//!   --manifests` of each cluster on a node holding nothing, and with `--replace-kube-proxy` on
+//!   nodes holding kube-proxy's nftables-mode or iptables-mode rules for it (loaded first,
+//!   untimed); afterwards nothing of kube-proxy's may remain.
 //!
 //! Medians of `--repeats` runs for the cold syncs. Prints the tables and writes BENCHMARKS.md
 //! and benchmarks.svg. Usage (after `cargo build --release --workspace`, which builds it next to
@@ -24,8 +28,8 @@
 //! `target/release/kubenft-bench [--scales 1000x10,10000x10] [--repeats 3] [--out BENCHMARKS.md]
 //! [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000]
 //! [--nodeport-percent 0] [--consistent] [--churn 10000x10] [--churn-rate 500]
-//! [--churn-seconds 60] [--churn-min-sync-period 1s] [--no-iptables] [--no-control]
-//! [--no-daemon] [--no-dataplane]`
+//! [--churn-seconds 60] [--churn-min-sync-period 1s] [--takeover] [--no-iptables]
+//! [--no-control] [--no-daemon] [--no-dataplane]`
 
 mod churn;
 mod control;
@@ -34,6 +38,7 @@ mod dataplane;
 mod pod_server;
 mod report;
 mod synthetic;
+mod takeover;
 
 use std::fmt::Write as _;
 use std::process::Command;
@@ -61,6 +66,8 @@ struct Args {
     nodeport_percent: usize,
     /// With --churn: the sustained-churn run.
     churn: Option<churn::Config>,
+    /// With --takeover: each scale's first sync on nodes holding kube-proxy's rules.
+    takeover: bool,
 }
 
 fn pair(s: &str) -> (usize, usize) {
@@ -70,8 +77,8 @@ fn pair(s: &str) -> (usize, usize) {
 const USAGE: &str = "usage: kubenft-bench [--scales 1000x10,10000x10] [--repeats 3] \
 [--out BENCHMARKS.md] [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000] \
 [--nodeport-percent 0] [--consistent] [--churn 10000x10] [--churn-rate 500] \
-[--churn-seconds 60] [--churn-min-sync-period 1s] [--no-iptables] [--no-control] [--no-daemon] \
-[--no-dataplane]";
+[--churn-seconds 60] [--churn-min-sync-period 1s] [--takeover] [--no-iptables] [--no-control] \
+[--no-daemon] [--no-dataplane]";
 const VALUE_OPTIONS: &[&str] = &[
     "--scales",
     "--repeats",
@@ -87,6 +94,7 @@ const VALUE_OPTIONS: &[&str] = &[
 ];
 const FLAGS: &[&str] = &[
     "--consistent",
+    "--takeover",
     "--no-iptables",
     "--no-control",
     "--no-daemon",
@@ -137,6 +145,7 @@ fn args() -> Args {
         daemon: !flag("--no-daemon"),
         control: !flag("--no-control"),
         consistent: flag("--consistent"),
+        takeover: flag("--takeover"),
         latency_scales: if dataplane {
             value("--latency-scales")
                 .unwrap_or_else(|| DEFAULT_LATENCY_SCALES.into())
@@ -175,10 +184,10 @@ fn main() {
         eprintln!("{e}");
         std::process::exit(2);
     }
-    if (a.daemon || a.churn.is_some())
+    if (a.daemon || a.churn.is_some() || a.takeover)
         && let Err(e) = daemon::binary()
     {
-        eprintln!("{e}; or pass --no-daemon");
+        eprintln!("{e}; or pass --no-daemon (and no --churn, no --takeover)");
         std::process::exit(1);
     }
 
@@ -198,6 +207,7 @@ fn main() {
     let mut control_rows = Vec::new();
     let mut daemon_rows = Vec::new();
     let mut consistent_rows = Vec::new();
+    let mut takeover_rows = Vec::new();
     for &(services, endpoints) in &a.scales {
         if a.control {
             eprintln!("control plane: {services} × {endpoints} …");
@@ -216,6 +226,12 @@ fn main() {
             let rows = control::consistent(services, endpoints, a.repeats);
             eprint!("{}", report::consistent_table(&rows));
             consistent_rows.extend(rows);
+        }
+        if a.takeover {
+            eprintln!("taking over from kube-proxy: {services} × {endpoints} …");
+            let rows = takeover::measure(services, endpoints, a.repeats);
+            eprint!("{}", report::takeover_table(&rows));
+            takeover_rows.extend(rows);
         }
         if a.daemon {
             eprintln!("daemon: {services} × {endpoints} …");
@@ -284,6 +300,13 @@ fn main() {
             results,
             "### Consistent endpoint choice: cold full sync\n\n{}\n",
             report::consistent_table(&consistent_rows)
+        );
+    }
+    if !takeover_rows.is_empty() {
+        let _ = write!(
+            results,
+            "### Taking over from kube-proxy: the first sync\n\n{}\n",
+            report::takeover_table(&takeover_rows)
         );
     }
     if !daemon_rows.is_empty() {
@@ -369,6 +392,25 @@ const METHOD: &str = "\
   namespace, each set's elements are read back alone (one element dump each) and the two
   slowest are shown, with the time to read the same elements split round-robin into 16 sets
   of a scratch table (what sharding a set would give the restart).
+- **Taking over from kube-proxy** (`--takeover`): the real `kubenft sync --once --manifests`
+  of the cluster (its manifests written to a directory), each run in a fresh network
+  namespace, median of the repeats, the cases interleaved: on a node holding *nothing*
+  (plain, and with `--replace-kube-proxy`), and with `--replace-kube-proxy` on a node holding
+  kube-proxy's rules for the same services, loaded first with kube-proxy's tool (*loading
+  it*, not part of kubenft's time): its *nftables mode* (`nft -f`: tables `ip kube-proxy` and
+  `ip6 kube-proxy`, a service chain per service picking one of its endpoint chains, one per
+  endpoint, through `numgen`, and the `service-ips` verdict map) or its *iptables mode*
+  (`iptables-restore` through iptables-nft: the chains of the cold-sync column, KUBE-SERVICES
+  → KUBE-SVC → KUBE-SEP in nat, the filter table's fixed chains, the canary chains and the
+  built-in chains' jumps into them). *kubenft sync --once* is the command's wall time, from
+  process start to exit (reading the manifests, planning, reading the kernel, one
+  transaction); *over the empty node* is its difference from the plain run on the empty
+  node, i.e. what the takeover adds (listing kube-proxy's chains, and the kernel removing
+  them in the same transaction). *operations* is the transaction's size as kubenft logs it;
+  *kube-proxy's objects before* is counted in the kernel with `nft list tables`, `nft list
+  chains` and `nft list chain` of the built-in chains (`iptables-save` 1.8.9 overflows its
+  stack on 100,000 chains); *removed* is kubenft's `kube-proxy's rules removed` log line.
+  After each run the same counts must be zero and kubenft's table present, or the stage fails.
 - **The daemon** is the real `kubenft run --kubeconfig` in a fresh namespace, watching the
   project's test API server there (the real kube-rs client over real HTTP, list then watch, as
   against a real API server) which holds the same cluster: wall time from process start to its

@@ -11,6 +11,7 @@ use crate::churn::ChurnRun;
 use crate::control::{ConsistentRow, ControlRow, SHARDS};
 use crate::daemon::{DaemonRun, LoggedSync};
 use crate::dataplane::{Latency, LatencyRow, Spread};
+use crate::takeover::{Case as TakeoverCase, TakeoverRow};
 
 pub fn secs(d: Duration) -> String {
     if d < Duration::from_millis(10) {
@@ -435,6 +436,41 @@ pub fn churn_tables(runs: &[Result<ChurnRun, String>]) -> String {
                 r.services, r.endpoints
             );
         }
+    }
+    out
+}
+
+/// kubenft's first sync on a node holding nothing and on nodes holding kube-proxy's rules.
+pub fn takeover_table(rows: &[TakeoverRow]) -> String {
+    let mut out = String::from(
+        "| services × endpoints | the node holds | loading it (kube-proxy's tool) | kubenft sync --once | over the empty node | operations | kube-proxy's objects before | removed (kubenft's log) |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let baseline = rows
+            .iter()
+            .find(|b| {
+                (b.services, b.endpoints, b.case) == (r.services, r.endpoints, TakeoverCase::Empty)
+            })
+            .map(|b| b.sync);
+        let over = match baseline {
+            Some(b) if r.case != TakeoverCase::Empty => {
+                let d = r.sync.as_secs_f64() - b.as_secs_f64();
+                format!("{d:+.3} s")
+            }
+            _ => "—".into(),
+        };
+        let _ = writeln!(
+            out,
+            "| {} × {} | {} | {} | {} | {over} | {} | {} | {} |",
+            r.services,
+            r.endpoints,
+            r.case.label(),
+            r.load.map_or("—".into(), secs),
+            secs(r.sync),
+            r.ops,
+            r.before,
+            r.removed,
+        );
     }
     out
 }
