@@ -8,10 +8,12 @@
 pub(crate) mod digests;
 pub use digests::DIGEST_SET;
 pub(crate) mod engine;
+pub(crate) mod kernel;
 pub(crate) mod leading;
 pub(crate) mod schedule;
 
-pub use engine::{Kernel, KernelError, SyncError, SyncKind, SyncReport, Syncer};
+pub use engine::{SyncError, SyncKind, SyncReport, Syncer};
+pub use kernel::{Kernel, KernelError};
 pub use leading::Leading;
 pub(crate) use schedule::{Periods, Schedule};
 
