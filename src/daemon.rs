@@ -29,9 +29,10 @@ use crate::cluster::{LiveState, ServiceRef};
 use crate::config::RunSettings;
 use crate::conntrack;
 use crate::events::{Limits, Occurrence, Recorder};
+use crate::metrics::{self, Metrics, SyncResult};
 use crate::nft::netlink::Nftables;
 use crate::proxier::{IpFamily, Planner, ProxyConfig, families};
-use crate::serve::{self, HealthCheckServers, HealthState, Metrics, SyncResult};
+use crate::serve::{self, HealthCheckServers, HealthState};
 use crate::source::kube as kube_source;
 use crate::source::store::ClusterStore;
 use crate::sync::{Schedule, SyncKind, SyncReport, Syncer};
@@ -694,7 +695,7 @@ impl SyncLoop {
         }
         self.check_nodeport_conflicts();
         let counts = self.after_sync.no_local_endpoints();
-        for (family, (internal, external)) in serve::metrics::IP_FAMILIES.iter().zip(counts) {
+        for (family, (internal, external)) in metrics::IP_FAMILIES.iter().zip(counts) {
             self.metrics
                 .set_no_local_endpoints(family, internal, external);
         }

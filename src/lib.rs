@@ -24,6 +24,7 @@ mod family;
 pub mod full_sync;
 pub mod kernel_support;
 pub mod lab;
+mod metrics;
 pub mod netlink;
 pub mod netns;
 pub mod nft;
