@@ -22,15 +22,15 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
 use crate::after_sync::AfterSyncFacts;
-use crate::cli::{
-    add_local_addresses, kernel_families, load_inputs, log_nodeport_fallbacks, nodeport_fallbacks,
-};
 use crate::cluster::{LiveState, ServiceRef};
 use crate::config::RunSettings;
 use crate::conntrack;
 use crate::events::{Limits, Occurrence, Recorder};
 use crate::metrics::{self, Metrics, SyncResult};
 use crate::nft::netlink::Nftables;
+use crate::node_inputs::{
+    add_local_addresses, kernel_families, load_inputs, log_nodeport_fallbacks, nodeport_fallbacks,
+};
 use crate::proxier::{IpFamily, Planner, ProxyConfig, families};
 use crate::serve::{self, HealthCheckServers, HealthState};
 use crate::source::kube as kube_source;

@@ -28,6 +28,7 @@ mod metrics;
 pub mod netlink;
 pub mod netns;
 pub mod nft;
+pub mod node_inputs;
 mod nodeport_conflicts;
 pub mod proxier;
 mod serve;
