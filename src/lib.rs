@@ -9,19 +9,15 @@
 )]
 
 pub mod access;
-pub mod after_sync;
 pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod conntrack;
 #[cfg(feature = "daemon")]
-mod daemon;
+pub mod daemon;
 mod demo;
-#[cfg(feature = "daemon")]
-mod events;
 mod explain;
 mod family;
-pub mod full_sync;
 pub mod kernel_support;
 pub mod lab;
 mod metrics;

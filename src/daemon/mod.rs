@@ -10,6 +10,13 @@
 //! listed completely once; a failed sync leaves the previous rules, is logged and counted, and
 //! is retried as a full sync; API outages never clear the rules; stopping (SIGTERM, SIGINT)
 //! leaves the rules in place, so a restart drops no connection.
+//!
+//! `after_sync` and `full_sync` are public: the benchmark, the examples and the tests time or
+//! check the daemon's steps with them.
+
+pub mod after_sync;
+mod events;
+pub mod full_sync;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -21,11 +28,11 @@ use k8s_openapi::api::core::v1::Node;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
-use crate::after_sync::AfterSyncFacts;
+use self::after_sync::AfterSyncFacts;
+use self::events::{Limits, Occurrence, Recorder};
 use crate::cluster::{LiveState, ServiceRef};
 use crate::config::RunSettings;
 use crate::conntrack;
-use crate::events::{Limits, Occurrence, Recorder};
 use crate::metrics::{self, Metrics, SyncResult};
 use crate::nft::netlink::Nftables;
 use crate::node_inputs::{
@@ -594,12 +601,12 @@ impl SyncLoop {
     /// Plans everything and brings the kernel to it. The kernel is read first, before planning,
     /// so that services keep the endpoint-map blocks and slots it already has (after a restart
     /// too): unchanged services then plan to unchanged rules and elements and nothing is sent
-    /// for them (`crate::full_sync`). If the read fails, the sync reads again.
+    /// for them (`full_sync`). If the read fails, the sync reads again.
     fn full_sync(&mut self, proxy: &ProxyConfig) -> Result<SyncReport, crate::sync::SyncError> {
         // Planning leaves its temporaries freed in heap holes that the batch, mapped on its
         // own, does not reuse: handed back before encoding, the peak holds one, not both.
         tokio::task::block_in_place(|| {
-            crate::full_sync::full_sync(
+            full_sync::full_sync(
                 &mut self.syncer,
                 &mut self.planner,
                 &self.live.state,
