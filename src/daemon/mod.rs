@@ -17,33 +17,30 @@
 pub mod after_sync;
 mod events;
 pub mod full_sync;
+mod memory;
+mod sources;
+mod sync_loop;
 
-use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
 
-use self::after_sync::AfterSyncFacts;
 use self::events::{Limits, Occurrence, Recorder};
-use crate::cluster::{LiveState, ServiceRef};
+use self::sources::Source;
+use self::sync_loop::SyncLoop;
 use crate::config::RunSettings;
 use crate::conntrack;
-use crate::metrics::{self, Metrics, SyncResult};
+use crate::metrics::Metrics;
 use crate::nft::netlink::Nftables;
-use crate::node_inputs::{
-    add_local_addresses, kernel_families, load_inputs, log_nodeport_fallbacks, nodeport_fallbacks,
-};
-use crate::proxier::{IpFamily, Planner, ProxyConfig, families};
-use crate::serve::{self, HealthCheckServers, HealthState};
+use crate::node_inputs::kernel_families;
+use crate::proxier::ProxyConfig;
+use crate::serve::{self, HealthState};
 use crate::source::kube as kube_source;
 use crate::source::store::ClusterStore;
-use crate::sync::{Schedule, SyncKind, SyncReport, Syncer};
-use crate::takeover::watch::Say;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -79,19 +76,6 @@ impl DaemonError {
 /// exits: the Event is the one place a cluster operator sees why the pod keeps restarting.
 const REFUSAL_EVENT_LIMIT: Duration = Duration::from_secs(10);
 
-/// Where the cluster objects come from.
-#[derive(Debug, Clone)]
-enum Source {
-    Api {
-        kubeconfig: Option<PathBuf>,
-        service_proxy_name: Option<String>,
-    },
-    Manifests {
-        path: PathBuf,
-        poll: Duration,
-    },
-}
-
 /// Runs the daemon until SIGTERM or SIGINT.
 pub(crate) fn run(proxy: &ProxyConfig, settings: RunSettings) -> Result<(), DaemonError> {
     let failed = apply_node_settings(&settings.conntrack);
@@ -111,9 +95,9 @@ pub(crate) fn run(proxy: &ProxyConfig, settings: RunSettings) -> Result<(), Daem
             service_proxy_name: settings.service_proxy_name.clone(),
         },
     };
-    share_one_malloc_arena();
-    map_large_allocations_alone();
-    no_fast_bins();
+    memory::share_one_malloc_arena();
+    memory::map_large_allocations_alone();
+    memory::no_fast_bins();
     // The sync loop runs on this thread (`block_on`); one worker runs the watchers and the
     // servers beside it. A second worker only had the watchers decode list pages in parallel
     // on the one malloc arena: at 30,000 Services × 10 the listing took 0.3–0.4 s longer.
@@ -150,39 +134,12 @@ async fn run_async(
     settings: RunSettings,
     source: Source,
 ) -> Result<(), DaemonError> {
-    let periods = settings.periods;
     let metrics = Metrics::new();
     // kube-proxy: unhealthy when a queued change waited more than twice the sync period.
-    let health = HealthState::new(2 * periods.sync_period);
+    let health = HealthState::new(2 * settings.periods.sync_period);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
-
     // Bind before anything else so a taken port fails the start, not a later probe.
-    let mut servers = Vec::new();
-    if let Some(addr) = settings.healthz_bind_address {
-        let listener = listen(addr, "healthz").await?;
-        tracing::info!(%addr, "serving /healthz and /livez");
-        servers.push(tokio::spawn(serve::serve_healthz_on(
-            listener,
-            health.clone(),
-            metrics.clone(),
-            stopped(),
-        )));
-    }
-    if let Some(addr) = settings.metrics_bind_address {
-        let listener = listen(addr, "metrics").await?;
-        tracing::info!(%addr, "serving /metrics");
-        servers.push(tokio::spawn(serve::serve_metrics_on(
-            listener,
-            metrics.clone(),
-            stopped(),
-        )));
-    }
+    let servers = start_servers(&settings, &health, &metrics, &stop_rx).await?;
 
     let probed = tokio::task::block_in_place(|| {
         crate::kernel_support::check_at_start(&proxy, &proxy.supported_families)
@@ -199,73 +156,9 @@ async fn run_async(
     let nft = Nftables::open().map_err(DaemonError::Netlink)?;
     let store = Arc::new(Mutex::new(ClusterStore::publishing_to(metrics.clone())));
     let wake = Arc::new(Notify::new());
-    let (sources, events) = match source {
-        Source::Api {
-            kubeconfig,
-            service_proxy_name,
-        } => {
-            let client = kube_source::client(kubeconfig.as_deref())
-                .await
-                .map_err(DaemonError::Kube)?;
-            let events = Recorder::spawn(
-                client.clone(),
-                &proxy.hostname,
-                metrics.clone(),
-                Limits::default(),
-            );
-            let watchers = kube_source::spawn_watchers(
-                client,
-                &proxy.hostname,
-                service_proxy_name.as_deref(),
-                store.clone(),
-                wake.clone(),
-            );
-            // kube-proxy's "birth cry", once its watchers run.
-            events.record(Occurrence::starting(&proxy.hostname));
-            (watchers, events)
-        }
-        Source::Manifests { path, poll } => (
-            vec![tokio::spawn(poll_manifests(
-                path,
-                proxy.hostname.clone(),
-                poll,
-                store.clone(),
-                wake.clone(),
-            ))],
-            Recorder::disabled(metrics.clone()),
-        ),
-    };
-
-    let after_sync = AfterSyncFacts::new(&proxy.hostname);
-    let mut syncer = Syncer::new(nft, &proxy.table_name);
-    let takeover = settings.replace_kube_proxy.then(|| {
-        let takeover = crate::takeover::Takeover::new(&proxy.table_name);
-        let outcome = takeover.outcome();
-        syncer.lead_next_commit_with(Box::new(takeover));
-        outcome
-    });
-    let ip_families = family_labels(&families(&Default::default(), &proxy));
-    let mut sync_loop = SyncLoop {
-        nodeport_conflicts: BTreeSet::new(),
-        ip_families,
-        events,
-        failures_in_a_row: 0,
-        syncer,
-        foreign_proxies: crate::takeover::watch::Watch::new(takeover),
-        planner: Planner::new(),
-        proxy,
-        schedule: Schedule::new(periods),
-        metrics,
-        health: health.clone(),
-        health_checks: HealthCheckServers::new(Vec::new(), health),
-        store,
-        after_sync,
-        live: LiveState::default(),
-        converted: BTreeSet::new(),
-        unconverted_since: None,
-        rejected_before: BTreeSet::new(),
-        nodeport_fallbacks_logged: Vec::new(),
-    };
+    let (source_tasks, events) =
+        sources::start(source, &proxy.hostname, &metrics, &store, &wake).await?;
+    let mut sync_loop = SyncLoop::new(nft, proxy, &settings, metrics, health, store, events);
     let stop = async {
         wait_for_stop_signal().await?;
         tracing::info!("stopping; the rules stay in place");
@@ -276,13 +169,49 @@ async fn run_async(
         () = sync_loop.run(wake) => Ok(()),
     };
     let _ = stop_tx.send(true);
-    for task in sources {
+    for task in source_tasks {
         task.abort();
     }
     for server in servers {
         let _ = server.await;
     }
     result
+}
+
+/// Binds and starts the `/healthz` and `/metrics` servers the settings ask for; each stops
+/// once `stop` says so.
+async fn start_servers(
+    settings: &RunSettings,
+    health: &HealthState,
+    metrics: &Metrics,
+    stop: &watch::Receiver<bool>,
+) -> Result<Vec<JoinHandle<Result<(), serve::ServeError>>>, DaemonError> {
+    let mut servers = Vec::new();
+    if let Some(addr) = settings.healthz_bind_address {
+        let listener = listen(addr, "healthz").await?;
+        tracing::info!(%addr, "serving /healthz and /livez");
+        servers.push(tokio::spawn(serve::serve_healthz_on(
+            listener,
+            health.clone(),
+            metrics.clone(),
+            stopped(stop.clone()),
+        )));
+    }
+    if let Some(addr) = settings.metrics_bind_address {
+        let listener = listen(addr, "metrics").await?;
+        tracing::info!(%addr, "serving /metrics");
+        servers.push(tokio::spawn(serve::serve_metrics_on(
+            listener,
+            metrics.clone(),
+            stopped(stop.clone()),
+        )));
+    }
+    Ok(servers)
+}
+
+/// Resolves once `stop` says so.
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }
 
 /// Says why the daemon cannot run, everywhere an operator looks: the log, `/healthz` and
@@ -332,561 +261,6 @@ async fn wait_for_stop_signal() -> Result<(), DaemonError> {
     Ok(())
 }
 
-/// Re-reads `path` whenever a file in it changed (size, modification time, or the set of
-/// files), replacing the store's objects as a whole. A read that fails keeps the last objects.
-async fn poll_manifests(
-    path: PathBuf,
-    hostname: String,
-    every: Duration,
-    store: Arc<Mutex<ClusterStore>>,
-    wake: Arc<Notify>,
-) {
-    let mut seen: Option<Vec<(PathBuf, u64, SystemTime)>> = None;
-    loop {
-        let now = fingerprint(&path);
-        if seen.as_ref() != Some(&now) {
-            match load_inputs(&path, &hostname) {
-                Ok(inputs) => {
-                    tracing::info!(path = %path.display(), services = inputs.services.len(), slices = inputs.endpoint_slices.len(), "manifests read");
-                    lock(&store).replace_all(inputs);
-                    wake.notify_one();
-                    seen = Some(now);
-                }
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "cannot read manifests; keeping the last ones");
-                }
-            }
-        }
-        tokio::time::sleep(every).await;
-    }
-}
-
-/// Each file under `path` (recursively) with its size and modification time, sorted.
-fn fingerprint(path: &Path) -> Vec<(PathBuf, u64, SystemTime)> {
-    let mut out = Vec::new();
-    let mut todo = vec![path.to_path_buf()];
-    while let Some(p) = todo.pop() {
-        let Ok(meta) = std::fs::metadata(&p) else {
-            continue;
-        };
-        if meta.is_dir() {
-            if let Ok(entries) = std::fs::read_dir(&p) {
-                todo.extend(entries.flatten().map(|e| e.path()));
-            }
-        } else {
-            let modified = meta.modified().unwrap_or(UNIX_EPOCH);
-            out.push((p, meta.len(), modified));
-        }
-    }
-    out.sort();
-    out
-}
-
 fn lock(store: &Mutex<ClusterStore>) -> std::sync::MutexGuard<'_, ClusterStore> {
     store.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// How long changes may wait in the store before they are converted into the model ahead of
-/// their sync: often enough that a sync finds only the last moments' changes to convert, seldom
-/// enough that a burst is converted in one go.
-const CONVERT_AHEAD_AFTER: Duration = Duration::from_millis(100);
-
-/// Failed syncs in a row before a Warning event says so: one failure is retried at once and
-/// usually passes; three mean something needs a look.
-const FAILURES_BEFORE_EVENT: u32 = 3;
-
-/// Where a sync's time went, for its log line. `seconds` is the sync up to and including the
-/// commit: `model_seconds` of it brought the model up to date from the store, and the
-/// report's kernel time was the transaction's round trip; planning and encoding are the rest.
-/// The after-sync steps follow the commit.
-struct SyncTimings {
-    seconds: f64,
-    model_seconds: f64,
-    after_sync_seconds: f64,
-}
-
-struct SyncLoop {
-    proxy: ProxyConfig,
-    /// The `ip_family` labels of the tables the last sync programmed (kube-proxy keeps one
-    /// proxier, and one set of sync metrics, per family).
-    ip_families: Vec<&'static str>,
-    events: Recorder,
-    /// NodePorts a local process listens on, as last found (each logged once).
-    nodeport_conflicts: BTreeSet<crate::nodeport_conflicts::Conflict>,
-    /// Failed syncs since the last successful one.
-    failures_in_a_row: u32,
-    syncer: Syncer<Nftables>,
-    /// What has been said about kube-proxy's rules on the node.
-    foreign_proxies: crate::takeover::watch::Watch,
-    /// What the last successful sync planned, service by service, so the next one replans and
-    /// sends only the services that changed.
-    planner: Planner,
-    schedule: Schedule,
-    metrics: Metrics,
-    health: HealthState,
-    health_checks: HealthCheckServers,
-    store: Arc<Mutex<ClusterStore>>,
-    /// UDP services and local endpoints as of the last successful sync.
-    after_sync: AfterSyncFacts,
-    /// The cluster as of the last sync, kept up to date service by service (and ahead of the
-    /// next sync, while it waits out `min_sync_period`).
-    live: LiveState,
-    /// The services converted into `live` since the last sync took its changes.
-    converted: BTreeSet<ServiceRef>,
-    /// When the store first had changes not yet converted into `live`.
-    unconverted_since: Option<Instant>,
-    /// Objects rejected at the last sync, so each rejection is logged and counted once.
-    rejected_before: BTreeSet<(&'static str, String, String, String)>,
-    /// The families whose NodePorts take every local address, as last logged: logged again
-    /// only when this changes (a node IP appears, say).
-    nodeport_fallbacks_logged: Vec<(IpFamily, &'static str)>,
-}
-
-impl SyncLoop {
-    async fn run(&mut self, wake: Arc<Notify>) {
-        let mut announced_wait = false;
-        let mut first_list_pending = true;
-        loop {
-            let synced = lock(&self.store).synced();
-            if !synced {
-                if !announced_wait {
-                    tracing::info!("waiting for the first complete list of every kind");
-                    announced_wait = true;
-                }
-                wake.notified().await;
-                self.queued();
-                continue;
-            }
-            if std::mem::take(&mut first_list_pending) {
-                // Every list page has been decoded and dropped by now, leaving holes between
-                // the store's kept objects; hand them back before the first sync allocates
-                // the model, the plan and the batch, or the start-up peak holds both.
-                release_freed_memory();
-            }
-            let now = Instant::now();
-            let at = self.schedule.next_sync(now);
-            // Changes that wait for the sync are converted ahead of it, so the sync itself
-            // converts only the latest ones and programs them that much sooner. A sync that is
-            // due (the first one, say) converts its changes itself: nothing waits there.
-            let convert_at = self
-                .unconverted_since
-                .map(|t| (t + CONVERT_AHEAD_AFTER).max(now))
-                .filter(|c| *c + CONVERT_AHEAD_AFTER < at);
-            tokio::select! {
-                () = wake.notified() => {
-                    self.queued();
-                    continue;
-                }
-                () = tokio::time::sleep_until(convert_at.unwrap_or(at).into()) => {}
-            }
-            if convert_at.is_some() {
-                self.convert_changes(|_| ());
-                continue;
-            }
-            if self.sync_once().await == SyncKind::Full {
-                release_freed_memory();
-            }
-        }
-    }
-
-    fn queued(&mut self) {
-        self.schedule.changed();
-        self.unconverted_since.get_or_insert_with(Instant::now);
-        let now = SystemTime::now();
-        self.health.queued(now);
-        self.metrics
-            .set_last_queued_timestamp(unix_seconds(now), &self.ip_families);
-    }
-
-    /// One sync; returns whether it was (or fell back to) a full one.
-    async fn sync_once(&mut self) -> SyncKind {
-        // The duration covers the whole sync: bringing the model up to date too. The schedule
-        // counts `min_sync_period` from here, where the sync takes its changes, so the model
-        // update does not lengthen the period between two syncs.
-        let started = Instant::now();
-        let force_full = self.schedule.start(started);
-        let (changed, triggers) = self.update_model();
-        let model_seconds = started.elapsed().as_secs_f64();
-        self.after_sync.changed(&changed);
-        let mut proxy = self.proxy.clone();
-        if let Err(e) = add_local_addresses(&mut proxy, self.live.state.node.as_ref()) {
-            tracing::warn!(error = %e, "cannot read local addresses; NodePorts use the previous ones");
-        }
-        self.ip_families = family_labels(&families(&self.live.state, &proxy));
-        self.report_rejected();
-        let fallbacks = nodeport_fallbacks(&self.live.state, &proxy);
-        if fallbacks != self.nodeport_fallbacks_logged {
-            log_nodeport_fallbacks(&fallbacks, &self.live.state, &proxy);
-            self.nodeport_fallbacks_logged = fallbacks;
-        }
-
-        // A partial sync needs our last commit to have succeeded (the kernel then holds what
-        // the planner remembers); otherwise, or when the schedule asks, the sync is full.
-        let mut attempted =
-            if force_full || !self.syncer.has_generation() || !self.planner.has_plan() {
-                SyncKind::Full
-            } else {
-                SyncKind::Partial
-            };
-        let mut partial = None;
-        if attempted == SyncKind::Partial {
-            let changes = self
-                .planner
-                .changes(&self.live.state, &proxy, Some(&changed));
-            if self.planner.outgrown() {
-                tracing::info!(
-                    "a set needs more elements than its declared size; syncing fully to recreate it larger"
-                );
-            } else {
-                partial =
-                    tokio::task::block_in_place(|| self.syncer.sync_changes(changes)).transpose();
-            }
-        }
-        let result = match partial {
-            Some(result) => result,
-            // Refused: the kernel may not hold what the planner remembers.
-            None => {
-                attempted = SyncKind::Full;
-                self.full_sync(&proxy)
-            }
-        };
-        let seconds = started.elapsed().as_secs_f64();
-        let now = SystemTime::now();
-        match result {
-            Ok(report) => {
-                let after_started = Instant::now();
-                self.after_sync(&proxy).await;
-                let after_sync_seconds = after_started.elapsed().as_secs_f64();
-                let timings = SyncTimings {
-                    seconds,
-                    model_seconds,
-                    after_sync_seconds,
-                };
-                if report.kind == SyncKind::Full {
-                    self.watch_foreign_proxies();
-                }
-                self.succeeded(report, timings, now, &triggers);
-            }
-            Err(e) => {
-                self.metrics.record_sync(
-                    attempted,
-                    SyncResult::Failure,
-                    seconds,
-                    &self.ip_families,
-                );
-                self.schedule.finished(Instant::now(), None);
-                if self.foreign_proxies.abandoned_just_now() {
-                    // Refused with the takeover it carried: the next sync goes without it.
-                    self.schedule.retry_soon();
-                }
-                lock(&self.store).requeue_triggers(triggers);
-                tracing::error!(error = %e, source = ?std::error::Error::source(&e), retry_in = ?self.schedule.periods().sync_period, "sync failed; the previous rules stay in place");
-                self.failures_in_a_row += 1;
-                if self.failures_in_a_row >= FAILURES_BEFORE_EVENT {
-                    let error = match std::error::Error::source(&e) {
-                        Some(source) => format!("{e}: {source}"),
-                        None => e.to_string(),
-                    };
-                    self.events.record(Occurrence::syncs_failing(
-                        &self.proxy.hostname,
-                        self.failures_in_a_row,
-                        &error,
-                    ));
-                }
-            }
-        }
-        attempted
-    }
-
-    /// Plans everything and brings the kernel to it. The kernel is read first, before planning,
-    /// so that services keep the endpoint-map blocks and slots it already has (after a restart
-    /// too): unchanged services then plan to unchanged rules and elements and nothing is sent
-    /// for them (`full_sync`). If the read fails, the sync reads again.
-    fn full_sync(&mut self, proxy: &ProxyConfig) -> Result<SyncReport, crate::sync::SyncError> {
-        // Planning leaves its temporaries freed in heap holes that the batch, mapped on its
-        // own, does not reuse: handed back before encoding, the peak holds one, not both.
-        tokio::task::block_in_place(|| {
-            full_sync::full_sync(
-                &mut self.syncer,
-                &mut self.planner,
-                &self.live.state,
-                proxy,
-                release_freed_memory,
-            )
-        })
-    }
-
-    fn succeeded(
-        &mut self,
-        report: SyncReport,
-        t: SyncTimings,
-        now: SystemTime,
-        triggers: &[SystemTime],
-    ) {
-        self.metrics.record_sync(
-            report.kind,
-            SyncResult::Success,
-            t.seconds,
-            &self.ip_families,
-        );
-        if report.ops > 0 {
-            self.metrics.observe_transaction(report.ops, report.bytes);
-            tracing::info!(
-                kind = ?report.kind,
-                ops = report.ops,
-                bytes = report.bytes,
-                seconds = t.seconds,
-                model_seconds = t.model_seconds,
-                kernel_seconds = report.kernel_time.as_secs_f64(),
-                after_sync_seconds = t.after_sync_seconds,
-                "synced"
-            );
-        } else {
-            tracing::debug!(kind = ?report.kind, seconds = t.seconds, "synced; nothing to change");
-        }
-        self.metrics
-            .set_last_sync_timestamp(unix_seconds(now), &self.ip_families);
-        self.health.synced(now);
-        for t in triggers {
-            if let Ok(d) = now.duration_since(*t) {
-                self.metrics
-                    .observe_network_programming(d.as_secs_f64(), &self.ip_families);
-            }
-        }
-        self.schedule.finished(Instant::now(), Some(report.kind));
-        self.failures_in_a_row = 0;
-    }
-
-    /// What follows a successful sync: stale UDP conntrack entries, healthCheckNodePorts and
-    /// the no-local-endpoints gauges.
-    async fn after_sync(&mut self, proxy: &ProxyConfig) {
-        self.after_sync.update(&self.live.state);
-        let frontends = self.after_sync.frontends();
-        let reports = tokio::task::block_in_place(|| conntrack::reconcile(frontends));
-        for r in reports {
-            let deleted = r.outcome.as_ref().map_or(0, |d| d.deleted);
-            self.metrics.observe_conntrack_reconcile(
-                r.family.label(),
-                r.elapsed.as_secs_f64(),
-                deleted as u64,
-            );
-            match &r.outcome {
-                Ok(d) if d.deleted + d.failed.len() > 0 => tracing::info!(
-                    ip_family = r.family.label(),
-                    examined = r.examined,
-                    deleted = d.deleted,
-                    already_gone = d.already_gone,
-                    failed = d.failed.len(),
-                    seconds = r.elapsed.as_secs_f64(),
-                    "stale UDP conntrack entries deleted"
-                ),
-                Ok(d) => tracing::debug!(
-                    ip_family = r.family.label(),
-                    examined = r.examined,
-                    already_gone = d.already_gone,
-                    unfiltered = r.unfiltered,
-                    seconds = r.elapsed.as_secs_f64(),
-                    "conntrack reconciled; nothing stale"
-                ),
-                Err(e) => tracing::warn!(
-                    ip_family = r.family.label(),
-                    error = %e,
-                    "conntrack reconciliation failed; retried at the next sync"
-                ),
-            }
-            if let Ok(d) = &r.outcome {
-                for f in &d.failed {
-                    tracing::warn!(flow = %f.flow, error = %f.error, "stale conntrack entry not deleted");
-                }
-            }
-        }
-        self.check_nodeport_conflicts();
-        let counts = self.after_sync.no_local_endpoints();
-        for (family, (internal, external)) in metrics::IP_FAMILIES.iter().zip(counts) {
-            self.metrics
-                .set_no_local_endpoints(family, internal, external);
-        }
-        let state = &self.live.state;
-        self.health_checks.set_addresses(
-            proxy.health_check_addresses(&families(state, proxy), state.node.as_ref()),
-        );
-        if let Err(e) = self
-            .health_checks
-            .sync(self.after_sync.health_checks())
-            .await
-        {
-            tracing::warn!(error = %e, "healthCheckNodePort servers not all open; retried at the next sync");
-        }
-    }
-
-    /// After a full sync: what kube-proxy has on the node, counted in the gauge, each kind of
-    /// finding said once (`takeover::watch`).
-    fn watch_foreign_proxies(&mut self) {
-        let leftovers = match crate::takeover::survey(self.syncer.outline(), &self.proxy.table_name)
-        {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot list other programs' tables for kube-proxy's rules");
-                return;
-            }
-        };
-        let unreachable = crate::takeover::unreachable::Unreachable::survey();
-        let finding = self.foreign_proxies.observe(&leftovers, &unreachable);
-        self.metrics.set_foreign_proxy_rules(finding.counts);
-        let node = &self.proxy.hostname;
-        for say in finding.say {
-            match say {
-                Say::Replaced(removed) => self
-                    .events
-                    .record(Occurrence::kube_proxy_replaced(node, &removed)),
-                Say::Warn(note) => {
-                    tracing::warn!("{note}");
-                    self.events
-                        .record(Occurrence::foreign_proxy_rules(node, note));
-                }
-                Say::Beside(note) => tracing::info!("{note}"),
-            }
-        }
-    }
-
-    /// Brings the model up to date with the store for a sync: returns the services converted
-    /// since the last sync took its changes (every one at the first sync) and the
-    /// change-trigger times to observe, taken together so no trigger comes without its change.
-    fn update_model(&mut self) -> (BTreeSet<ServiceRef>, Vec<SystemTime>) {
-        let triggers = self.convert_changes(ClusterStore::take_triggers);
-        (std::mem::take(&mut self.converted), triggers)
-    }
-
-    /// Re-converts the services whose objects changed since the last conversion, and the
-    /// node's facts, then calls `then` on the store, still locked.
-    fn convert_changes<T>(&mut self, then: impl FnOnce(&mut ClusterStore) -> T) -> T {
-        let store = self.store.clone();
-        let mut store = lock(&store);
-        let changed = store.update_model(&mut self.live, &self.proxy.hostname);
-        self.converted.extend(changed);
-        self.unconverted_since = None;
-        self.health
-            .set_node_eligible(node_eligible(store.node(&self.proxy.hostname).as_ref()));
-        then(&mut store)
-    }
-
-    /// Warns once about each NodePort a local process also listens on, and counts them.
-    fn check_nodeport_conflicts(&mut self) {
-        use crate::nodeport_conflicts::{conflicts, node_port_range, read_listeners};
-        let listeners = node_port_range(&self.live.state)
-            .map(|ports| read_listeners(&ports))
-            .unwrap_or_default();
-        let found = conflicts(&self.live.state, &listeners);
-        for c in found.difference(&self.nodeport_conflicts) {
-            tracing::warn!(service = %c.service, node_port = c.node_port, protocol = ?c.listener.protocol, address = %c.listener.addr, "a local process listens on a NodePort's port; the Service takes its traffic");
-        }
-        let ports: BTreeSet<_> = found
-            .iter()
-            .map(|c| (c.listener.protocol, c.node_port))
-            .collect();
-        self.metrics.set_nodeport_conflicts(ports.len() as u64);
-        self.nodeport_conflicts = found;
-    }
-
-    fn report_rejected(&mut self) {
-        let now: BTreeSet<_> = self
-            .live
-            .rejected()
-            .map(|r| {
-                (
-                    r.kind,
-                    r.namespace.clone(),
-                    r.name.clone(),
-                    r.reason.clone(),
-                )
-            })
-            .collect();
-        for (kind, namespace, name, reason) in now.difference(&self.rejected_before) {
-            tracing::warn!(%kind, %namespace, %name, %reason, "skipped: the object, or the part of it the reason names; everything else is unaffected");
-            self.metrics.inc_objects_rejected(kind);
-            self.events
-                .record(Occurrence::rejected(kind, namespace, name, reason));
-        }
-        self.rejected_before = now;
-    }
-}
-
-/// kube-proxy's `ip_family` label values of `families`.
-fn family_labels(families: &[IpFamily]) -> Vec<&'static str> {
-    families.iter().map(|f| f.label()).collect()
-}
-
-fn unix_seconds(t: SystemTime) -> f64 {
-    t.duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs_f64()
-}
-
-/// False once the Node is being deleted or the cluster autoscaler marked it for deletion, so
-/// load balancers drain it (kube-proxy's `nodeEligible`).
-fn node_eligible(node: Option<&Node>) -> bool {
-    let Some(node) = node else {
-        return true;
-    };
-    let deleting = node.metadata.deletion_timestamp.is_some();
-    let to_be_deleted = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|t| t.iter().any(|t| t.key == "ToBeDeletedByClusterAutoscaler"));
-    !(deleting || to_be_deleted)
-}
-
-/// glibc gives each allocating thread its own arena, and memory freed in one is not reused by
-/// another: the source's parsing and the sync's planning, on different runtime threads, would
-/// each keep their own high-water mark resident. One arena holds one. The daemon allocates
-/// mostly on its sync loop, so the shared lock costs nothing measurable.
-fn share_one_malloc_arena() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only changes the allocator's tuning; called before any other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-    }
-}
-
-/// Allocations from this size up are mapped on their own and unmapped when freed. Left to
-/// itself, glibc raises this threshold to the size of each mapped block freed (up to 32 MiB):
-/// once the list pages' response bodies are freed, the first sync's large buffers (the batch,
-/// growing by doubling) come from the heap instead, where each outgrown copy stays resident.
-/// A fixed threshold also stops glibc raising the heap's trim threshold along with it: left at
-/// 128 KiB, the top of the heap would be handed back and faulted in again all through planning.
-/// The daemon trims explicitly around full syncs instead (`release_freed_memory`).
-fn map_large_allocations_alone() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only changes the allocator's tuning; called before any other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 * 1024 * 1024);
-    }
-}
-
-/// Without fast bins, small freed blocks go to the thread cache and then straight to the
-/// ordinary bins. With them, decoding a list page frees thousands of small blocks into the
-/// fast bins, and every larger request then merges them all first (`malloc_consolidate`): 16%
-/// of the listing's time at 30,000 Services × 10. Measured side by side: the listing 0.1–0.3 s
-/// shorter, a churn sync's median 0.058 → 0.046 s, the same memory.
-fn no_fast_bins() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only changes the allocator's tuning; called before any other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_MXFAST, 0);
-    }
-}
-
-/// A full sync frees a whole plan, its transaction and its encoded batch at once, but glibc
-/// keeps freed heap pages mapped, so the daemon's resident memory would stay at the peak of
-/// its largest sync. Handing them back keeps RSS near what the daemon actually holds. Only
-/// around full syncs: a partial sync frees little, and trimming after each one made the next
-/// fault its pages back in (2–4 ms of a one-endpoint sync at 10,000 services on this VM).
-fn release_freed_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only returns free pages to the kernel; it touches no live allocation.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }
