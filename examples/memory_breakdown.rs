@@ -12,10 +12,10 @@ mod synthetic;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kubenft::cli::load_inputs;
 use kubenft::cluster::LiveState;
 use kubenft::netns::Netns;
 use kubenft::nft::netlink::Nftables;
+use kubenft::node_inputs::load_inputs;
 use kubenft::proxier::{Planner, ProxyConfig};
 use kubenft::source::store::ClusterStore;
 use kubenft::sync::Syncer;

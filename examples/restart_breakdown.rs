@@ -12,7 +12,7 @@ mod synthetic;
 
 use std::time::Instant;
 
-use kubenft::full_sync::{plan_as_held, read_differing_sets};
+use kubenft::daemon::full_sync::{plan_as_held, read_differing_sets};
 use kubenft::netns::Netns;
 use kubenft::nft::netlink::Nftables;
 use kubenft::proxier::Planner;

@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use kube::core::ObjectList;
 use kube::runtime::watcher::Event;
-use kubenft::cli::load_inputs;
 use kubenft::cluster::LiveState;
+use kubenft::node_inputs::load_inputs;
 use kubenft::source::store::{ClusterStore, DecodedService, DecodedSlice};
 
 /// Objects per list page, as the daemon asks.

@@ -9,24 +9,22 @@
 )]
 
 pub mod access;
-pub mod after_sync;
 pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod conntrack;
 #[cfg(feature = "daemon")]
-mod daemon;
+pub mod daemon;
 mod demo;
-#[cfg(feature = "daemon")]
-mod events;
 mod explain;
 mod family;
-pub mod full_sync;
 pub mod kernel_support;
 pub mod lab;
+mod metrics;
 pub mod netlink;
 pub mod netns;
 pub mod nft;
+pub mod node_inputs;
 mod nodeport_conflicts;
 pub mod proxier;
 mod serve;

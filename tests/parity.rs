@@ -1828,9 +1828,10 @@ fn no_endpoints_metric() {
         assert!(rejected.is_empty(), "{name}: {rejected:?}");
         // What the daemon reports after a sync, and the from-scratch derivation it is
         // checked against.
-        let mut facts = kubenft::after_sync::AfterSyncFacts::new(flows::NODE_NAME);
+        let mut facts = kubenft::daemon::after_sync::AfterSyncFacts::new(flows::NODE_NAME);
         facts.update(&state);
-        let (_, from_scratch) = kubenft::after_sync::local_endpoint_facts(&state, flows::NODE_NAME);
+        let (_, from_scratch) =
+            kubenft::daemon::after_sync::local_endpoint_facts(&state, flows::NODE_NAME);
         for [v4, v6] in [facts.no_local_endpoints(), from_scratch] {
             assert_eq!(
                 v4, want,

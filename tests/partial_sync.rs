@@ -375,7 +375,7 @@ fn a_restart_after_churn_reads_a_large_slot_map_once_and_sends_nothing() {
 
 /// Four services churned, and `unchanged` more of ten endpoints each.
 fn restart_after_churn(ns_name: &str, unchanged: usize) {
-    use kubenft::full_sync::{plan_as_held, read_differing_sets};
+    use kubenft::daemon::full_sync::{plan_as_held, read_differing_sets};
     use kubenft::nft::netlink::{Nftables, canonical};
     use kubenft::proxier::Planner;
     use kubenft::sync::{Observed, Syncer, reconcile_transaction};
@@ -482,7 +482,7 @@ fn restart_after_churn(ns_name: &str, unchanged: usize) {
 /// transaction.
 #[test]
 fn a_set_outgrowing_its_declared_size_is_recreated_larger_by_a_full_sync() {
-    use kubenft::full_sync::full_sync;
+    use kubenft::daemon::full_sync::full_sync;
     use kubenft::nft::netlink::{Nftables, canonical};
     use kubenft::proxier::Planner;
     use kubenft::sync::Syncer;
@@ -561,7 +561,7 @@ fn a_set_outgrowing_its_declared_size_is_recreated_larger_by_a_full_sync() {
 /// the next sync finds nothing to change.
 #[test]
 fn tables_from_before_declared_sizes_are_recreated_sized_by_one_full_sync() {
-    use kubenft::full_sync::full_sync;
+    use kubenft::daemon::full_sync::full_sync;
     use kubenft::nft::netlink::{Nftables, canonical};
     use kubenft::proxier::Planner;
     use kubenft::sync::Syncer;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use std::collections::BTreeSet;
 
 use kubenft::cluster::{ClusterState, ConsistentEndpoint, ServicePortName};
-use kubenft::full_sync::{plan_as_held, read_differing_sets};
+use kubenft::daemon::full_sync::{plan_as_held, read_differing_sets};
 use kubenft::netlink::NetlinkSocket;
 use kubenft::netlink::attr::AttrWriter;
 use kubenft::netns::Netns;

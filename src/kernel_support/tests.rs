@@ -353,7 +353,7 @@ fn repository_clusters() -> Vec<(String, ClusterState)> {
     ["examples/basic", "examples/demo/cluster.yaml"]
         .into_iter()
         .map(|p| {
-            let inputs = crate::cli::load_inputs(&root.join(p), "node-a").unwrap();
+            let inputs = crate::node_inputs::load_inputs(&root.join(p), "node-a").unwrap();
             let (mut state, _) = ClusterState::from_objects(
                 &inputs.services,
                 &inputs.endpoint_slices,

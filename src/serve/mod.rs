@@ -4,7 +4,6 @@
 
 pub(crate) mod health;
 pub(crate) mod healthcheck;
-pub(crate) mod metrics;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -19,9 +18,10 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
+use crate::metrics::{self, Metrics, Probe};
+
 pub(crate) use health::HealthState;
 pub(crate) use healthcheck::{HealthCheckServers, ServiceHealth};
-pub(crate) use metrics::{ChangeCounts, EventOutcome, Metrics, Probe, SyncResult};
 
 /// Failures of the health and metrics servers.
 #[derive(Debug, thiserror::Error)]
@@ -288,6 +288,7 @@ mod tests {
     use super::health::Clock;
     use super::testclient::get;
     use super::*;
+    use crate::metrics::SyncResult;
     use crate::sync::SyncKind;
     use std::sync::Mutex;
     use std::time::{Duration, SystemTime, UNIX_EPOCH};

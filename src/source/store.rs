@@ -19,7 +19,7 @@ pub use super::decoded::{Decoded, DecodedService, DecodedSlice};
 use crate::cluster::kept::trigger_time;
 pub use crate::cluster::kept::{Kept, KeptService, KeptSlice};
 use crate::cluster::{LiveState, NodeInfo, ServiceRef};
-use crate::serve::{ChangeCounts, Metrics};
+use crate::metrics::{ChangeCounts, Metrics};
 
 /// The objects of one kind, keyed `namespace/name`, as `Kept` keeps them.
 #[derive(Debug, Clone)]

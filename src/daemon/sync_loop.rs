@@ -1,382 +1,37 @@
-//! `kubenft run`: the daemon. Sources (the API's watchers, or a manifests directory) feed one
-//! store; one loop turns the store into desired tables and syncs them on kube-proxy's schedule;
-//! after each sync it reconciles the UDP conntrack entries and the healthCheckNodePort
-//! servers; `/healthz`, `/livez` and `/metrics` are served alongside.
+//! The daemon's sync loop: it waits for the first complete list of every kind, brings the model
+//! up to date with the store (ahead of a sync that must wait, so the sync itself converts only
+//! the latest changes), syncs on kube-proxy's schedule (partial when the kernel holds what the
+//! planner remembers, full otherwise), then reconciles conntrack and the healthCheckNodePort
+//! servers and records the sync in the metrics, the health state, the log and Events.
 //!
-//! Guarantees: nothing is programmed before the kernel passed the start-up probe
-//! (`kernel_support`): on a kernel that refuses it the daemon answers `/healthz` and `/livez`
-//! with 503 and the reason, records a Warning Event on the Node, waits for that write (at most
-//! `REFUSAL_EVENT_LIMIT`) and exits with an error; nothing is programmed before every kind was
-//! listed completely once; a failed sync leaves the previous rules, is logged and counted, and
-//! is retried as a full sync; API outages never clear the rules; stopping (SIGTERM, SIGINT)
-//! leaves the rules in place, so a restart drops no connection.
+//! Guarantees: nothing is programmed before every kind was listed completely once; a failed
+//! sync leaves the previous rules, is logged and counted, gives its change triggers back to the
+//! store, and the sync after it is full; each rejected object and each NodePort conflict is
+//! logged once while it lasts.
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::Node;
-use tokio::net::TcpListener;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 
-use crate::after_sync::AfterSyncFacts;
-use crate::cli::{
-    add_local_addresses, kernel_families, load_inputs, log_nodeport_fallbacks, nodeport_fallbacks,
-};
+use super::after_sync::AfterSyncFacts;
+use super::events::{Occurrence, Recorder};
+use super::full_sync;
+use super::lock;
+use super::memory::release_freed_memory;
 use crate::cluster::{LiveState, ServiceRef};
 use crate::config::RunSettings;
 use crate::conntrack;
-use crate::events::{Limits, Occurrence, Recorder};
+use crate::metrics::{self, Metrics, SyncResult};
 use crate::nft::netlink::Nftables;
+use crate::node_inputs::{add_local_addresses, log_nodeport_fallbacks, nodeport_fallbacks};
 use crate::proxier::{IpFamily, Planner, ProxyConfig, families};
-use crate::serve::{self, HealthCheckServers, HealthState, Metrics, SyncResult};
-use crate::source::kube as kube_source;
+use crate::serve::{HealthCheckServers, HealthState};
 use crate::source::store::ClusterStore;
 use crate::sync::{Schedule, SyncKind, SyncReport, Syncer};
 use crate::takeover::watch::Say;
-
-#[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
-    #[error("starting the async runtime: {0}")]
-    Runtime(#[source] std::io::Error),
-    #[error("opening the nf_tables netlink socket: {0}")]
-    Netlink(#[source] crate::nft::netlink::SocketError),
-    #[error("serving {what}: {source}")]
-    Serve {
-        what: &'static str,
-        #[source]
-        source: serve::ServeError,
-    },
-    #[error("connecting to the Kubernetes API: {0}")]
-    Kube(#[source] kube_source::KubeSourceError),
-    #[error("waiting for a stop signal: {0}")]
-    Signal(#[source] std::io::Error),
-    #[error("--init-only: {failed} conntrack setting(s) could not be applied (logged above)")]
-    NodeSettings { failed: usize },
-    /// The kernel refused the start-up probe: nothing was programmed.
-    #[error("{0}")]
-    KernelUnsupported(Box<crate::kernel_support::Unsupported>),
-}
-
-impl DaemonError {
-    /// Whether the kernel refused the start-up probe (exit `EX_UNAVAILABLE`).
-    pub(crate) fn is_kernel_unsupported(&self) -> bool {
-        matches!(self, DaemonError::KernelUnsupported(_))
-    }
-}
-
-/// How long a daemon that cannot run waits for its Warning event to be written before it
-/// exits: the Event is the one place a cluster operator sees why the pod keeps restarting.
-const REFUSAL_EVENT_LIMIT: Duration = Duration::from_secs(10);
-
-/// Where the cluster objects come from.
-#[derive(Debug, Clone)]
-enum Source {
-    Api {
-        kubeconfig: Option<PathBuf>,
-        service_proxy_name: Option<String>,
-    },
-    Manifests {
-        path: PathBuf,
-        poll: Duration,
-    },
-}
-
-/// Runs the daemon until SIGTERM or SIGINT.
-pub(crate) fn run(proxy: &ProxyConfig, settings: RunSettings) -> Result<(), DaemonError> {
-    let failed = apply_node_settings(&settings.conntrack);
-    if settings.init_only {
-        return match failed {
-            0 => Ok(()),
-            failed => Err(DaemonError::NodeSettings { failed }),
-        };
-    }
-    let source = match &settings.manifests {
-        Some(path) => Source::Manifests {
-            path: path.clone(),
-            poll: settings.manifests_poll_period,
-        },
-        None => Source::Api {
-            kubeconfig: settings.kubeconfig.clone(),
-            service_proxy_name: settings.service_proxy_name.clone(),
-        },
-    };
-    share_one_malloc_arena();
-    map_large_allocations_alone();
-    no_fast_bins();
-    // The sync loop runs on this thread (`block_on`); one worker runs the watchers and the
-    // servers beside it. A second worker only had the watchers decode list pages in parallel
-    // on the one malloc arena: at 30,000 Services × 10 the listing took 0.3–0.4 s longer.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .map_err(DaemonError::Runtime)?;
-    let proxy = ProxyConfig {
-        supported_families: kernel_families(),
-        ..proxy.clone()
-    };
-    runtime.block_on(run_async(proxy, settings, source))
-}
-
-/// Sets the conntrack sysctls as kube-proxy does at start, logging each decision; returns how
-/// many could not be applied. The daemon runs on regardless: the rules do not depend on them.
-fn apply_node_settings(settings: &conntrack::tuning::ConntrackSettings) -> usize {
-    let roots = conntrack::tuning::Roots::host();
-    let decisions = conntrack::tuning::apply(settings, &roots, roots.cpus());
-    for d in &decisions {
-        match d {
-            conntrack::tuning::Decision::Set { .. } | conntrack::tuning::Decision::Kept { .. } => {
-                tracing::info!("conntrack: {d}")
-            }
-            _ => tracing::warn!("conntrack: {d}"),
-        }
-    }
-    decisions.iter().filter(|d| d.failed()).count()
-}
-
-async fn run_async(
-    proxy: ProxyConfig,
-    settings: RunSettings,
-    source: Source,
-) -> Result<(), DaemonError> {
-    let periods = settings.periods;
-    let metrics = Metrics::new();
-    // kube-proxy: unhealthy when a queued change waited more than twice the sync period.
-    let health = HealthState::new(2 * periods.sync_period);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
-
-    // Bind before anything else so a taken port fails the start, not a later probe.
-    let mut servers = Vec::new();
-    if let Some(addr) = settings.healthz_bind_address {
-        let listener = listen(addr, "healthz").await?;
-        tracing::info!(%addr, "serving /healthz and /livez");
-        servers.push(tokio::spawn(serve::serve_healthz_on(
-            listener,
-            health.clone(),
-            metrics.clone(),
-            stopped(),
-        )));
-    }
-    if let Some(addr) = settings.metrics_bind_address {
-        let listener = listen(addr, "metrics").await?;
-        tracing::info!(%addr, "serving /metrics");
-        servers.push(tokio::spawn(serve::serve_metrics_on(
-            listener,
-            metrics.clone(),
-            stopped(),
-        )));
-    }
-
-    let probed = tokio::task::block_in_place(|| {
-        crate::kernel_support::check_at_start(&proxy, &proxy.supported_families)
-    });
-    if let Err(unsupported) = probed {
-        report_unsupported_kernel(&unsupported, &proxy, &source, &health, &metrics).await;
-        let _ = stop_tx.send(true);
-        for server in servers {
-            let _ = server.await;
-        }
-        return Err(DaemonError::KernelUnsupported(unsupported));
-    }
-
-    let nft = Nftables::open().map_err(DaemonError::Netlink)?;
-    let store = Arc::new(Mutex::new(ClusterStore::publishing_to(metrics.clone())));
-    let wake = Arc::new(Notify::new());
-    let (sources, events) = match source {
-        Source::Api {
-            kubeconfig,
-            service_proxy_name,
-        } => {
-            let client = kube_source::client(kubeconfig.as_deref())
-                .await
-                .map_err(DaemonError::Kube)?;
-            let events = Recorder::spawn(
-                client.clone(),
-                &proxy.hostname,
-                metrics.clone(),
-                Limits::default(),
-            );
-            let watchers = kube_source::spawn_watchers(
-                client,
-                &proxy.hostname,
-                service_proxy_name.as_deref(),
-                store.clone(),
-                wake.clone(),
-            );
-            // kube-proxy's "birth cry", once its watchers run.
-            events.record(Occurrence::starting(&proxy.hostname));
-            (watchers, events)
-        }
-        Source::Manifests { path, poll } => (
-            vec![tokio::spawn(poll_manifests(
-                path,
-                proxy.hostname.clone(),
-                poll,
-                store.clone(),
-                wake.clone(),
-            ))],
-            Recorder::disabled(metrics.clone()),
-        ),
-    };
-
-    let after_sync = AfterSyncFacts::new(&proxy.hostname);
-    let mut syncer = Syncer::new(nft, &proxy.table_name);
-    let takeover = settings.replace_kube_proxy.then(|| {
-        let takeover = crate::takeover::Takeover::new(&proxy.table_name);
-        let outcome = takeover.outcome();
-        syncer.lead_next_commit_with(Box::new(takeover));
-        outcome
-    });
-    let ip_families = family_labels(&families(&Default::default(), &proxy));
-    let mut sync_loop = SyncLoop {
-        nodeport_conflicts: BTreeSet::new(),
-        ip_families,
-        events,
-        failures_in_a_row: 0,
-        syncer,
-        foreign_proxies: crate::takeover::watch::Watch::new(takeover),
-        planner: Planner::new(),
-        proxy,
-        schedule: Schedule::new(periods),
-        metrics,
-        health: health.clone(),
-        health_checks: HealthCheckServers::new(Vec::new(), health),
-        store,
-        after_sync,
-        live: LiveState::default(),
-        converted: BTreeSet::new(),
-        unconverted_since: None,
-        rejected_before: BTreeSet::new(),
-        nodeport_fallbacks_logged: Vec::new(),
-    };
-    let stop = async {
-        wait_for_stop_signal().await?;
-        tracing::info!("stopping; the rules stay in place");
-        Ok::<(), DaemonError>(())
-    };
-    let result = tokio::select! {
-        r = stop => r,
-        () = sync_loop.run(wake) => Ok(()),
-    };
-    let _ = stop_tx.send(true);
-    for task in sources {
-        task.abort();
-    }
-    for server in servers {
-        let _ = server.await;
-    }
-    result
-}
-
-/// Says why the daemon cannot run, everywhere an operator looks: the log, `/healthz` and
-/// `/livez`, and a Warning Event on the Node, written before this returns (or given up on
-/// after `REFUSAL_EVENT_LIMIT`).
-async fn report_unsupported_kernel(
-    unsupported: &crate::kernel_support::Unsupported,
-    proxy: &ProxyConfig,
-    source: &Source,
-    health: &HealthState,
-    metrics: &Metrics,
-) {
-    let reason = unsupported.to_string();
-    tracing::error!(kernel = %unsupported.kernel, "{reason}");
-    health.kernel_unsupported(&reason);
-    let Source::Api { kubeconfig, .. } = source else {
-        return;
-    };
-    let client = match kube_source::client(kubeconfig.as_deref()).await {
-        Ok(client) => client,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot record the Warning event: no API client");
-            return;
-        }
-    };
-    let events = Recorder::spawn(client, &proxy.hostname, metrics.clone(), Limits::default());
-    events.record(Occurrence::kernel_unsupported(&proxy.hostname, &reason));
-    if !events.flush(REFUSAL_EVENT_LIMIT).await {
-        tracing::warn!(limit = ?REFUSAL_EVENT_LIMIT, "the Warning event was not written in time");
-    }
-}
-
-async fn listen(addr: SocketAddr, what: &'static str) -> Result<TcpListener, DaemonError> {
-    serve::bind(addr)
-        .await
-        .map_err(|source| DaemonError::Serve { what, source })
-}
-
-async fn wait_for_stop_signal() -> Result<(), DaemonError> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signal)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    Ok(())
-}
-
-/// Re-reads `path` whenever a file in it changed (size, modification time, or the set of
-/// files), replacing the store's objects as a whole. A read that fails keeps the last objects.
-async fn poll_manifests(
-    path: PathBuf,
-    hostname: String,
-    every: Duration,
-    store: Arc<Mutex<ClusterStore>>,
-    wake: Arc<Notify>,
-) {
-    let mut seen: Option<Vec<(PathBuf, u64, SystemTime)>> = None;
-    loop {
-        let now = fingerprint(&path);
-        if seen.as_ref() != Some(&now) {
-            match load_inputs(&path, &hostname) {
-                Ok(inputs) => {
-                    tracing::info!(path = %path.display(), services = inputs.services.len(), slices = inputs.endpoint_slices.len(), "manifests read");
-                    lock(&store).replace_all(inputs);
-                    wake.notify_one();
-                    seen = Some(now);
-                }
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "cannot read manifests; keeping the last ones");
-                }
-            }
-        }
-        tokio::time::sleep(every).await;
-    }
-}
-
-/// Each file under `path` (recursively) with its size and modification time, sorted.
-fn fingerprint(path: &Path) -> Vec<(PathBuf, u64, SystemTime)> {
-    let mut out = Vec::new();
-    let mut todo = vec![path.to_path_buf()];
-    while let Some(p) = todo.pop() {
-        let Ok(meta) = std::fs::metadata(&p) else {
-            continue;
-        };
-        if meta.is_dir() {
-            if let Ok(entries) = std::fs::read_dir(&p) {
-                todo.extend(entries.flatten().map(|e| e.path()));
-            }
-        } else {
-            let modified = meta.modified().unwrap_or(UNIX_EPOCH);
-            out.push((p, meta.len(), modified));
-        }
-    }
-    out.sort();
-    out
-}
-
-fn lock(store: &Mutex<ClusterStore>) -> std::sync::MutexGuard<'_, ClusterStore> {
-    store.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// How long changes may wait in the store before they are converted into the model ahead of
 /// their sync: often enough that a sync finds only the last moments' changes to convert, seldom
@@ -397,7 +52,7 @@ struct SyncTimings {
     after_sync_seconds: f64,
 }
 
-struct SyncLoop {
+pub(super) struct SyncLoop {
     proxy: ProxyConfig,
     /// The `ip_family` labels of the tables the last sync programmed (kube-proxy keeps one
     /// proxier, and one set of sync metrics, per family).
@@ -435,7 +90,50 @@ struct SyncLoop {
 }
 
 impl SyncLoop {
-    async fn run(&mut self, wake: Arc<Notify>) {
+    /// A loop that syncs `proxy`'s tables from `store` through `nft`; with
+    /// `--replace-kube-proxy`, its first commit removes what kube-proxy left.
+    pub(super) fn new(
+        nft: Nftables,
+        proxy: ProxyConfig,
+        settings: &RunSettings,
+        metrics: Metrics,
+        health: HealthState,
+        store: Arc<Mutex<ClusterStore>>,
+        events: Recorder,
+    ) -> SyncLoop {
+        let after_sync = AfterSyncFacts::new(&proxy.hostname);
+        let mut syncer = Syncer::new(nft, &proxy.table_name);
+        let takeover = settings.replace_kube_proxy.then(|| {
+            let takeover = crate::takeover::Takeover::new(&proxy.table_name);
+            let outcome = takeover.outcome();
+            syncer.lead_next_commit_with(Box::new(takeover));
+            outcome
+        });
+        let ip_families = family_labels(&families(&Default::default(), &proxy));
+        SyncLoop {
+            nodeport_conflicts: BTreeSet::new(),
+            ip_families,
+            events,
+            failures_in_a_row: 0,
+            syncer,
+            foreign_proxies: crate::takeover::watch::Watch::new(takeover),
+            planner: Planner::new(),
+            proxy,
+            schedule: Schedule::new(settings.periods),
+            metrics,
+            health: health.clone(),
+            health_checks: HealthCheckServers::new(Vec::new(), health),
+            store,
+            after_sync,
+            live: LiveState::default(),
+            converted: BTreeSet::new(),
+            unconverted_since: None,
+            rejected_before: BTreeSet::new(),
+            nodeport_fallbacks_logged: Vec::new(),
+        }
+    }
+
+    pub(super) async fn run(&mut self, wake: Arc<Notify>) {
         let mut announced_wait = false;
         let mut first_list_pending = true;
         loop {
@@ -593,12 +291,12 @@ impl SyncLoop {
     /// Plans everything and brings the kernel to it. The kernel is read first, before planning,
     /// so that services keep the endpoint-map blocks and slots it already has (after a restart
     /// too): unchanged services then plan to unchanged rules and elements and nothing is sent
-    /// for them (`crate::full_sync`). If the read fails, the sync reads again.
+    /// for them (`full_sync`). If the read fails, the sync reads again.
     fn full_sync(&mut self, proxy: &ProxyConfig) -> Result<SyncReport, crate::sync::SyncError> {
         // Planning leaves its temporaries freed in heap holes that the batch, mapped on its
         // own, does not reuse: handed back before encoding, the peak holds one, not both.
         tokio::task::block_in_place(|| {
-            crate::full_sync::full_sync(
+            full_sync::full_sync(
                 &mut self.syncer,
                 &mut self.planner,
                 &self.live.state,
@@ -694,7 +392,7 @@ impl SyncLoop {
         }
         self.check_nodeport_conflicts();
         let counts = self.after_sync.no_local_endpoints();
-        for (family, (internal, external)) in serve::metrics::IP_FAMILIES.iter().zip(counts) {
+        for (family, (internal, external)) in metrics::IP_FAMILIES.iter().zip(counts) {
             self.metrics
                 .set_no_local_endpoints(family, internal, external);
         }
@@ -827,58 +525,4 @@ fn node_eligible(node: Option<&Node>) -> bool {
         .and_then(|s| s.taints.as_ref())
         .is_some_and(|t| t.iter().any(|t| t.key == "ToBeDeletedByClusterAutoscaler"));
     !(deleting || to_be_deleted)
-}
-
-/// glibc gives each allocating thread its own arena, and memory freed in one is not reused by
-/// another: the source's parsing and the sync's planning, on different runtime threads, would
-/// each keep their own high-water mark resident. One arena holds one. The daemon allocates
-/// mostly on its sync loop, so the shared lock costs nothing measurable.
-fn share_one_malloc_arena() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only changes the allocator's tuning; called before any other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-    }
-}
-
-/// Allocations from this size up are mapped on their own and unmapped when freed. Left to
-/// itself, glibc raises this threshold to the size of each mapped block freed (up to 32 MiB):
-/// once the list pages' response bodies are freed, the first sync's large buffers (the batch,
-/// growing by doubling) come from the heap instead, where each outgrown copy stays resident.
-/// A fixed threshold also stops glibc raising the heap's trim threshold along with it: left at
-/// 128 KiB, the top of the heap would be handed back and faulted in again all through planning.
-/// The daemon trims explicitly around full syncs instead (`release_freed_memory`).
-fn map_large_allocations_alone() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only changes the allocator's tuning; called before any other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 * 1024 * 1024);
-    }
-}
-
-/// Without fast bins, small freed blocks go to the thread cache and then straight to the
-/// ordinary bins. With them, decoding a list page frees thousands of small blocks into the
-/// fast bins, and every larger request then merges them all first (`malloc_consolidate`): 16%
-/// of the listing's time at 30,000 Services × 10. Measured side by side: the listing 0.1–0.3 s
-/// shorter, a churn sync's median 0.058 → 0.046 s, the same memory.
-fn no_fast_bins() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only changes the allocator's tuning; called before any other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_MXFAST, 0);
-    }
-}
-
-/// A full sync frees a whole plan, its transaction and its encoded batch at once, but glibc
-/// keeps freed heap pages mapped, so the daemon's resident memory would stay at the peak of
-/// its largest sync. Handing them back keeps RSS near what the daemon actually holds. Only
-/// around full syncs: a partial sync frees little, and trimming after each one made the next
-/// fault its pages back in (2–4 ms of a one-endpoint sync at 10,000 services on this VM).
-fn release_freed_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only returns free pages to the kernel; it touches no live allocation.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }

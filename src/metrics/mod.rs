@@ -1,6 +1,9 @@
 //! Metrics registry: kube-proxy's sync metrics (same names, types and buckets, so existing
 //! dashboards and alerts keep working) plus kubenft's own, updated lock-free from the sync loop
 //! and rendered in the Prometheus text exposition format (version 0.0.4).
+//!
+//! No HTTP here: the store, the Event recorder and the daemon update the registry, and `serve`
+//! answers `/metrics` with its text.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

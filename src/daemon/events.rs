@@ -19,7 +19,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::serve::{EventOutcome, Metrics};
+use crate::metrics::{EventOutcome, Metrics};
 
 /// The `reportingController` of every event, and the prefix of `reportingInstance`
 /// (`kubenft-NODE`, as client-go's recorder names an instance).

@@ -1,6 +1,8 @@
 //! The daemon's full sync: read our tables back, plan keeping what they hold (endpoint-map
 //! blocks, pick slots), and send the difference. Shared with the benchmark and the tests, which
-//! time or check its steps.
+//! time or check its steps. It joins the planner and the sync engine, which know nothing of
+//! each other (the engine sees the planner's elements only as `nft::transaction::SetElements`),
+//! so it lives above both, here.
 //!
 //! A restart trusts the kernel's digest records and leaves large sets unread, so the planner
 //! cannot keep the slots of a large `pick-M-slots` map it did not see: it plans them in address
