@@ -180,8 +180,8 @@ fn element_changes(old: &Set, s: &Set) -> (Vec<Element>, Vec<Element>) {
 /// Dynamic sets (`flags dynamic`, filled by the data path, e.g. session affinity) keep the
 /// kernel's elements: only their definition is managed here.
 ///
-/// One function on purpose: it is the order of the numbered steps below that makes every
-/// reference valid when the kernel checks it, and that order reads best in one place.
+/// The order of the steps (see `plan_with`) is what makes every reference valid when the
+/// kernel checks it.
 pub fn plan(current: Option<&Table>, desired: &Table) -> Vec<Op> {
     plan_with(current, desired, |s| s.elements.clone())
 }
@@ -226,180 +226,267 @@ pub(crate) fn return_elements(ops: Vec<Op>, tables: &mut [Table]) {
 }
 
 /// [`plan`], taking the elements of each set filled whole from `fill`.
+///
+/// The order of the numbered steps is what makes every reference valid when the kernel checks
+/// it, so the order lives here, one call per step, each with the reason it comes where it does.
 fn plan_with(
     current: Option<&Table>,
     desired: &Table,
-    mut fill: impl FnMut(&Set) -> Vec<Element>,
+    fill: impl FnMut(&Set) -> Vec<Element>,
 ) -> Vec<Op> {
-    let table = desired.table_ref();
     let empty = Table::new(desired.family, desired.name.clone());
     let cur = current.unwrap_or(&empty);
-    let mut ops = Vec::new();
+    let mut steps = Steps {
+        table: desired.table_ref(),
+        cur,
+        desired,
+        changes: classify(cur, desired),
+        ops: Vec::new(),
+    };
 
     if current.is_none() {
-        ops.push(Op::AddTable {
-            table: table.clone(),
+        steps.ops.push(Op::AddTable {
+            table: steps.table.clone(),
             comment: desired.comment.clone(),
         });
     }
 
-    let Changes {
-        removed_sets,
-        recreated_sets,
-        new_sets,
-        removed_chains,
-        recreated_chains,
-        recreated_names,
-        new_chains,
-        refilled,
-    } = classify(cur, desired);
-
     // 1. Create what new references will point at.
-    for c in &new_chains {
-        ops.push(Op::AddChain {
-            table: table.clone(),
-            chain: without_rules(c),
-        });
-    }
-    for s in &new_sets {
-        ops.push(Op::AddSet {
-            table: table.clone(),
-            set: without_elements(s),
-        });
-    }
+    steps.add_new_chains_and_sets();
     // Base chain policy changes are an in-place update of the existing chain.
-    for c in desired.chains.values() {
-        if let (Some(old), Some(base)) = (cur.chains.get(&c.name), c.base)
-            && !recreated_names.contains(c.name.as_str())
-            && old.base.map(|b| b.policy) != Some(base.policy)
-        {
-            ops.push(Op::AddChain {
-                table: table.clone(),
-                chain: without_rules(c),
-            });
-        }
-    }
+    steps.update_base_chain_policies();
 
     // 2. Remove references that are going away: rules of changed and doomed chains.
-    for c in refilled
-        .iter()
-        .copied()
-        .chain(removed_chains.iter().copied())
-        .chain(recreated_chains.iter().copied())
-    {
-        if cur
-            .chains
-            .get(&c.name)
-            .is_some_and(|old| !old.rules.is_empty())
-        {
-            ops.push(Op::FlushChain {
-                table: table.clone(),
-                chain: c.name.clone(),
-            });
-        }
-    }
+    steps.flush_chains_losing_rules();
 
-    // 3. Element changes in sets that stay; a changed verdict is a delete then an add.
-    let mut additions: Vec<(String, Vec<Element>)> = Vec::new();
-    for s in desired.sets.values() {
-        if s.dynamic || recreated_sets.contains(s.name.as_str()) {
-            continue;
-        }
-        let Some(old) = cur.sets.get(&s.name) else {
-            continue;
-        };
-        let (deleted, added) = element_changes(old, s);
-        if !deleted.is_empty() {
-            ops.push(Op::DeleteElements {
-                table: table.clone(),
-                set: s.name.clone(),
-                elements: deleted,
-            });
-        }
-        if !added.is_empty() {
-            additions.push((s.name.clone(), added));
-        }
-    }
+    // 3. Element changes in sets that stay; a changed verdict is a delete then an add. The
+    // deletions go now, the additions wait for the fill (step 6).
+    let additions = steps.delete_changed_elements();
 
     // 4. Sets that go away or change type (nothing refers to them any more).
-    for name in removed_sets.iter().chain(recreated_sets.iter()) {
-        ops.push(Op::DeleteSet {
-            table: table.clone(),
-            set: name.to_string(),
-        });
-    }
-    for s in desired
-        .sets
-        .values()
-        .filter(|s| recreated_sets.contains(s.name.as_str()))
-    {
-        ops.push(Op::AddSet {
-            table: table.clone(),
-            set: without_elements(s),
-        });
-    }
+    steps.delete_and_recreate_sets();
 
     // 5. Recreated base chains come back with their new hook before anything is filled.
-    for c in &recreated_chains {
-        ops.push(Op::DeleteChain {
-            table: table.clone(),
-            chain: c.name.clone(),
-        });
-        ops.push(Op::AddChain {
-            table: table.clone(),
-            chain: without_rules(c),
-        });
-    }
+    steps.recreate_base_chains();
 
     // 6. Fill: rules, then elements of new and recreated sets and added elements. Rules come
     // first because the kernel walks every element of a map each time a rule in another chain
     // starts using it: thousands of service chains binding to a filled endpoint map would be
     // quadratic, while binding to it empty is free.
-    for c in new_chains
-        .iter()
-        .chain(refilled.iter())
-        .chain(recreated_chains.iter())
-    {
-        for rule in &c.rules {
-            let mut rule = rule.clone();
-            rule.handle = None;
-            ops.push(Op::AddRule {
-                table: table.clone(),
-                chain: c.name.clone(),
-                rule,
+    steps.add_rules();
+    steps.fill_fresh_sets(fill);
+    steps.add_elements(additions);
+
+    // 7. Chains nobody refers to any more.
+    steps.delete_removed_chains();
+    steps.ops
+}
+
+/// The operations of one table's plan as [`plan_with`] writes them, step by step, and what
+/// they are computed from. Each step only appends: the order is [`plan_with`]'s.
+struct Steps<'a> {
+    table: TableRef,
+    /// What the kernel holds (an empty table when it holds none).
+    cur: &'a Table,
+    desired: &'a Table,
+    changes: Changes<'a>,
+    ops: Vec<Op>,
+}
+
+impl Steps<'_> {
+    /// New chains (without their rules) and new sets (without their elements).
+    fn add_new_chains_and_sets(&mut self) {
+        for c in &self.changes.new_chains {
+            self.ops.push(Op::AddChain {
+                table: self.table.clone(),
+                chain: without_rules(c),
+            });
+        }
+        for s in &self.changes.new_sets {
+            self.ops.push(Op::AddSet {
+                table: self.table.clone(),
+                set: without_elements(s),
             });
         }
     }
-    for s in desired.sets.values() {
-        let fresh = !cur.sets.contains_key(&s.name) || recreated_sets.contains(s.name.as_str());
-        if !fresh {
-            continue;
+
+    /// Kept base chains whose policy changed, added again with the new policy (the kernel
+    /// updates an existing chain in place). Recreated chains get theirs in step 5.
+    fn update_base_chain_policies(&mut self) {
+        for c in self.desired.chains.values() {
+            if let (Some(old), Some(base)) = (self.cur.chains.get(&c.name), c.base)
+                && !self.changes.recreated_names.contains(c.name.as_str())
+                && old.base.map(|b| b.policy) != Some(base.policy)
+            {
+                self.ops.push(Op::AddChain {
+                    table: self.table.clone(),
+                    chain: without_rules(c),
+                });
+            }
         }
-        let elements = fill(s);
-        if !elements.is_empty() {
-            ops.push(Op::AddElements {
-                table: table.clone(),
-                set: s.name.clone(),
+    }
+
+    /// Flushes each refilled, removed or recreated chain that holds rules in the kernel: its
+    /// old rules are replaced or dropped, and may refer to what steps 4, 5 and 7 delete.
+    fn flush_chains_losing_rules(&mut self) {
+        let Changes {
+            refilled,
+            removed_chains,
+            recreated_chains,
+            ..
+        } = &self.changes;
+        for c in refilled
+            .iter()
+            .copied()
+            .chain(removed_chains.iter().copied())
+            .chain(recreated_chains.iter().copied())
+        {
+            if self
+                .cur
+                .chains
+                .get(&c.name)
+                .is_some_and(|old| !old.rules.is_empty())
+            {
+                self.ops.push(Op::FlushChain {
+                    table: self.table.clone(),
+                    chain: c.name.clone(),
+                });
+            }
+        }
+    }
+
+    /// Deletes the elements that changed in kept sets (not dynamic, not recreated) and returns
+    /// the elements to add to each, for [`Self::add_elements`].
+    fn delete_changed_elements(&mut self) -> Vec<(String, Vec<Element>)> {
+        let mut additions = Vec::new();
+        for s in self.desired.sets.values() {
+            if s.dynamic || self.changes.recreated_sets.contains(s.name.as_str()) {
+                continue;
+            }
+            let Some(old) = self.cur.sets.get(&s.name) else {
+                continue;
+            };
+            let (deleted, added) = element_changes(old, s);
+            if !deleted.is_empty() {
+                self.ops.push(Op::DeleteElements {
+                    table: self.table.clone(),
+                    set: s.name.clone(),
+                    elements: deleted,
+                });
+            }
+            if !added.is_empty() {
+                additions.push((s.name.clone(), added));
+            }
+        }
+        additions
+    }
+
+    /// Deletes removed and recreated sets, then adds the recreated ones (empty) with their new
+    /// type.
+    fn delete_and_recreate_sets(&mut self) {
+        let Changes {
+            removed_sets,
+            recreated_sets,
+            ..
+        } = &self.changes;
+        for name in removed_sets.iter().chain(recreated_sets.iter()) {
+            self.ops.push(Op::DeleteSet {
+                table: self.table.clone(),
+                set: name.to_string(),
+            });
+        }
+        for s in self
+            .desired
+            .sets
+            .values()
+            .filter(|s| recreated_sets.contains(s.name.as_str()))
+        {
+            self.ops.push(Op::AddSet {
+                table: self.table.clone(),
+                set: without_elements(s),
+            });
+        }
+    }
+
+    /// Deletes each recreated base chain and adds it again (without rules) with its new hook,
+    /// type or priority.
+    fn recreate_base_chains(&mut self) {
+        for c in &self.changes.recreated_chains {
+            self.ops.push(Op::DeleteChain {
+                table: self.table.clone(),
+                chain: c.name.clone(),
+            });
+            self.ops.push(Op::AddChain {
+                table: self.table.clone(),
+                chain: without_rules(c),
+            });
+        }
+    }
+
+    /// The rules of new, refilled and recreated chains, without kernel handles.
+    fn add_rules(&mut self) {
+        let Changes {
+            new_chains,
+            refilled,
+            recreated_chains,
+            ..
+        } = &self.changes;
+        for c in new_chains
+            .iter()
+            .chain(refilled.iter())
+            .chain(recreated_chains.iter())
+        {
+            for rule in &c.rules {
+                let mut rule = rule.clone();
+                rule.handle = None;
+                self.ops.push(Op::AddRule {
+                    table: self.table.clone(),
+                    chain: c.name.clone(),
+                    rule,
+                });
+            }
+        }
+    }
+
+    /// The elements of sets the kernel does not hold as they will be (new or recreated), each
+    /// taken whole from `fill`.
+    fn fill_fresh_sets(&mut self, mut fill: impl FnMut(&Set) -> Vec<Element>) {
+        for s in self.desired.sets.values() {
+            let fresh = !self.cur.sets.contains_key(&s.name)
+                || self.changes.recreated_sets.contains(s.name.as_str());
+            if !fresh {
+                continue;
+            }
+            let elements = fill(s);
+            if !elements.is_empty() {
+                self.ops.push(Op::AddElements {
+                    table: self.table.clone(),
+                    set: s.name.clone(),
+                    elements,
+                });
+            }
+        }
+    }
+
+    /// The elements [`Self::delete_changed_elements`] found added to kept sets.
+    fn add_elements(&mut self, additions: Vec<(String, Vec<Element>)>) {
+        for (set, elements) in additions {
+            self.ops.push(Op::AddElements {
+                table: self.table.clone(),
+                set,
                 elements,
             });
         }
     }
-    for (set, elements) in additions {
-        ops.push(Op::AddElements {
-            table: table.clone(),
-            set,
-            elements,
-        });
-    }
 
-    // 7. Chains nobody refers to any more.
-    for c in &removed_chains {
-        ops.push(Op::DeleteChain {
-            table: table.clone(),
-            chain: c.name.clone(),
-        });
+    fn delete_removed_chains(&mut self) {
+        for c in &self.changes.removed_chains {
+            self.ops.push(Op::DeleteChain {
+                table: self.table.clone(),
+                chain: c.name.clone(),
+            });
+        }
     }
-    ops
 }
 
 #[cfg(test)]
