@@ -145,7 +145,43 @@ pub(crate) fn service_of(comment: &str) -> Option<String> {
 
 /// Interprets the branches of a walk of `packet` through `table`.
 pub(crate) fn explain(table: &Table, packet: &Packet, entry: Entry, paths: &[Path]) -> Explanation {
-    let connection = Connection {
+    let dispatch = dispatch(paths);
+    let firewalled = found_in_firewall(paths);
+    let frontend = dispatch
+        .as_ref()
+        .map(|d| frontend(table, packet.daddr, d, firewalled));
+    let source_ranges = if firewalled {
+        source_ranges(paths)
+    } else {
+        None
+    };
+    let Outcomes {
+        endpoints,
+        untranslated,
+        mut stops,
+    } = Outcomes::tally(table, paths, frontend.as_ref());
+    let verdict = verdict(!endpoints.is_empty() || untranslated.is_some(), &stops);
+    let mut endpoints: Vec<EndpointShare> = endpoints.into_values().collect();
+    for e in &mut endpoints {
+        e.masquerade_reasons.sort();
+    }
+    Explanation {
+        table: format!("{} {}", family_keyword(table.family), table.name),
+        connection: connection(packet, entry),
+        service: dispatch.map(|d| d.service),
+        frontend,
+        source_ranges,
+        verdict,
+        endpoints,
+        untranslated,
+        dropped: stops.remove(&false),
+        rejected: stops.remove(&true),
+        chains: likeliest_chains(paths),
+    }
+}
+
+fn connection(packet: &Packet, entry: Entry) -> Connection {
+    Connection {
         source: packet.saddr,
         destination: packet.daddr,
         protocol: proto_name(packet.proto),
@@ -154,155 +190,236 @@ pub(crate) fn explain(table: &Table, packet: &Packet, entry: Entry, paths: &[Pat
             Entry::Prerouting => "prerouting".into(),
             Entry::Output => "output".into(),
         },
-    };
-    let in_set = |set: &str, ip: IpAddr| {
-        table.sets.get(set).is_some_and(|s| {
-            let v = match ip {
-                IpAddr::V4(a) => Value::Ipv4(a),
-                IpAddr::V6(a) => Value::Ipv6(a),
-            };
-            s.elements.iter().any(|e| e.key.first() == Some(&v))
-        })
-    };
-    let events = || paths.iter().flat_map(|p| &p.events);
-    // The first element with a Service's name that matched: the dispatch entry.
-    let dispatch = events().find_map(|e| match e {
+    }
+}
+
+/// The dispatch entry: the first element with a Service's name that matched, on any branch.
+struct Dispatch {
+    /// `ns/name:port`.
+    service: String,
+    set: String,
+    comment: Option<String>,
+}
+
+fn dispatch(paths: &[Path]) -> Option<Dispatch> {
+    paths.iter().flat_map(|p| &p.events).find_map(|e| match e {
         Event::Found { set, comment, .. } => {
             let c = comment.as_deref()?;
-            service_of(c).map(|svc| (svc, set.clone(), comment.clone()))
-        }
-        _ => None,
-    });
-    let firewall_chain = events().find_map(|e| match e {
-        Event::Found { set, .. } if set == FIREWALL_IPS => Some(()),
-        _ => None,
-    });
-    let frontend = dispatch.as_ref().map(|(_, set, comment)| {
-        let kind = if in_set(CLUSTER_IPS, packet.daddr) {
-            "cluster-ip"
-        } else if in_set(NODEPORT_IPS, packet.daddr) {
-            "node-port"
-        } else if firewall_chain.is_some() {
-            "load-balancer-ip"
-        } else {
-            "external-ip"
-        };
-        Frontend {
-            kind: kind.into(),
-            matched_in: set.clone(),
-            comment: comment.clone(),
-        }
-    });
-    let source_ranges = firewall_chain.and_then(|()| {
-        // The chain entered right after the firewall map matched checks the source.
-        let chain = paths.iter().find_map(|p| {
-            let mut it = p
-                .events
-                .iter()
-                .skip_while(|e| !matches!(e, Event::Found { set, .. } if set == FIREWALL_IPS));
-            it.next();
-            it.find_map(|e| match e {
-                Event::Entered { chain } => Some(chain.clone()),
-                _ => None,
+            service_of(c).map(|service| Dispatch {
+                service,
+                set: set.clone(),
+                comment: comment.clone(),
             })
-        })?;
-        let dropped_there = paths.iter().any(|p| {
-            p.decided_by.as_ref().is_some_and(|r| r.chain == chain)
-                && matches!(p.fate, Fate::Dropped | Fate::Rejected)
-        });
-        Some(SourceRanges {
-            chain,
-            allowed: !dropped_there,
-        })
-    });
+        }
+        _ => None,
+    })
+}
 
-    let mut endpoints: BTreeMap<(IpAddr, u16), EndpointShare> = BTreeMap::new();
-    let mut untranslated: Option<Share> = None;
-    let mut stops: BTreeMap<bool, Stop> = BTreeMap::new();
-    for p in paths {
-        let delivery = match p.fate {
-            Fate::Delivered => "delivered",
-            _ => "forwarded",
+/// Whether the destination matched the firewall map (it has LoadBalancerSourceRanges) on any
+/// branch.
+fn found_in_firewall(paths: &[Path]) -> bool {
+    paths
+        .iter()
+        .flat_map(|p| &p.events)
+        .any(|e| matches!(e, Event::Found { set, .. } if set == FIREWALL_IPS))
+}
+
+/// Whether `table`'s set `set` has an element whose key starts with `ip`.
+fn in_set(table: &Table, set: &str, ip: IpAddr) -> bool {
+    table.sets.get(set).is_some_and(|s| {
+        let v = match ip {
+            IpAddr::V4(a) => Value::Ipv4(a),
+            IpAddr::V6(a) => Value::Ipv6(a),
         };
-        match p.fate {
-            Fate::Delivered | Fate::Forwarded => {
-                let dnat = p.events.iter().rev().find_map(|e| match e {
-                    Event::Dnat { rule, map, .. } => Some((rule, map)),
-                    _ => None,
-                });
-                let Some((rule, map)) = dnat else {
-                    let u = untranslated.get_or_insert(Share {
-                        probability: 0.0,
-                        delivery: delivery.into(),
-                        masquerade: false,
+        s.elements.iter().any(|e| e.key.first() == Some(&v))
+    })
+}
+
+/// Which kind of address `daddr` is to the Service, told by the sets that hold it.
+fn frontend(table: &Table, daddr: IpAddr, dispatch: &Dispatch, firewalled: bool) -> Frontend {
+    let kind = if in_set(table, CLUSTER_IPS, daddr) {
+        "cluster-ip"
+    } else if in_set(table, NODEPORT_IPS, daddr) {
+        "node-port"
+    } else if firewalled {
+        "load-balancer-ip"
+    } else {
+        "external-ip"
+    };
+    Frontend {
+        kind: kind.into(),
+        matched_in: dispatch.set.clone(),
+        comment: dispatch.comment.clone(),
+    }
+}
+
+/// The source-range check of a destination found in the firewall map: the chain entered right
+/// after the map matched checks the source, and lets it in unless a branch stops there.
+fn source_ranges(paths: &[Path]) -> Option<SourceRanges> {
+    let chain = paths.iter().find_map(|p| {
+        let mut it = p
+            .events
+            .iter()
+            .skip_while(|e| !matches!(e, Event::Found { set, .. } if set == FIREWALL_IPS));
+        it.next();
+        it.find_map(|e| match e {
+            Event::Entered { chain } => Some(chain.clone()),
+            _ => None,
+        })
+    })?;
+    let dropped_there = paths.iter().any(|p| {
+        p.decided_by.as_ref().is_some_and(|r| r.chain == chain)
+            && matches!(p.fate, Fate::Dropped | Fate::Rejected)
+    });
+    Some(SourceRanges {
+        chain,
+        allowed: !dropped_there,
+    })
+}
+
+/// Where the branches end, their probabilities summed: per endpoint, untranslated, or stopped.
+#[derive(Default)]
+struct Outcomes {
+    endpoints: BTreeMap<(IpAddr, u16), EndpointShare>,
+    untranslated: Option<Share>,
+    /// `true`: rejected, `false`: dropped.
+    stops: BTreeMap<bool, Stop>,
+}
+
+impl Outcomes {
+    fn tally(table: &Table, paths: &[Path], frontend: Option<&Frontend>) -> Self {
+        let mut out = Self::default();
+        for p in paths {
+            let delivery = match p.fate {
+                Fate::Delivered => "delivered",
+                _ => "forwarded",
+            };
+            match p.fate {
+                Fate::Delivered | Fate::Forwarded => {
+                    // The last destination rewrite is the endpoint the branch reaches.
+                    let dnat = p.events.iter().rev().find_map(|e| match e {
+                        Event::Dnat { rule, map, .. } => Some((rule, map)),
+                        _ => None,
                     });
-                    u.probability += p.probability;
-                    u.masquerade |= p.masquerade;
-                    continue;
-                };
-                let share = endpoints
-                    .entry((p.daddr, p.dport))
-                    .or_insert_with(|| EndpointShare {
-                        address: p.daddr,
-                        port: p.dport,
-                        probability: 0.0,
-                        via: Vec::new(),
-                        masquerade: false,
-                        masquerade_reasons: Vec::new(),
-                        pinned: None,
-                        delivery: delivery.into(),
-                    });
-                share.probability += p.probability;
-                match share
-                    .via
-                    .iter_mut()
-                    .find(|v| v.chain == rule.chain && v.map == *map)
-                {
-                    Some(v) => v.probability += p.probability,
-                    None => share.via.push(Via {
-                        chain: rule.chain.clone(),
-                        map: map.clone(),
-                        probability: p.probability,
-                    }),
-                }
-                share.masquerade |= p.masquerade;
-                if p.masquerade {
-                    for r in masquerade_reasons(table, p, frontend.as_ref()) {
-                        if !share.masquerade_reasons.contains(&r) {
-                            share.masquerade_reasons.push(r);
+                    match dnat {
+                        Some((rule, map)) => {
+                            out.count_endpoint(table, p, rule, map, delivery, frontend)
                         }
+                        None => out.count_untranslated(p, delivery),
                     }
                 }
-                if let Some(Event::Pinned { set, expires_in }) =
-                    p.events.iter().find(|e| matches!(e, Event::Pinned { .. }))
-                {
-                    share.pinned = Some(Pinned {
-                        set: set.clone(),
-                        expires_in_seconds: expires_in.map(|d| d.as_secs()),
-                    });
-                }
+                Fate::Dropped | Fate::Rejected => out.count_stop(table, p),
             }
-            Fate::Dropped | Fate::Rejected => {
-                let rule = p.decided_by.clone().unwrap_or(RuleRef {
-                    chain: String::new(),
-                    index: 0,
-                    text: String::new(),
-                    comment: None,
-                });
-                let (kind, reason) = stop_reason(table, p, &rule);
-                let s = stops.entry(p.fate == Fate::Rejected).or_insert(Stop {
-                    probability: 0.0,
-                    kind,
-                    reason,
-                    chain: rule.chain.clone(),
-                    rule: rule.text.clone(),
-                });
-                s.probability += p.probability;
+        }
+        out
+    }
+
+    fn count_untranslated(&mut self, p: &Path, delivery: &str) {
+        let u = self.untranslated.get_or_insert(Share {
+            probability: 0.0,
+            delivery: delivery.into(),
+            masquerade: false,
+        });
+        u.probability += p.probability;
+        u.masquerade |= p.masquerade;
+    }
+
+    /// Adds branch `p`, translated by `rule` (drawing from `map`, if any), to its endpoint's
+    /// share: the probability, the way there, masquerade and affinity.
+    fn count_endpoint(
+        &mut self,
+        table: &Table,
+        p: &Path,
+        rule: &RuleRef,
+        map: &Option<String>,
+        delivery: &str,
+        frontend: Option<&Frontend>,
+    ) {
+        let share = self
+            .endpoints
+            .entry((p.daddr, p.dport))
+            .or_insert_with(|| EndpointShare {
+                address: p.daddr,
+                port: p.dport,
+                probability: 0.0,
+                via: Vec::new(),
+                masquerade: false,
+                masquerade_reasons: Vec::new(),
+                pinned: None,
+                delivery: delivery.into(),
+            });
+        share.probability += p.probability;
+        match share
+            .via
+            .iter_mut()
+            .find(|v| v.chain == rule.chain && v.map == *map)
+        {
+            Some(v) => v.probability += p.probability,
+            None => share.via.push(Via {
+                chain: rule.chain.clone(),
+                map: map.clone(),
+                probability: p.probability,
+            }),
+        }
+        note_masquerade(share, table, p, frontend);
+        if let Some(pinned) = pinned(p) {
+            share.pinned = Some(pinned);
+        }
+    }
+
+    /// Adds dropped or rejected branch `p` to its stop; the first such branch says why.
+    fn count_stop(&mut self, table: &Table, p: &Path) {
+        let rule = p.decided_by.clone().unwrap_or(RuleRef {
+            chain: String::new(),
+            index: 0,
+            text: String::new(),
+            comment: None,
+        });
+        let (kind, reason) = stop_reason(table, p, &rule);
+        let s = self.stops.entry(p.fate == Fate::Rejected).or_insert(Stop {
+            probability: 0.0,
+            kind,
+            reason,
+            chain: rule.chain.clone(),
+            rule: rule.text.clone(),
+        });
+        s.probability += p.probability;
+    }
+}
+
+/// Whether branch `p` is masqueraded, and why, added to `share`.
+fn note_masquerade(
+    share: &mut EndpointShare,
+    table: &Table,
+    p: &Path,
+    frontend: Option<&Frontend>,
+) {
+    share.masquerade |= p.masquerade;
+    if p.masquerade {
+        for r in masquerade_reasons(table, p, frontend) {
+            if !share.masquerade_reasons.contains(&r) {
+                share.masquerade_reasons.push(r);
             }
         }
     }
+}
+
+/// The ClientIP-affinity set that pinned branch `p`'s source to its endpoint, if any.
+fn pinned(p: &Path) -> Option<Pinned> {
+    match p.events.iter().find(|e| matches!(e, Event::Pinned { .. })) {
+        Some(Event::Pinned { set, expires_in }) => Some(Pinned {
+            set: set.clone(),
+            expires_in_seconds: expires_in.map(|d| d.as_secs()),
+        }),
+        _ => None,
+    }
+}
+
+/// `accept`, `drop` or `reject` when every branch ends the same way, `mixed` when they differ,
+/// `none` when there is no branch.
+fn verdict(accepted: bool, stops: &BTreeMap<bool, Stop>) -> String {
     let mut kinds = Vec::new();
-    if !endpoints.is_empty() || untranslated.is_some() {
+    if accepted {
         kinds.push("accept");
     }
     if stops.contains_key(&false) {
@@ -311,15 +428,19 @@ pub(crate) fn explain(table: &Table, packet: &Packet, entry: Entry, paths: &[Pat
     if stops.contains_key(&true) {
         kinds.push("reject");
     }
-    let verdict = match kinds.as_slice() {
+    match kinds.as_slice() {
         [one] => one.to_string(),
         [] => "none".into(),
         _ => "mixed".into(),
-    };
+    }
+}
+
+/// The chains the most likely branch entered, in order.
+fn likeliest_chains(paths: &[Path]) -> Vec<String> {
     let likeliest = paths
         .iter()
         .max_by(|a, b| a.probability.total_cmp(&b.probability));
-    let chains = likeliest
+    likeliest
         .map(|p| {
             p.events
                 .iter()
@@ -329,24 +450,7 @@ pub(crate) fn explain(table: &Table, packet: &Packet, entry: Entry, paths: &[Pat
                 })
                 .collect()
         })
-        .unwrap_or_default();
-    let mut endpoints: Vec<EndpointShare> = endpoints.into_values().collect();
-    for e in &mut endpoints {
-        e.masquerade_reasons.sort();
-    }
-    Explanation {
-        table: format!("{} {}", family_keyword(table.family), table.name),
-        connection,
-        service: dispatch.map(|(svc, _, _)| svc),
-        frontend,
-        source_ranges,
-        verdict,
-        endpoints,
-        untranslated,
-        dropped: stops.remove(&false),
-        rejected: stops.remove(&true),
-        chains,
-    }
+        .unwrap_or_default()
 }
 
 fn rule_at<'t>(table: &'t Table, r: &RuleRef) -> Option<&'t crate::nft::model::Rule> {
