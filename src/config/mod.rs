@@ -291,32 +291,7 @@ impl Cli {
         let (feature_gates, gate_warning) = gates::resolve(&gate_settings);
         warnings.extend(gate_warning);
 
-        // kube-proxy's bindAddress is the primary node IP; an unspecified one means "ask the
-        // Node", and an IPv6 one moves the servers' default addresses to IPv6.
-        let bind_ip = match flags.bind_address.as_deref().filter(|a| !a.is_empty()) {
-            Some(a) => Some(a.parse::<IpAddr>().map_err(|source| ConfigError::BindIp {
-                value: a.to_string(),
-                source,
-            })?),
-            None => None,
-        };
-        if let Some(ip) = bind_ip.filter(|ip| !ip.is_unspecified())
-            && proxy_flags.node_ip.is_none()
-        {
-            proxy_flags.node_ip = Some(ip.to_string());
-        }
-        let ipv6 = bind_ip.is_some_and(|ip| ip.is_ipv6());
-        flags
-            .healthz_bind_address
-            .get_or_insert_with(|| if ipv6 { "[::]:10256" } else { "0.0.0.0:10256" }.to_string());
-        flags.metrics_bind_address.get_or_insert_with(|| {
-            if ipv6 {
-                "[::1]:10249"
-            } else {
-                "127.0.0.1:10249"
-            }
-            .to_string()
-        });
+        apply_bind_address(&mut flags, &mut proxy_flags)?;
 
         let (mut proxy, proxy_warnings) = proxy_flags.validate_with(hostname)?;
         proxy.use_node_hints = feature_gates.prefer_same_traffic_distribution;
@@ -341,6 +316,40 @@ impl Cli {
     }
 }
 
+/// --bind-address as kube-proxy takes it: the primary node IP (kept as the node IP when none
+/// is given), an unspecified address meaning "ask the Node", and an IPv6 one moving the
+/// servers' default addresses to IPv6.
+fn apply_bind_address(
+    flags: &mut RunFlags,
+    proxy_flags: &mut ProxyFlags,
+) -> Result<(), ConfigError> {
+    let bind_ip = match flags.bind_address.as_deref().filter(|a| !a.is_empty()) {
+        Some(a) => Some(a.parse::<IpAddr>().map_err(|source| ConfigError::BindIp {
+            value: a.to_string(),
+            source,
+        })?),
+        None => None,
+    };
+    if let Some(ip) = bind_ip.filter(|ip| !ip.is_unspecified())
+        && proxy_flags.node_ip.is_none()
+    {
+        proxy_flags.node_ip = Some(ip.to_string());
+    }
+    let ipv6 = bind_ip.is_some_and(|ip| ip.is_ipv6());
+    flags
+        .healthz_bind_address
+        .get_or_insert_with(|| if ipv6 { "[::]:10256" } else { "0.0.0.0:10256" }.to_string());
+    flags.metrics_bind_address.get_or_insert_with(|| {
+        if ipv6 {
+            "[::1]:10249"
+        } else {
+            "127.0.0.1:10249"
+        }
+        .to_string()
+    });
+    Ok(())
+}
+
 /// Fills the flags not given on the command line from a --config file.
 fn apply_file(
     file: &file::FileConfig,
@@ -349,16 +358,6 @@ fn apply_file(
     run: &mut RunFlags,
 ) -> Result<(), ConfigError> {
     let unset = |id: &str| !explicit.contains(id);
-    fn set<T: Clone>(target: &mut T, value: &Option<T>, unset: bool) {
-        if let (Some(v), true) = (value, unset) {
-            *target = v.clone();
-        }
-    }
-    fn set_some<T: Clone>(target: &mut Option<T>, value: &Option<T>, unset: bool) {
-        if let (Some(v), true) = (value, unset) {
-            *target = Some(v.clone());
-        }
-    }
     set_some(
         &mut proxy.hostname_override,
         &file.hostname_override,
@@ -429,7 +428,16 @@ fn apply_file(
         &file.metrics_bind_address,
         unset("metrics_bind_address"),
     );
-    let ct = &file.conntrack;
+    apply_file_conntrack(&file.conntrack, &unset, run);
+    Ok(())
+}
+
+/// The file's `conntrack` section, each field where no flag set it (`unset`).
+fn apply_file_conntrack(
+    ct: &file::FileConntrack,
+    unset: &dyn Fn(&str) -> bool,
+    run: &mut RunFlags,
+) {
     set(
         &mut run.conntrack_max_per_core,
         &ct.max_per_core,
@@ -461,7 +469,20 @@ fn apply_file(
         &ct.udp_stream_timeout,
         unset("conntrack_udp_timeout_stream"),
     );
-    Ok(())
+}
+
+/// `target` takes the file's `value` if it has one and no flag set it (`unset`).
+fn set<T: Clone>(target: &mut T, value: &Option<T>, unset: bool) {
+    if let (Some(v), true) = (value, unset) {
+        *target = v.clone();
+    }
+}
+
+/// [`set`] for a setting that is optional itself.
+fn set_some<T: Clone>(target: &mut Option<T>, value: &Option<T>, unset: bool) {
+    if let (Some(v), true) = (value, unset) {
+        *target = Some(v.clone());
+    }
 }
 
 #[cfg(test)]

@@ -78,6 +78,8 @@ impl FakeKernel {
         }
     }
 
+    /// Applies one operation as the kernel would, or says what the kernel would refuse. Long
+    /// because it is the dispatch table: one arm per `Op` variant with that operation's checks.
     fn apply_op(&mut self, op: &Op) -> Result<(), (Refusal, String)> {
         match op {
             Op::AddTable { table, comment } => {

@@ -208,14 +208,26 @@ fn dump_once(
         }
     }
 
-    // Rules, lifted with the sets known, one dump per chain: a table-wide rule dump makes the
-    // kernel skip every rule already sent each time it refills the (at most 32 KiB) reply
-    // buffer, which is quadratic (32 s for 300,000 rules); a chain-scoped dump finds its chain
-    // by hash and costs one round trip.
+    read_rules(sock, &mut table, &infos)?;
+    Ok(Some(table))
+}
+
+/// Fills the rules of every chain of `table`, lifted with the sets known (`infos`).
+///
+/// One dump per chain: a table-wide rule dump makes the kernel skip every rule already sent
+/// each time it refills the (at most 32 KiB) reply buffer, which is quadratic (32 s for
+/// 300,000 rules); a chain-scoped dump finds its chain by hash and costs one round trip.
+fn read_rules(
+    sock: &mut NetlinkSocket,
+    table: &mut Table,
+    infos: &BTreeMap<String, SetInfo>,
+) -> Result<(), DumpError> {
+    let (family, name) = (table.family, table.name.clone());
+    let proto = nfproto(family);
     let names: Vec<String> = table.chains.keys().cloned().collect();
     for chain_name in names {
         let mut w = AttrWriter::new();
-        w.string(NFTA_RULE_TABLE, name);
+        w.string(NFTA_RULE_TABLE, &name);
         w.string(NFTA_RULE_CHAIN, &chain_name);
         let replies = requests::dump(sock, "GETRULE", NFT_MSG_GETRULE, proto, &w.buf)
             .map_err(DumpError::Rules)?;
@@ -226,7 +238,7 @@ fn dump_once(
             if raw.table != name || raw.chain != chain_name {
                 continue;
             }
-            let stmts = lift_rule(family, &raw, &infos).map_err(DumpError::Lift)?;
+            let stmts = lift_rule(family, &raw, infos).map_err(DumpError::Lift)?;
             rules.push(Rule {
                 stmts,
                 comment: raw.comment,
@@ -237,7 +249,7 @@ fn dump_once(
             chain.rules = rules;
         }
     }
-    Ok(Some(table))
+    Ok(())
 }
 
 /// The spelling in which `dump_table` returns `t` once nft (or an encoder producing nft's

@@ -382,6 +382,8 @@ impl Lowerer<'_> {
         self.out.exprs.extend(dnat_via_map(map, proto, true));
     }
 
+    /// Lowers one statement to the expressions `nft -f` generates for it. Long because it is
+    /// the dispatch table: one arm per `Stmt` variant, the larger ones in methods of their own.
     fn stmt(&mut self, stmt: &Stmt) -> Result<(), LowerError> {
         let r1 = put_register(1);
         match stmt {

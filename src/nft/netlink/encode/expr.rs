@@ -8,7 +8,8 @@ use super::{data_value, verdict_attrs};
 use crate::netlink::attr::AttrWriter;
 
 /// NFTA_EXPR_NAME + NFTA_EXPR_DATA of one expression. `anon` maps lookup placeholders to
-/// the batch set ids of their anonymous maps.
+/// the batch set ids of their anonymous maps. Long because it is the dispatch table: one arm
+/// per `Expr` variant, each writing only that expression's attributes.
 pub(super) fn expr_attrs(w: &mut AttrWriter, e: &Expr, anon: &BTreeMap<String, u32>) {
     let name = match e {
         Expr::Payload { .. } => "payload",

@@ -105,7 +105,8 @@ impl Encoder {
         id
     }
 
-    /// The messages of one operation, in order.
+    /// The messages of one operation, in order. Long because it is the dispatch table: one arm
+    /// per `Op` variant.
     pub(crate) fn op(&mut self, op: &Op) -> Result<Vec<Msg>, EncodeError> {
         let fam = |t: &TableRef| nfproto(t.family);
         let msg = |msg, flags, t: &TableRef, w: AttrWriter| Msg {
