@@ -22,10 +22,12 @@
 //!   nodes holding kube-proxy's nftables-mode or iptables-mode rules for it (loaded first,
 //!   untimed); afterwards nothing of kube-proxy's may remain.
 //!
-//! Medians of `--repeats` runs for the cold syncs. Prints the tables and writes BENCHMARKS.md
-//! and benchmarks.svg. Usage (after `cargo build --release --workspace`, which builds it next to
+//! Medians of `--repeats` runs for the cold syncs. Prints the tables and writes them with the
+//! method to `--out` (default `target/benchmark-run.md`, with benchmarks.svg beside it); the
+//! committed BENCHMARKS.md keeps the latest run of each stage, merged from there by hand, so a
+//! run of a few stages never erases the others. Usage (after `cargo build --release --workspace`, which builds it next to
 //! the `kubenft` binary it runs):
-//! `target/release/kubenft-bench [--scales 1000x10,10000x10] [--repeats 3] [--out BENCHMARKS.md]
+//! `target/release/kubenft-bench [--scales 1000x10,10000x10] [--repeats 3] [--out FILE]
 //! [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000]
 //! [--nodeport-percent 0] [--consistent] [--churn 10000x10] [--churn-rate 500]
 //! [--churn-seconds 60] [--churn-min-sync-period 1s] [--takeover] [--no-iptables]
@@ -75,7 +77,7 @@ fn pair(s: &str) -> (usize, usize) {
 }
 
 const USAGE: &str = "usage: kubenft-bench [--scales 1000x10,10000x10] [--repeats 3] \
-[--out BENCHMARKS.md] [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000] \
+[--out FILE] [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000] \
 [--nodeport-percent 0] [--consistent] [--churn 10000x10] [--churn-rate 500] \
 [--churn-seconds 60] [--churn-min-sync-period 1s] [--takeover] [--no-iptables] [--no-control] \
 [--no-daemon] [--no-dataplane]";
@@ -140,7 +142,7 @@ fn args() -> Args {
             .map(pair)
             .collect(),
         repeats: value("--repeats").map_or(3, |r| r.parse().expect("--repeats N")),
-        out: value("--out").unwrap_or_else(|| "BENCHMARKS.md".into()),
+        out: value("--out").unwrap_or_else(|| "target/benchmark-run.md".into()),
         iptables: !flag("--no-iptables"),
         daemon: !flag("--no-daemon"),
         control: !flag("--no-control"),
@@ -355,6 +357,9 @@ fn main() {
     );
     if !control_rows.is_empty() {
         md.push_str("![cold full sync](benchmarks.svg)\n");
+    }
+    if let Some(dir) = std::path::Path::new(&a.out).parent() {
+        std::fs::create_dir_all(dir).expect("creating the report's directory");
     }
     std::fs::write(&a.out, md).expect("writing the report");
     if !control_rows.is_empty() {
