@@ -10,10 +10,6 @@ const SCAFFOLDING: &[(&str, &str)] = &[
         "src/netns.rs",
         "creates and enters test/demo network namespaces with `ip netns`",
     ),
-    (
-        "src/nft/inspect.rs",
-        "reads tables with `nft -j` to compare with netlink in tests",
-    ),
     ("src/lab.rs", "wires the test/demo topology with `ip`"),
     ("src/demo.rs", "prints the demo's table with `nft list`"),
 ];
