@@ -88,8 +88,8 @@ pub struct DeleteReport {
 /// One entry that could not be deleted, and why.
 #[derive(Debug)]
 pub struct DeleteFailure {
-    pub(crate) flow: Flow,
-    pub(crate) error: std::io::Error,
+    pub flow: Flow,
+    pub error: std::io::Error,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -13,6 +13,7 @@ mod stored;
 pub use build::{EndpointBlocks, IpFamily, SlotLayouts};
 pub(crate) use build::{build_family, families};
 pub use config::{DetectLocal, NodePortAddresses, ProxyConfig};
+#[cfg(feature = "daemon")]
 pub(crate) use endpoints::local_endpoints;
 pub use plan::{Planner, ServiceRef};
 
