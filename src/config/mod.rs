@@ -465,5 +465,4 @@ fn apply_file(
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
 mod tests;

@@ -160,5 +160,4 @@ pub(crate) fn local_endpoints(all: &[Endpoint], node_name: &str) -> Vec<Endpoint
 }
 
 #[cfg(test)]
-#[path = "endpoints_tests.rs"]
 mod tests;

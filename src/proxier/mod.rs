@@ -40,10 +40,6 @@ pub fn build_after(
 }
 
 #[cfg(test)]
-mod consistent_tests;
-#[cfg(test)]
-mod family_tests;
-#[cfg(test)]
 mod fixtures;
 #[cfg(test)]
 mod tests;
