@@ -9,11 +9,11 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use kubenft::netns::{Netns, can_create};
-use kubenft::nft::inspect::apply_script;
 use kubenft::nft::model::{Element, Table, Value, Verdict};
 use kubenft::nft::netlink::Nftables;
 use kubenft::nft::render::render_table;
 use kubenft_nft_testkit::corpus::{creation_transaction, kube_like};
+use kubenft_nft_testkit::inspect::apply_script;
 
 fn arg(name: &str, default: usize) -> usize {
     let args: Vec<String> = std::env::args().collect();

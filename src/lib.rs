@@ -1,12 +1,7 @@
 //! kubenft: a Kubernetes service proxy that programs nftables over netlink.
 #![warn(unreachable_pub)]
-// Without the daemon (the fuzz targets' build) the code only the daemon calls is unused, and
-// the kept forms the daemon's store exports are not exported; the default build still reports
-// both.
-#![cfg_attr(
-    not(feature = "daemon"),
-    allow(dead_code, unused_imports, unreachable_pub)
-)]
+// Code only the daemon calls is compiled only with the `daemon` feature, so the build without
+// it (the fuzz targets') reports dead code like the default build does.
 
 pub mod access;
 pub mod cli;
@@ -20,11 +15,13 @@ mod explain;
 mod family;
 pub mod kernel_support;
 pub mod lab;
+#[cfg(feature = "daemon")]
 mod metrics;
 pub mod netlink;
 pub mod netns;
 pub mod nft;
 pub mod node_inputs;
+#[cfg(feature = "daemon")]
 mod nodeport_conflicts;
 pub mod proxier;
 mod serve;

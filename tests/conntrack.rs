@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use kubenft::conntrack::{self, FamilyReport, Frontends, UdpService};
 use kubenft::netns::{self, Netns};
-use kubenft::nft::inspect::apply_script;
+use kubenft_nft_testkit::inspect::apply_script;
 
 fn can_run() -> bool {
     if !netns::can_create() {

@@ -24,8 +24,8 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, PodSpec, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kubenft::netns::{Netns, can_create};
-use kubenft::nft::inspect::list_table_json;
 use kubenft::nft::model::Family;
+use kubenft_nft_testkit::inspect::list_table_json;
 use serde_json::{Value, json};
 
 /// Where the test's kubeconfig and its CA are mounted in the container.

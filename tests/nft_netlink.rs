@@ -2,12 +2,12 @@
 //! what `nft -f` makes of the rendered text, reads back identically, and fails atomically.
 
 use kubenft::netns::{Netns, can_create};
-use kubenft::nft::inspect::{apply_script, list_table_json, list_table_text};
 use kubenft::nft::model::Table;
 use kubenft::nft::netlink::{ApplyError, Nftables, canonical};
 use kubenft::nft::render::render_table;
 use kubenft::nft::transaction::Transaction;
 use kubenft_nft_testkit::corpus::{corpus, creation_transaction};
+use kubenft_nft_testkit::inspect::{apply_script, list_table_json, list_table_text};
 
 fn root() -> bool {
     if !can_create() {

@@ -10,10 +10,6 @@ const SCAFFOLDING: &[(&str, &str)] = &[
         "src/netns.rs",
         "creates and enters test/demo network namespaces with `ip netns`",
     ),
-    (
-        "src/nft/inspect.rs",
-        "reads tables with `nft -j` to compare with netlink in tests",
-    ),
     ("src/lab.rs", "wires the test/demo topology with `ip`"),
     ("src/demo.rs", "prints the demo's table with `nft list`"),
 ];
@@ -42,7 +38,7 @@ fn only_test_and_demo_scaffolding_starts_processes() {
             .unwrap()
             .to_string_lossy()
             .into_owned();
-        // Unit tests are scaffolding too: test-only files and directories (`dump_tests/`), and
+        // Unit tests are scaffolding too: test-only files (`tests.rs`) and directories (`tests/`), and
         // each file's `#[cfg(test)]` tail.
         let test_only = rel.ends_with("tests.rs")
             || Path::new(&rel)

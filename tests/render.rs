@@ -3,13 +3,13 @@
 //! builds the same ruleset as the table form.
 
 use kubenft::netns::{self, Netns};
-use kubenft::nft::inspect::{apply_script, list_table_json, list_table_text};
 use kubenft::nft::model::{Element, MapRef, Selector, Stmt, Table, Value};
 use kubenft::nft::render::{
     render_op, render_table, render_transaction, render_transaction_with_maps, sanitize_comment,
 };
 use kubenft::nft::transaction::{Op, TableRef, Transaction};
 use kubenft_nft_testkit::corpus::{corpus, creation_transaction, kube_like};
+use kubenft_nft_testkit::inspect::{apply_script, list_table_json, list_table_text};
 use std::net::Ipv4Addr;
 
 fn can_run() -> bool {

@@ -192,13 +192,14 @@ fn the_shipped_examples_sync_and_read_back_exactly_as_planned() {
     assert!(ok, "{log}");
     // What the kernel holds is what `render` prints, as nft itself lists it.
     let reference = Netns::create("soRef").unwrap();
-    kubenft::nft::inspect::apply_script(&reference, &render(&flags)).unwrap();
+    kubenft_nft_testkit::inspect::apply_script(&reference, &render(&flags)).unwrap();
     for family in [
         kubenft::nft::model::Family::Ip,
         kubenft::nft::model::Family::Ip6,
     ] {
-        let a = kubenft::nft::inspect::list_table_json(&node, family, "kubenft").unwrap();
-        let b = kubenft::nft::inspect::list_table_json(&reference, family, "kubenft").unwrap();
+        let a = kubenft_nft_testkit::inspect::list_table_json(&node, family, "kubenft").unwrap();
+        let b =
+            kubenft_nft_testkit::inspect::list_table_json(&reference, family, "kubenft").unwrap();
         assert_eq!(a, b, "{family:?}: sync --once vs nft -f of render");
     }
     let (ok, log) = kubenft(&node, &args);
@@ -231,7 +232,7 @@ fn a_table_with_the_old_two_digit_shards_is_replaced_in_one_sync() {
     let old = current.replace("service-endpoints-0", "service-endpoints-");
 
     let node = Netns::create("soOld").unwrap();
-    kubenft::nft::inspect::apply_script(&node, &old).unwrap();
+    kubenft_nft_testkit::inspect::apply_script(&node, &old).unwrap();
     let mut args = vec!["sync", "--once"];
     args.extend(flags);
     let (ok, log) = kubenft(&node, &args);

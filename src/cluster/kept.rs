@@ -13,12 +13,16 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+#[cfg(feature = "daemon")]
 use k8s_openapi::api::core::v1::{
-    ClientIPConfig, LoadBalancerIngress, LoadBalancerStatus, Node, NodeSpec, NodeStatus, Service,
-    ServicePort, ServiceSpec, ServiceStatus, SessionAffinityConfig,
+    ClientIPConfig, LoadBalancerIngress, LoadBalancerStatus, ServicePort, ServiceSpec,
+    ServiceStatus, SessionAffinityConfig,
 };
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Service};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
+#[cfg(feature = "daemon")]
 use k8s_openapi::api::discovery::v1::{
-    Endpoint, EndpointConditions, EndpointHints, EndpointPort, EndpointSlice, ForNode, ForZone,
+    EndpointConditions, EndpointHints, EndpointPort, ForNode, ForZone,
 };
 use k8s_openapi::api::networking::v1::{ServiceCIDR, ServiceCIDRSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -33,6 +37,8 @@ use super::{
 pub(crate) type Text = Arc<str>;
 
 /// An object kind the store keeps, as it is received, and what it keeps of one.
+// Exported by `source::store`, which only the daemon build has.
+#[cfg_attr(not(feature = "daemon"), allow(unreachable_pub))]
 pub trait Kept: Sized {
     /// The fields of the object the model reads.
     type Compact: Clone + PartialEq + std::fmt::Debug;
@@ -45,9 +51,11 @@ pub trait Kept: Sized {
     /// The object back from its compact form: every field the model reads, as received; no
     /// other. (The model reads Services and EndpointSlices compact; Nodes and ServiceCIDRs it
     /// reads as objects.)
+    #[cfg(feature = "daemon")]
     fn expand(compact: &Self::Compact) -> Self::Object;
 
     /// The service the object is part of.
+    #[cfg(feature = "daemon")]
     fn service(compact: &Self::Compact) -> Option<ServiceRef>;
 }
 
@@ -63,6 +71,7 @@ fn texts(list: Option<Vec<String>>) -> Box<[Text]> {
     list.into_iter().flatten().map(text).collect()
 }
 
+#[cfg(feature = "daemon")]
 fn strings(list: &[Text]) -> Option<Vec<String>> {
     (!list.is_empty()).then(|| list.iter().map(|s| s.to_string()).collect())
 }
@@ -96,6 +105,7 @@ impl Names {
 }
 
 /// A map of one entry, `key` → `value`, when there is a value.
+#[cfg(feature = "daemon")]
 fn single(key: &str, value: &Option<Text>) -> Option<BTreeMap<String, String>> {
     value
         .as_ref()
@@ -115,6 +125,8 @@ pub(crate) fn cluster_ip(ip: &str, cluster_ips: &[Text]) -> Text {
 }
 
 /// A Service: what `cluster::service` reads.
+// Exported by `source::store`, which only the daemon build has.
+#[cfg_attr(not(feature = "daemon"), allow(unreachable_pub))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeptService {
     pub(crate) names: Names,
@@ -210,6 +222,7 @@ impl Kept for Service {
         }
     }
 
+    #[cfg(feature = "daemon")]
     fn expand(kept: &KeptService) -> Service {
         let mut metadata = kept.names.meta();
         metadata.annotations = single(CONSISTENT_ENDPOINT_ANNOTATION, &kept.consistent_endpoint);
@@ -265,12 +278,15 @@ impl Kept for Service {
         }
     }
 
+    #[cfg(feature = "daemon")]
     fn service(kept: &KeptService) -> Option<ServiceRef> {
         Some(kept.service_ref())
     }
 }
 
 /// An EndpointSlice: what `cluster::endpoints` reads, and the change-trigger time.
+// Exported by `source::store`, which only the daemon build has.
+#[cfg_attr(not(feature = "daemon"), allow(unreachable_pub))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeptSlice {
     pub(crate) names: Names,
@@ -297,6 +313,7 @@ impl KeptSlice {
         service_names(namespace, self.service_name.as_deref())
     }
 
+    #[cfg(feature = "daemon")]
     fn meta(&self) -> ObjectMeta {
         ObjectMeta {
             labels: single(SERVICE_NAME_LABEL, &self.service_name),
@@ -305,6 +322,7 @@ impl KeptSlice {
     }
 
     /// The slice's well-formed `last-change-trigger-time` annotation.
+    #[cfg(feature = "daemon")]
     pub(crate) fn trigger_time(&self) -> Option<SystemTime> {
         self.trigger_time
     }
@@ -478,6 +496,7 @@ impl KeptEndpoint {
         }
     }
 
+    #[cfg(feature = "daemon")]
     fn expand(&self) -> Endpoint {
         let address = match self.address() {
             ListedAddress::Absent => None,
@@ -539,6 +558,7 @@ impl Kept for EndpointSlice {
         }
     }
 
+    #[cfg(feature = "daemon")]
     fn expand(kept: &KeptSlice) -> EndpointSlice {
         EndpointSlice {
             metadata: kept.meta(),
@@ -558,6 +578,7 @@ impl Kept for EndpointSlice {
         }
     }
 
+    #[cfg(feature = "daemon")]
     fn service(kept: &KeptSlice) -> Option<ServiceRef> {
         Some(kept.service_ref())
     }
@@ -625,10 +646,12 @@ impl Kept for Node {
         }
     }
 
+    #[cfg(feature = "daemon")]
     fn expand(kept: &Node) -> Node {
         kept.clone()
     }
 
+    #[cfg(feature = "daemon")]
     fn service(_: &Node) -> Option<ServiceRef> {
         None
     }
@@ -647,10 +670,12 @@ impl Kept for ServiceCIDR {
         }
     }
 
+    #[cfg(feature = "daemon")]
     fn expand(kept: &ServiceCIDR) -> ServiceCIDR {
         kept.clone()
     }
 
+    #[cfg(feature = "daemon")]
     fn service(_: &ServiceCIDR) -> Option<ServiceRef> {
         None
     }

@@ -501,6 +501,7 @@ pub struct LiveState {
 impl LiveState {
     /// Re-converts each of `services` (each once) from its objects now (see
     /// `ClusterState::update_services`).
+    #[cfg(feature = "daemon")]
     pub(crate) fn update_services<'a>(
         &mut self,
         services: impl IntoIterator<Item = (&'a ServiceRef, Vec<&'a KeptService>, Vec<&'a KeptSlice>)>,
@@ -517,6 +518,7 @@ impl LiveState {
 
     /// Re-reads the service CIDRs from every ServiceCIDR object (see
     /// `ClusterState::update_service_cidrs`).
+    #[cfg(feature = "daemon")]
     pub(crate) fn update_service_cidrs(&mut self, objects: &[ServiceCIDR]) {
         self.rejected_cidrs = self.state.update_service_cidrs(objects);
     }

@@ -516,5 +516,4 @@ fn is_zero_duration(s: &str) -> bool {
 }
 
 #[cfg(test)]
-#[path = "file_tests.rs"]
 mod tests;

@@ -486,5 +486,4 @@ fn set_some<T: Clone>(target: &mut Option<T>, value: &Option<T>, unset: bool) {
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
 mod tests;

@@ -88,8 +88,8 @@ pub struct DeleteReport {
 /// One entry that could not be deleted, and why.
 #[derive(Debug)]
 pub struct DeleteFailure {
-    pub(crate) flow: Flow,
-    pub(crate) error: std::io::Error,
+    pub flow: Flow,
+    pub error: std::io::Error,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -431,8 +431,8 @@ mod tests {
             return;
         }
         let ns = Netns::create("ctid").unwrap();
-        crate::nft::inspect::apply_script(
-            &ns,
+        ns.exec_with_stdin(
+            &["nft", "-f", "-"],
             "table ip t {\n chain out {\n type filter hook output priority 0;\n ct state new counter\n }\n}\n",
         )
         .unwrap();

@@ -89,6 +89,7 @@ impl<K: Ord + Clone> Frontends<K> {
         }
     }
 
+    #[cfg(feature = "daemon")]
     pub(crate) fn clear(&mut self) {
         *self = Frontends::default();
     }
@@ -101,6 +102,7 @@ impl<K: Ord> Frontends<K> {
     }
 
     /// The kept service ports from `from` on, in order.
+    #[cfg(feature = "daemon")]
     pub(crate) fn keys_from<'a>(&'a self, from: &K) -> impl Iterator<Item = &'a K> + 'a {
         self.services.range(from..).map(|(k, _)| k)
     }
@@ -144,7 +146,7 @@ fn forget<A: Eq + std::hash::Hash, K: Ord>(index: &mut HashMap<A, BTreeSet<K>>, 
 pub struct FamilyReport {
     pub family: IpFamily,
     /// Dump, decisions and deletes (kube-proxy's reconciler duration).
-    pub(crate) elapsed: Duration,
+    pub elapsed: Duration,
     /// UDP entries read.
     pub examined: usize,
     /// Set when the kernel could not filter by protocol (before Linux 5.8) and every entry of

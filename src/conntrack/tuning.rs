@@ -10,7 +10,9 @@
 //! for the caller to log; every path lies under [`Roots`], so the decisions are tested on a
 //! plain directory and never on the host.
 
+#[cfg(feature = "daemon")]
 use std::fmt;
+#[cfg(feature = "daemon")]
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -49,8 +51,10 @@ impl Default for ConntrackSettings {
 
 /// kube-proxy's ceiling for the computed `nf_conntrack_max`, so that a machine with hundreds of
 /// cores does not reserve memory for tens of millions of entries.
+#[cfg(feature = "daemon")]
 const MAX_LIMIT: u64 = 1_048_576;
 
+#[cfg(feature = "daemon")]
 impl ConntrackSettings {
     /// The `nf_conntrack_max` to ensure on a machine with `cpus` CPUs, if any.
     pub(crate) fn conntrack_max(&self, cpus: u32) -> Option<u64> {
@@ -68,12 +72,14 @@ impl ConntrackSettings {
 }
 
 /// Where `/proc/sys` and `/sys` are: the host's, or a directory standing in for both in tests.
+#[cfg(feature = "daemon")]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Roots {
     pub(crate) proc_sys: PathBuf,
     pub(crate) sys: PathBuf,
 }
 
+#[cfg(feature = "daemon")]
 impl Roots {
     pub(crate) fn host() -> Roots {
         Roots {
@@ -110,6 +116,7 @@ impl Roots {
     }
 }
 
+#[cfg(feature = "daemon")]
 fn count_cpu_list(list: &str) -> Option<u32> {
     list.split(',').try_fold(0u32, |total, part| {
         let n = match part.split_once('-') {
@@ -124,6 +131,7 @@ fn count_cpu_list(list: &str) -> Option<u32> {
 }
 
 /// What was done with one setting.
+#[cfg(feature = "daemon")]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Decision {
     /// Written: the value was `from`, is now `to`.
@@ -148,12 +156,14 @@ pub(crate) enum Decision {
     },
 }
 
+#[cfg(feature = "daemon")]
 impl Decision {
     pub(crate) fn failed(&self) -> bool {
         matches!(self, Decision::Failed { .. })
     }
 }
 
+#[cfg(feature = "daemon")]
 impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -187,6 +197,7 @@ impl fmt::Display for Decision {
 }
 
 /// How a setting may change.
+#[cfg(feature = "daemon")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Change {
     /// Only upwards (capacities).
@@ -197,6 +208,7 @@ enum Change {
 
 /// Applies `settings` under `roots` on a machine with `cpus` CPUs, in kube-proxy's order, and
 /// returns one decision per setting it concerns.
+#[cfg(feature = "daemon")]
 pub(crate) fn apply(settings: &ConntrackSettings, roots: &Roots, cpus: u32) -> Vec<Decision> {
     let mut decisions = Vec::new();
     if let Some(max) = settings.conntrack_max(cpus) {
@@ -258,6 +270,7 @@ pub(crate) fn apply(settings: &ConntrackSettings, roots: &Roots, cpus: u32) -> V
     decisions
 }
 
+#[cfg(feature = "daemon")]
 fn set_sysctl(roots: &Roots, name: &str, value: u64) -> Decision {
     ensure(
         &roots.sysctl(name),
@@ -267,6 +280,7 @@ fn set_sysctl(roots: &Roots, name: &str, value: u64) -> Decision {
     )
 }
 
+#[cfg(feature = "daemon")]
 fn ensure(path: &Path, name: &str, wanted: u64, change: Change) -> Decision {
     let failed = |error: String| Decision::Failed {
         name: name.to_string(),
@@ -314,6 +328,7 @@ fn ensure(path: &Path, name: &str, wanted: u64, change: Change) -> Decision {
 }
 
 /// Why `path` cannot be written, if it cannot: its mount is read-only, or no one may write it.
+#[cfg(feature = "daemon")]
 fn read_only(path: &Path) -> Option<String> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::PermissionsExt;

@@ -527,6 +527,7 @@ impl NetlinkSocket {
     /// Sends a dump request of a protocol other than nfnetlink: `msg_type` with `body` (the
     /// protocol's own header and its attributes, 4-byte padded) after the `nlmsghdr`; then
     /// reads the dump as `dump_each` does.
+    #[cfg(feature = "daemon")]
     pub(crate) fn dump_plain(
         &mut self,
         request: &'static str,

@@ -6,7 +6,6 @@ pub mod diff;
 pub mod digest;
 #[cfg(any(test, feature = "fake-kernel"))]
 pub mod fake;
-pub mod inspect;
 pub mod jhash;
 pub mod model;
 mod model_ext;

@@ -1,7 +1,9 @@
 //! What the planner needs to know beyond the cluster objects: node identity and the operator's
 //! choices (flags or KubeProxyConfiguration), already validated.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
+#[cfg(feature = "daemon")]
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 
@@ -172,6 +174,7 @@ impl ProxyConfig {
     /// family that `nodePortAddresses` names (the node IP with `primary`, the local addresses
     /// inside the CIDRs), or on the family's unspecified address when it names none of the
     /// family, for each family in `families`.
+    #[cfg(feature = "daemon")]
     pub(crate) fn health_check_addresses(
         &self,
         families: &[IpFamily],

@@ -140,6 +140,7 @@ fn available(e: &Endpoint, topology: Topology, node_name: &str, zone: &str) -> b
 }
 
 /// Endpoints on this node: ready ones, else those still serving while terminating.
+#[cfg(feature = "daemon")]
 pub(crate) fn local_endpoints(all: &[Endpoint], node_name: &str) -> Vec<Endpoint> {
     let on_node = |e: &&Endpoint| e.node_name.as_deref() == Some(node_name);
     let ready: Vec<Endpoint> = all
@@ -159,5 +160,4 @@ pub(crate) fn local_endpoints(all: &[Endpoint], node_name: &str) -> Vec<Endpoint
 }
 
 #[cfg(test)]
-#[path = "endpoints_tests.rs"]
 mod tests;

@@ -13,6 +13,7 @@ mod stored;
 pub use build::{EndpointBlocks, IpFamily, SlotLayouts};
 pub(crate) use build::{build_family, families};
 pub use config::{DetectLocal, NodePortAddresses, ProxyConfig};
+#[cfg(feature = "daemon")]
 pub(crate) use endpoints::local_endpoints;
 pub use plan::{Planner, ServiceRef};
 
@@ -38,10 +39,6 @@ pub fn build_after(
         .collect()
 }
 
-#[cfg(test)]
-mod consistent_tests;
-#[cfg(test)]
-mod family_tests;
 #[cfg(test)]
 mod fixtures;
 #[cfg(test)]

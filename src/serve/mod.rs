@@ -2,25 +2,40 @@
 //! (Prometheus text), and the healthCheckNodePort servers. Every server stops accepting and
 //! drops its open connections when its shutdown future resolves; any other path is a 404.
 
+#[cfg(feature = "daemon")]
 pub(crate) mod health;
+#[cfg(feature = "daemon")]
 pub(crate) mod healthcheck;
 
+#[cfg(feature = "daemon")]
 use std::convert::Infallible;
+#[cfg(feature = "daemon")]
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+#[cfg(feature = "daemon")]
 use std::sync::Arc;
 
+#[cfg(feature = "daemon")]
 use http_body_util::Full;
+#[cfg(feature = "daemon")]
 use hyper::body::{Bytes, Incoming};
+#[cfg(feature = "daemon")]
 use hyper::header::{CONTENT_TYPE, HeaderValue};
+#[cfg(feature = "daemon")]
 use hyper::{Method, Request, Response, StatusCode};
+#[cfg(feature = "daemon")]
 use hyper_util::rt::TokioIo;
+#[cfg(feature = "daemon")]
 use tokio::net::TcpListener;
+#[cfg(feature = "daemon")]
 use tokio::task::JoinSet;
 
+#[cfg(feature = "daemon")]
 use crate::metrics::{self, Metrics, Probe};
 
+#[cfg(feature = "daemon")]
 pub(crate) use health::HealthState;
+#[cfg(feature = "daemon")]
 pub(crate) use healthcheck::{HealthCheckServers, ServiceHealth};
 
 /// Failures of the health and metrics servers.
@@ -65,6 +80,7 @@ pub(crate) fn parse_bind_address(addr: &str) -> Result<SocketAddr, ServeError> {
 }
 
 /// Binds a listener for one of the servers (port 0 picks a free port, for tests).
+#[cfg(feature = "daemon")]
 pub(crate) async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
     TcpListener::bind(addr)
         .await
@@ -73,6 +89,7 @@ pub(crate) async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 
 /// Serves `/healthz` and `/livez` on an already bound listener until `shutdown` resolves,
 /// counting each probe's answer in `metrics` as kube-proxy does.
+#[cfg(feature = "daemon")]
 pub(crate) async fn serve_healthz_on(
     listener: TcpListener,
     health: HealthState,
@@ -94,6 +111,7 @@ pub(crate) async fn serve_healthz_on(
 }
 
 /// Serves `/metrics` on an already bound listener until `shutdown` resolves.
+#[cfg(feature = "daemon")]
 pub(crate) async fn serve_metrics_on(
     listener: TcpListener,
     metrics: Metrics,
@@ -112,6 +130,7 @@ pub(crate) async fn serve_metrics_on(
 
 /// Serves GET and HEAD of `paths` with `answer` (given the path) until `shutdown` resolves:
 /// any other path is a 404, any other method on one of `paths` a 405.
+#[cfg(feature = "daemon")]
 async fn serve_reads_on(
     listener: TcpListener,
     paths: &'static [&'static str],
@@ -132,13 +151,16 @@ async fn serve_reads_on(
 
 /// A request handler: method and path in, full response out. Handlers only read shared
 /// state, so they are plain synchronous functions.
+#[cfg(feature = "daemon")]
 pub(crate) type Handler = Arc<dyn Fn(&Method, &str) -> Response<Full<Bytes>> + Send + Sync>;
 
+#[cfg(feature = "daemon")]
 fn read_method(method: &Method) -> bool {
     method == Method::GET || method == Method::HEAD
 }
 
 /// The JSON answer of the health endpoints: 200 or 503, with kube-proxy's headers.
+#[cfg(feature = "daemon")]
 pub(crate) fn json_response(healthy: bool, body: String) -> Response<Full<Bytes>> {
     let mut resp = Response::new(Full::new(Bytes::from(body)));
     *resp.status_mut() = if healthy {
@@ -155,12 +177,14 @@ pub(crate) fn json_response(healthy: bool, body: String) -> Response<Full<Bytes>
     resp
 }
 
+#[cfg(feature = "daemon")]
 pub(crate) fn not_found() -> Response<Full<Bytes>> {
     let mut resp = Response::new(Full::new(Bytes::from_static(b"404 page not found\n")));
     *resp.status_mut() = StatusCode::NOT_FOUND;
     resp
 }
 
+#[cfg(feature = "daemon")]
 pub(crate) fn method_not_allowed() -> Response<Full<Bytes>> {
     let mut resp = Response::new(Full::new(Bytes::new()));
     *resp.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
@@ -170,6 +194,7 @@ pub(crate) fn method_not_allowed() -> Response<Full<Bytes>> {
 /// Accepts HTTP/1 connections on `listener` and answers them with `handler` until `shutdown`
 /// resolves; then the listener is closed and open connections are dropped (a closed port must
 /// stop answering at once, e.g. a healthCheckNodePort whose Service went away).
+#[cfg(feature = "daemon")]
 pub(crate) async fn serve_on(
     listener: TcpListener,
     handler: Handler,
@@ -220,6 +245,7 @@ pub(crate) async fn serve_on(
     }
 }
 
+#[cfg(feature = "daemon")]
 fn is_transient_accept_error(e: &std::io::Error) -> bool {
     use std::io::ErrorKind::*;
     matches!(

@@ -15,7 +15,9 @@ pub(crate) mod schedule;
 pub use engine::{SyncError, SyncKind, SyncReport, Syncer};
 pub use kernel::{Kernel, KernelError};
 pub use leading::Leading;
-pub(crate) use schedule::{Periods, Schedule};
+pub(crate) use schedule::Periods;
+#[cfg(feature = "daemon")]
+pub(crate) use schedule::Schedule;
 
 use std::collections::BTreeSet;
 

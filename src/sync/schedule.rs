@@ -7,8 +7,11 @@
 //! still runs every `sync_period` (cheap: it notices a foreign change to the ruleset through
 //! the generation and repairs it); and a full sync is forced every `full_sync_period`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(feature = "daemon")]
+use std::time::Instant;
 
+#[cfg(feature = "daemon")]
 use super::engine::SyncKind;
 
 /// kube-proxy's timing settings.
@@ -32,6 +35,7 @@ impl Default for Periods {
     }
 }
 
+#[cfg(feature = "daemon")]
 #[derive(Debug, Clone)]
 pub(crate) struct Schedule {
     periods: Periods,
@@ -43,6 +47,7 @@ pub(crate) struct Schedule {
     failed_at: Option<Instant>,
 }
 
+#[cfg(feature = "daemon")]
 impl Schedule {
     pub(crate) fn new(periods: Periods) -> Self {
         Schedule {

@@ -14,6 +14,7 @@
 
 mod names;
 pub(crate) mod unreachable;
+#[cfg(feature = "daemon")]
 pub(crate) mod watch;
 
 #[cfg(test)]
@@ -71,6 +72,7 @@ pub(crate) struct Held {
 }
 
 impl Leftovers {
+    #[cfg(feature = "daemon")]
     pub(crate) fn is_empty(&self) -> bool {
         self.tables.is_empty() && self.iptables.is_empty() && self.held.is_empty()
     }
@@ -81,6 +83,7 @@ impl Leftovers {
     }
 
     /// kube-proxy's iptables-nft chains, counted over every table (removable and held).
+    #[cfg(feature = "daemon")]
     pub(crate) fn iptables_chains(&self) -> usize {
         self.iptables.iter().map(|t| t.chains.len()).sum::<usize>()
     }

@@ -22,4 +22,4 @@ pub use lower::LowerError;
 pub use requests::generation;
 
 #[cfg(test)]
-mod dump_tests;
+mod tests;

@@ -1,5 +1,7 @@
 //! The planner's decisions, asserted on the table values it builds for small clusters.
 
+mod consistent;
+mod families;
 mod picks;
 mod policies;
 mod services;

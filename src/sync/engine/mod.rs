@@ -172,11 +172,13 @@ impl<K: Kernel> Syncer<K> {
     }
 
     /// Whether the next `sync` without `force_full` can be partial.
+    #[cfg(feature = "daemon")]
     pub(crate) fn has_applied_state(&self) -> bool {
         self.generation.is_some() && self.tables.is_some() && self.digests.is_some()
     }
 
     /// Whether the next `sync_changes` can be applied: nothing failed since our last commit.
+    #[cfg(feature = "daemon")]
     pub(crate) fn has_generation(&self) -> bool {
         self.generation.is_some()
     }

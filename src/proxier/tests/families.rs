@@ -9,10 +9,10 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::json;
 
-use super::fixtures::dual_stack_config;
-use super::*;
 use crate::cluster::{ClusterState, NodeInfo};
 use crate::nft::model::{Family, Table, Value};
+use crate::proxier::fixtures::dual_stack_config;
+use crate::proxier::*;
 
 fn node(addresses: &[&str]) -> Node {
     let addresses: Vec<_> = addresses

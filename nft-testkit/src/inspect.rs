@@ -1,5 +1,6 @@
 //! The kernel's view of a table through the `nft` binary, normalised so that two kernels holding
-//! the same ruleset give `==` JSON. For tests and debugging only: the daemon never runs `nft`.
+//! the same ruleset give `==` JSON. For tests and benchmarks only, so outside the product: kubenft
+//! never runs `nft`.
 //!
 //! Normalisation drops what differs between equal rulesets: `metainfo`, every `handle`, counter
 //! values and element `expires`. Sets and maps are sorted by name with their elements sorted,
@@ -9,9 +10,9 @@
 
 use serde_json::{Map, Value};
 
-use super::model::Family;
-use super::render::family_keyword;
-use crate::netns::{Netns, NetnsError};
+use kubenft::netns::{Netns, NetnsError};
+use kubenft::nft::model::Family;
+use kubenft::nft::render::family_keyword;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
@@ -82,7 +83,7 @@ pub fn apply_script(ns: &Netns, script: &str) -> Result<(), InspectError> {
 }
 
 /// Normalises the parsed output of `nft -j list table` (see the module comment).
-pub(crate) fn normalize_listing(raw: Value) -> Result<Value, String> {
+fn normalize_listing(raw: Value) -> Result<Value, String> {
     let Value::Object(mut top) = raw else {
         return Err("top level is not an object".into());
     };

@@ -4,12 +4,12 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use super::build::SLOTS_PER_BLOCK;
-use super::consistent::{SEED, table_size};
-use super::fixtures::dual_stack_config;
-use super::*;
 use crate::cluster::ClusterState;
 use crate::nft::model::{Family, MapData, Selector, Stmt, Table, Value};
+use crate::proxier::build::SLOTS_PER_BLOCK;
+use crate::proxier::consistent::{SEED, table_size};
+use crate::proxier::fixtures::dual_stack_config;
+use crate::proxier::*;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
