@@ -9,8 +9,8 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use kubenft::netns::{Netns, can_create};
+use kubenft::nft::kernel::Nftables;
 use kubenft::nft::model::{Element, Table, Value, Verdict};
-use kubenft::nft::netlink::Nftables;
 use kubenft::nft::render::render_table;
 use kubenft_nft_testkit::corpus::{creation_transaction, kube_like};
 use kubenft_nft_testkit::inspect::apply_script;
@@ -94,7 +94,7 @@ fn main() {
     let (mut by_netlink, mut by_nft, mut encoding) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..repeats {
         let start = Instant::now();
-        let stats = kubenft::nft::netlink::apply::encode_only(&tx).expect("encode");
+        let stats = kubenft::nft::kernel::apply::encode_only(&tx).expect("encode");
         encoding.push(start.elapsed());
         if round == 0 {
             eprintln!("batch: {} messages, {} bytes", stats.messages, stats.bytes);

@@ -15,8 +15,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use kubenft::netns::Netns;
-use kubenft::nft::netlink::Nftables;
-use kubenft::nft::netlink::apply::encode_only;
+use kubenft::nft::kernel::Nftables;
+use kubenft::nft::kernel::apply::encode_only;
 use kubenft::proxier::{Planner, ServiceRef};
 use kubenft::sync::{Syncer, changes_transaction};
 

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kubenft::cluster::LiveState;
 use kubenft::netns::Netns;
-use kubenft::nft::netlink::Nftables;
+use kubenft::nft::kernel::Nftables;
 use kubenft::node_inputs::load_inputs;
 use kubenft::proxier::{Planner, ProxyConfig};
 use kubenft::source::store::ClusterStore;

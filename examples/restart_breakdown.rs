@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use kubenft::daemon::full_sync::{plan_as_held, read_differing_sets};
 use kubenft::netns::Netns;
-use kubenft::nft::netlink::Nftables;
+use kubenft::nft::kernel::Nftables;
 use kubenft::proxier::Planner;
 use kubenft::sync::Syncer;
 

@@ -78,8 +78,8 @@ mod glue {
 
     use super::*;
     use crate::config::Task;
+    use crate::nft::kernel::Nftables;
     use crate::nft::model::Table;
-    use crate::nft::netlink::Nftables;
     use crate::nft::transaction::Transaction;
 
     /// Runs the validated subcommand.

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::cluster::ClusterState;
 use crate::lab::{Outcome, Topology, try_request};
 use crate::netns::can_create;
-use crate::nft::netlink::Nftables;
+use crate::nft::kernel::Nftables;
 use crate::proxier::ProxyConfig;
 
 /// The demo cluster's manifests (also in `examples/demo/`).

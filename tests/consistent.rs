@@ -17,8 +17,8 @@ use std::time::Duration;
 use common::{link, sh};
 use kubenft::netns::{Netns, can_create};
 use kubenft::nft::jhash;
+use kubenft::nft::kernel::Nftables;
 use kubenft::nft::model::{Family, MapData, Stmt, Table, Value};
-use kubenft::nft::netlink::Nftables;
 
 const SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 20);
 

@@ -12,8 +12,8 @@ use harness::*;
 use kubenft::netlink::NetlinkSocket;
 use kubenft::netlink::attr::AttrWriter;
 use kubenft::netlink::socket::{NLM_F_ACK, NLM_F_CREATE, NfHeader};
-use kubenft::nft::netlink::requests;
-use kubenft::nft::netlink::sys::*;
+use kubenft::nft::kernel::requests;
+use kubenft::nft::kernel::sys::*;
 
 /// Creates `ip kubenft` with the OWNER flag from a socket of this test's: while that socket is
 /// open the kernel refuses every change to the table by anyone else (EPERM), and it deletes the

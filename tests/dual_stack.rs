@@ -13,8 +13,8 @@ use std::time::Duration;
 use common::Topology;
 use harness::{Daemon, addr, eventually, http_get, wait_for_backends};
 use kubenft::netns::{Netns, can_create};
+use kubenft::nft::kernel::Nftables;
 use kubenft::nft::model::Family;
-use kubenft::nft::netlink::Nftables;
 
 /// node-a lists only an IPv4 InternalIP; `web` is a dual-stack NodePort Service with one
 /// endpoint of each family (both pod-1), `lb` a dual-stack LoadBalancer with

@@ -2,8 +2,8 @@
 //! what `nft -f` makes of the rendered text, reads back identically, and fails atomically.
 
 use kubenft::netns::{Netns, can_create};
+use kubenft::nft::kernel::{ApplyError, Nftables, canonical};
 use kubenft::nft::model::Table;
-use kubenft::nft::netlink::{ApplyError, Nftables, canonical};
 use kubenft::nft::render::render_table;
 use kubenft::nft::transaction::Transaction;
 use kubenft_nft_testkit::corpus::{corpus, creation_transaction};
@@ -17,7 +17,7 @@ fn root() -> bool {
     true
 }
 
-fn apply_in(ns: &Netns, tx: Transaction) -> Result<kubenft::nft::netlink::ApplyStats, String> {
+fn apply_in(ns: &Netns, tx: Transaction) -> Result<kubenft::nft::kernel::ApplyStats, String> {
     ns.run(move || {
         Nftables::open()
             .map_err(|e| e.to_string())?

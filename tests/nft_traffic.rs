@@ -11,8 +11,8 @@ use crate::explain_harness;
 use common::{Topology, request};
 use explain_harness::{assert_explained, pod_backend};
 use kubenft::netns::can_create;
+use kubenft::nft::kernel::Nftables;
 use kubenft::nft::model::*;
-use kubenft::nft::netlink::Nftables;
 use kubenft_nft_testkit::corpus::creation_transaction;
 
 const MASQ: u32 = 0x4000;

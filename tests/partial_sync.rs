@@ -125,7 +125,7 @@ fn one_new_endpoint_costs_a_handful_of_operations_whatever_the_cluster_size() {
 /// The daemon's engine on the real kernel: a partial sync after one new endpoint, in a
 /// namespace holding 100 or 1,000 Services, and what the kernel holds afterwards.
 fn kernel_ops_for_one_new_endpoint(services: usize) -> (kubenft::sync::SyncReport, bool) {
-    use kubenft::nft::netlink::{Nftables, canonical};
+    use kubenft::nft::kernel::{Nftables, canonical};
     let ns = kubenft::netns::Netns::create("partial").unwrap();
     let before = tables(services, false);
     let after = tables(services, true);
@@ -172,7 +172,7 @@ fn the_daemons_partial_sync_of_one_endpoint_is_the_same_handful_in_the_kernel_at
 }
 
 /// Our tables as the kernel holds them, without the engine's `element-digests` records.
-fn held_tables(nft: &mut kubenft::nft::netlink::Nftables, like: &[Table]) -> Vec<Table> {
+fn held_tables(nft: &mut kubenft::nft::kernel::Nftables, like: &[Table]) -> Vec<Table> {
     like.iter()
         .map(|t| {
             let mut held = nft.dump_table(t.family, &t.name).unwrap().unwrap();
@@ -188,7 +188,7 @@ const RECORDED_SERVICES: usize = 2_100;
 
 #[test]
 fn a_restart_on_an_unchanged_kernel_reads_no_large_set_back_and_sends_nothing() {
-    use kubenft::nft::netlink::{Nftables, canonical};
+    use kubenft::nft::kernel::{Nftables, canonical};
     use kubenft::sync::Syncer;
     if !kubenft::netns::can_create() {
         eprintln!("skipped: needs root to create network namespaces");
@@ -242,7 +242,7 @@ fn a_restart_on_an_unchanged_kernel_reads_no_large_set_back_and_sends_nothing() 
 
 #[test]
 fn a_large_set_changed_behind_our_back_is_repaired_by_a_read_of_it() {
-    use kubenft::nft::netlink::{Nftables, canonical};
+    use kubenft::nft::kernel::{Nftables, canonical};
     use kubenft::nft::transaction::Op;
     use kubenft::sync::Syncer;
     if !kubenft::netns::can_create() {
@@ -376,7 +376,7 @@ fn a_restart_after_churn_reads_a_large_slot_map_once_and_sends_nothing() {
 /// Four services churned, and `unchanged` more of ten endpoints each.
 fn restart_after_churn(ns_name: &str, unchanged: usize) {
     use kubenft::daemon::full_sync::{plan_as_held, read_differing_sets};
-    use kubenft::nft::netlink::{Nftables, canonical};
+    use kubenft::nft::kernel::{Nftables, canonical};
     use kubenft::proxier::Planner;
     use kubenft::sync::{Observed, Syncer, reconcile_transaction};
     if !kubenft::netns::can_create() {
@@ -483,7 +483,7 @@ fn restart_after_churn(ns_name: &str, unchanged: usize) {
 #[test]
 fn a_set_outgrowing_its_declared_size_is_recreated_larger_by_a_full_sync() {
     use kubenft::daemon::full_sync::full_sync;
-    use kubenft::nft::netlink::{Nftables, canonical};
+    use kubenft::nft::kernel::{Nftables, canonical};
     use kubenft::proxier::Planner;
     use kubenft::sync::Syncer;
     if !kubenft::netns::can_create() {
@@ -562,7 +562,7 @@ fn a_set_outgrowing_its_declared_size_is_recreated_larger_by_a_full_sync() {
 #[test]
 fn tables_from_before_declared_sizes_are_recreated_sized_by_one_full_sync() {
     use kubenft::daemon::full_sync::full_sync;
-    use kubenft::nft::netlink::{Nftables, canonical};
+    use kubenft::nft::kernel::{Nftables, canonical};
     use kubenft::proxier::Planner;
     use kubenft::sync::Syncer;
     if !kubenft::netns::can_create() {

@@ -15,8 +15,8 @@ use kubenft::daemon::after_sync::{AfterSyncFacts, local_endpoint_facts, udp_fron
 use kubenft::nft::diff::TableChange;
 use kubenft::nft::digest::SetDigest;
 use kubenft::nft::fake::FakeKernel;
+use kubenft::nft::kernel::apply::batch_bytes;
 use kubenft::nft::model::{Chain, Element, MapData, Table, Value as NftValue};
-use kubenft::nft::netlink::apply::batch_bytes;
 use kubenft::nft::transaction::{ElementStream, Op, SetElements, TableRef, Transaction};
 use kubenft::proxier::names::is_pick_slots;
 use kubenft::proxier::{Planner, ProxyConfig, ServiceRef, build, build_after};
@@ -920,7 +920,7 @@ fn the_kernel_accepts_every_generated_ruleset_and_every_transition_between_them(
     }
     let ns = kubenft::netns::Netns::create("props").unwrap();
     ns.run(|| {
-        let nft = kubenft::nft::netlink::Nftables::open().unwrap();
+        let nft = kubenft::nft::kernel::Nftables::open().unwrap();
         let syncer = std::cell::RefCell::new(kubenft::sync::Syncer::new(nft, "kubenft"));
         let mut runner = TestRunner::new(Config {
             cases: 64,

@@ -16,8 +16,8 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kubenft::cluster::ClusterState;
 use kubenft::netns::{Netns, can_create};
+use kubenft::nft::kernel::Nftables;
 use kubenft::nft::model::Table;
-use kubenft::nft::netlink::Nftables;
 use kubenft::proxier::ProxyConfig;
 use kubenft::sync::{Observed, reconcile_transaction};
 

@@ -5,8 +5,8 @@
 #[allow(dead_code)]
 mod synthetic;
 
+use kubenft::nft::kernel::apply::batch_bytes;
 use kubenft::nft::model::Table;
-use kubenft::nft::netlink::apply::batch_bytes;
 use kubenft::nft::transaction::{ElementStream, Op, SetElements, TableRef};
 use kubenft::proxier::Planner;
 use kubenft::sync::{creation_transaction, reconcile_transaction};

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kubenft::cluster::ClusterState;
 use kubenft::netns::{Netns, can_create};
-use kubenft::nft::netlink::Nftables;
+use kubenft::nft::kernel::Nftables;
 use kubenft::proxier::ProxyConfig;
 use serde_json::{Value, json};
 

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use kubenft::lab::{Topology, sh};
 use kubenft::netlink::socket::split_messages;
 use kubenft::netns::Netns;
-use kubenft::nft::netlink::decode::{self, RawData};
-use kubenft::nft::netlink::sys::{NFNL_SUBSYS_NFTABLES, NFT_MSG_NEWSETELEM};
+use kubenft::nft::kernel::decode::{self, RawData};
+use kubenft::nft::kernel::sys::{NFNL_SUBSYS_NFTABLES, NFT_MSG_NEWSETELEM};
 use kubenft_testkit::Kind;
 use netlink_sys::{Socket, protocols::NETLINK_NETFILTER};
 

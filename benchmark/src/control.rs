@@ -13,11 +13,11 @@ use kubenft::daemon::full_sync::{plan_as_held, read_differing_sets};
 use kubenft::netlink::NetlinkSocket;
 use kubenft::netlink::attr::AttrWriter;
 use kubenft::netns::Netns;
-use kubenft::nft::model::Table;
-use kubenft::nft::netlink::sys::{
+use kubenft::nft::kernel::sys::{
     NFPROTO_IPV4, NFT_MSG_GETSETELEM, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE,
 };
-use kubenft::nft::netlink::{Nftables, requests};
+use kubenft::nft::kernel::{Nftables, requests};
+use kubenft::nft::model::Table;
 use kubenft::nft::render::render_table;
 use kubenft::proxier::{Planner, build};
 use kubenft::sync::{

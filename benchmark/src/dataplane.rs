@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use kubenft::cluster::ClusterState;
 use kubenft::lab::{Topology, sh};
-use kubenft::nft::netlink::Nftables;
+use kubenft::nft::kernel::Nftables;
 use kubenft::proxier::build;
 use kubenft::sync::Syncer;
 

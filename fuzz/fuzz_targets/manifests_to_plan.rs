@@ -31,7 +31,7 @@ fuzz_target!(|data: &[u8]| {
     FakeKernel::new()
         .apply(&tx)
         .expect("the fake kernel accepts every plan");
-    kubenft::nft::netlink::apply::encode_only(&tx).expect("every plan encodes");
+    kubenft::nft::kernel::apply::encode_only(&tx).expect("every plan encodes");
     for t in &tables {
         let _ = kubenft::nft::render::render_table(t);
     }

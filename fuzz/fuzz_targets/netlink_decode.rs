@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use kubenft::nft::model::Family;
 use kubenft::netlink::socket;
-use kubenft::nft::netlink::{decode, lift};
+use kubenft::nft::kernel::{decode, lift};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -35,7 +35,7 @@ use self::sync_loop::SyncLoop;
 use crate::config::RunSettings;
 use crate::conntrack;
 use crate::metrics::Metrics;
-use crate::nft::netlink::Nftables;
+use crate::nft::kernel::Nftables;
 use crate::node_inputs::kernel_families;
 use crate::proxier::ProxyConfig;
 use crate::serve::{self, HealthState};
@@ -47,7 +47,7 @@ pub enum DaemonError {
     #[error("starting the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error("opening the nf_tables netlink socket: {0}")]
-    Netlink(#[source] crate::nft::netlink::SocketError),
+    Netlink(#[source] crate::nft::kernel::SocketError),
     #[error("serving {what}: {source}")]
     Serve {
         what: &'static str,

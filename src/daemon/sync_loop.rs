@@ -25,7 +25,7 @@ use crate::cluster::{LiveState, ServiceRef};
 use crate::config::RunSettings;
 use crate::conntrack;
 use crate::metrics::{self, Metrics, SyncResult};
-use crate::nft::netlink::Nftables;
+use crate::nft::kernel::Nftables;
 use crate::node_inputs::{add_local_addresses, log_nodeport_fallbacks, nodeport_fallbacks};
 use crate::proxier::{IpFamily, Planner, ProxyConfig, families};
 use crate::serve::{HealthCheckServers, HealthState};

@@ -15,8 +15,8 @@ use std::net::{IpAddr, SocketAddr};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
+use crate::nft::kernel::Nftables;
 use crate::nft::model::{Family, Table};
-use crate::nft::netlink::Nftables;
 use crate::proxier::names::SERVICE_IPS;
 pub(crate) use report::{Explanation, explain};
 pub(crate) use service::ServiceListing;
@@ -74,7 +74,7 @@ pub enum ExplainError {
     #[error("the source {from} and the destination {to} are of different IP versions")]
     Versions { from: IpAddr, to: IpAddr },
     #[error("opening the nf_tables netlink socket: {0}")]
-    Open(#[source] crate::nft::netlink::SocketError),
+    Open(#[source] crate::nft::kernel::SocketError),
     #[error(
         "reading table {table}: the kernel refused ({source}): listing nftables needs \
          CAP_NET_ADMIN (root, or the capability granted to this user)"
@@ -82,7 +82,7 @@ pub enum ExplainError {
     NotPermitted {
         table: String,
         #[source]
-        source: crate::nft::netlink::DumpError,
+        source: crate::nft::kernel::DumpError,
     },
     #[error(
         "reading table {table}: {source} (a table written by another kubenft version may not \
@@ -91,7 +91,7 @@ pub enum ExplainError {
     Dump {
         table: String,
         #[source]
-        source: crate::nft::netlink::DumpError,
+        source: crate::nft::kernel::DumpError,
     },
     #[error(
         "there is no table {table} in this network namespace: kubenft has not programmed \
@@ -245,7 +245,7 @@ fn read_table(
     required: bool,
 ) -> Result<Option<(Table, DynamicSets)>, ExplainError> {
     let table_label = format!("{} {name}", crate::nft::render::family_keyword(family));
-    let dump_err = |source: crate::nft::netlink::DumpError| {
+    let dump_err = |source: crate::nft::kernel::DumpError| {
         let table = table_label.clone();
         if refused(&source) {
             ExplainError::NotPermitted { table, source }
@@ -285,10 +285,10 @@ fn read_table(
 }
 
 /// Whether the kernel refused a dump for lack of privilege (EPERM anywhere in its causes).
-fn refused(e: &crate::nft::netlink::DumpError) -> bool {
+fn refused(e: &crate::nft::kernel::DumpError) -> bool {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(c) = cause {
-        if let Some(s) = c.downcast_ref::<crate::nft::netlink::SocketError>()
+        if let Some(s) = c.downcast_ref::<crate::nft::kernel::SocketError>()
             && s.errno() == Some(libc::EPERM)
         {
             return true;

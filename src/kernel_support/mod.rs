@@ -18,8 +18,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::cluster::ClusterState;
+use crate::nft::kernel::{ApplyError, Nftables, SocketError};
 use crate::nft::model::Table;
-use crate::nft::netlink::{ApplyError, Nftables, SocketError};
 use crate::nft::transaction::Transaction;
 use crate::proxier::{IpFamily, ProxyConfig};
 use crate::source::manifests;

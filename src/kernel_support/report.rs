@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use super::MINIMUM_KERNEL;
+use crate::nft::kernel::Refusal;
 use crate::nft::model::{ChainType, Family, MapRef, Selector, Stmt, Table};
-use crate::nft::netlink::Refusal;
 use crate::nft::transaction::Op;
 
 /// The kernel refused part of the probe: kubenft cannot run here.

@@ -138,7 +138,7 @@ fn the_message_names_the_kernel_each_refused_operation_and_counts_what_follows_f
         chain: Chain::new("pick-2"),
     };
     let jump = rule_op(Family::Ip, vec![Stmt::jump("pick-2")]);
-    let refusal = |op_index, op: Op, errno| crate::nft::netlink::Refusal {
+    let refusal = |op_index, op: Op, errno| crate::nft::kernel::Refusal {
         op_index,
         rendered: crate::nft::render::render_op(&op),
         op,

@@ -1,4 +1,4 @@
-//! Netlink plumbing shared by nf_tables (`nft::netlink`) and conntrack (`conntrack`): one
+//! Netlink plumbing shared by nf_tables (`nft::kernel`) and conntrack (`conntrack`): one
 //! NETLINK_NETFILTER socket, nfnetlink message headers, attribute TLVs and kernel errors.
 //! Nothing here knows a subsystem's messages; each caller builds and reads its own.
 

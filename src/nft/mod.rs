@@ -7,9 +7,9 @@ pub mod digest;
 #[cfg(any(test, feature = "fake-kernel"))]
 pub mod fake;
 pub mod jhash;
+pub mod kernel;
 pub mod model;
 mod model_ext;
-pub mod netlink;
 pub mod outline;
 mod refs;
 pub mod render;

@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 
-use super::build::IpFamily;
+use super::layout::IpFamily;
 use crate::cluster::NodeInfo;
 
 /// Which addresses accept NodePort traffic.

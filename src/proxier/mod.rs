@@ -1,20 +1,20 @@
 //! The planner: Kubernetes Service semantics → desired nftables tables. Pure: no I/O, no clock.
 
-mod build;
 pub(crate) mod config;
 pub(crate) mod consistent;
 mod endpoints;
 mod key_owners;
+mod layout;
 pub mod names;
 mod plan;
 mod set_sizes;
 mod stored;
 
-pub use build::{EndpointBlocks, IpFamily, SlotLayouts};
-pub(crate) use build::{build_family, families};
 pub use config::{DetectLocal, NodePortAddresses, ProxyConfig};
 #[cfg(feature = "daemon")]
 pub(crate) use endpoints::local_endpoints;
+pub use layout::{EndpointBlocks, IpFamily, SlotLayouts};
+pub(crate) use layout::{build_family, families};
 pub use plan::{Planner, ServiceRef};
 
 use crate::cluster::ClusterState;

@@ -62,7 +62,7 @@ pub fn is_endpoint_map(set: &str) -> bool {
 /// The shared chain that draws a slot of `slots` in `pick_slots(slots)` for ClusterIP traffic.
 /// Services without ClientIP affinity or externalTrafficPolicy Local have no chain of their
 /// own: their n endpoints fill slots 0..n-1 of that map, `slots` being the power of two at or
-/// above n, each keeping its slot while it stays (`build/slots.rs`). Endpoints coming and going
+/// above n, each keeping its slot while it stays (`layout/slots.rs`). Endpoints coming and going
 /// are elements, and the table holds a handful of chains
 /// instead of one per service — the kernel's commit visits every chain, so that is what keeps
 /// a one-endpoint commit O(1).

@@ -8,9 +8,9 @@
 
 use std::collections::BTreeSet;
 
+use crate::nft::kernel::apply::Fill;
+use crate::nft::kernel::{ApplyError, ApplyStats, DumpError, Nftables};
 use crate::nft::model::{Family, Set};
-use crate::nft::netlink::apply::Fill;
-use crate::nft::netlink::{ApplyError, ApplyStats, DumpError, Nftables};
 use crate::nft::outline::Outline;
 use crate::nft::transaction::Transaction;
 

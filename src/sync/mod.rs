@@ -22,8 +22,8 @@ pub(crate) use schedule::Schedule;
 use std::collections::BTreeSet;
 
 use crate::nft::diff::TableChange;
+use crate::nft::kernel::canonicalized;
 use crate::nft::model::{Family, Table};
-use crate::nft::netlink::canonicalized;
 use crate::nft::transaction::{Op, TableRef, Transaction};
 
 /// Replaces each table wholesale, in one transaction.

@@ -13,12 +13,12 @@ use std::sync::Arc;
 
 use crate::cluster::{ClusterState, ServicePortName};
 use crate::nft::model::{Chain, Element, Set, Table, Value};
-use crate::proxier::build::{
+use crate::proxier::config::ProxyConfig;
+use crate::proxier::key_owners::KeyOwners;
+use crate::proxier::layout::{
     BlockAllocator, EndpointBlocks, Fragment, FragmentBuilder, IpFamily, SlotLayouts, assemble,
     table_head,
 };
-use crate::proxier::config::ProxyConfig;
-use crate::proxier::key_owners::KeyOwners;
 use crate::proxier::names::{is_endpoint_map, is_pick_slots};
 use crate::proxier::set_sizes;
 use crate::proxier::stored::{PartOrderElements, SetNames, SortedElements, Stored};

@@ -7,7 +7,7 @@
 //! the same state with the same endpoint-map blocks, except for which slot of a shared slot map
 //! each endpoint sits in (and so which one `pick-fallback` names: slot 0's): `build_after` lays
 //! endpoints out in address order, the planner keeps each endpoint's slot across plans
-//! (`build/slots.rs`). The same endpoints fill the same slots 0..n-1 either way; the property
+//! (`layout/slots.rs`). The same endpoints fill the same slots 0..n-1 either way; the property
 //! tests check both.
 //!
 //! What every fragment depends on (configuration, node, families) replans everything when it
@@ -30,11 +30,11 @@ use ipnet::IpNet;
 
 use family::{FamilyPlan, add_slot_layouts};
 
-use super::build::{
+use super::config::ProxyConfig;
+use super::layout::{
     EndpointBlocks, Fragment, FragmentBuilder, IpFamily, SlotLayouts, dropped_service_cidrs,
     families,
 };
-use super::config::ProxyConfig;
 use super::stored::{Stored, digests_of};
 pub use crate::cluster::ServiceRef;
 use crate::cluster::{ClusterState, Endpoint, NodeInfo, ServicePort, ServicePortName};

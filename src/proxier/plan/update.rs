@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use crate::cluster::{ClusterState, ServicePortName};
 use crate::nft::model::{Chain, Element, Set, Table, Value};
-use crate::proxier::build::{Fragment, FragmentBuilder, SlotLayouts};
 use crate::proxier::config::ProxyConfig;
+use crate::proxier::layout::{Fragment, FragmentBuilder, SlotLayouts};
 use crate::proxier::names::is_endpoint_map;
 use crate::proxier::set_sizes;
 use crate::proxier::stored::Stored;

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use foldhash::fast::FixedState;
 
-use super::build::Fragment;
+use super::layout::Fragment;
 use crate::nft::digest::ElementEncoder;
 use crate::nft::model::{Chain, Element, MapData, Set, Value};
 pub(super) use digest::digests_of;

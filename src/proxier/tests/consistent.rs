@@ -6,9 +6,9 @@ use std::net::IpAddr;
 
 use crate::cluster::ClusterState;
 use crate::nft::model::{Family, MapData, Selector, Stmt, Table, Value};
-use crate::proxier::build::SLOTS_PER_BLOCK;
 use crate::proxier::consistent::{SEED, table_size};
 use crate::proxier::fixtures::dual_stack_config;
+use crate::proxier::layout::SLOTS_PER_BLOCK;
 use crate::proxier::*;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;

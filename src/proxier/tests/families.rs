@@ -74,7 +74,7 @@ fn table(tables: &[Table], family: Family) -> Option<&Table> {
 /// Whether some set or map of `t` has an element whose key starts with `ip`.
 fn keyed_by(t: &Table, ip: &str) -> bool {
     let ip: IpAddr = ip.parse().unwrap();
-    let value = build::ip_value(ip);
+    let value = layout::ip_value(ip);
     t.sets
         .values()
         .any(|s| s.elements.iter().any(|e| e.key.first() == Some(&value)))
@@ -111,7 +111,7 @@ fn a_node_with_only_an_ipv4_address_programs_the_ipv6_side_of_a_dual_stack_servi
         keyed_by(t6, "fd00:96::a"),
         "the IPv6 ClusterIP is dispatched"
     );
-    let v6 = build::ip_value(addrs(&["fd00:96::a"])[0]);
+    let v6 = layout::ip_value(addrs(&["fd00:96::a"])[0]);
     let no_endpoints = &t6.sets["no-endpoint-services"].elements;
     assert!(
         !no_endpoints.iter().any(|e| e.key.first() == Some(&v6)),

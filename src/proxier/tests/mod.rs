@@ -6,7 +6,7 @@ mod picks;
 mod policies;
 mod services;
 
-use super::build::{MAX_SHARED_PICK_ENDPOINTS, SLOT_DRAWS, SLOTS_PER_BLOCK};
+use super::layout::{MAX_SHARED_PICK_ENDPOINTS, SLOT_DRAWS, SLOTS_PER_BLOCK};
 use super::*;
 use crate::cluster::{ClusterState, Rejected};
 use crate::nft::model::{CmpOp, Family, MapData, Rule, Selector, Set, Stmt, Table, Value, Verdict};

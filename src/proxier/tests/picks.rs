@@ -127,7 +127,7 @@ fn a_service_keeps_its_block_when_endpoints_change_and_new_services_take_free_bl
 
 #[test]
 fn affinity_services_pick_endpoint_chains_by_a_cascade_or_one_numgen_map() {
-    use crate::proxier::build::CASCADE_MAX_ENDPOINTS;
+    use crate::proxier::layout::CASCADE_MAX_ENDPOINTS;
     let endpoints = |n: usize| {
         (0..n)
             .map(|i| {

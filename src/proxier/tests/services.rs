@@ -289,11 +289,11 @@ fn an_address_a_service_is_reached_at_twice_yields_its_elements_once() {
     let (state, _) = cluster(&[svc], &[slice("web", "IPv4", 8080, TWO_READY)]);
     let config = config();
     let sp = state.services.values().next().unwrap();
-    let fragment = build::FragmentBuilder::new(&config, &state, build::IpFamily::V4).service(
+    let fragment = layout::FragmentBuilder::new(&config, &state, layout::IpFamily::V4).service(
         sp,
         state.endpoints_of(&sp.name),
-        &mut build::BlockAllocator::new(Default::default()),
-        &build::SlotLayouts::default(),
+        &mut layout::BlockAllocator::new(Default::default()),
+        &layout::SlotLayouts::default(),
     );
     for (set, elements) in &fragment.elements {
         let keys: BTreeSet<&Vec<Value>> = elements.iter().map(|e| &e.key).collect();

@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use crate::nft::netlink::apply::Fill;
+use crate::nft::kernel::apply::Fill;
 use crate::nft::transaction::{Op, Transaction};
 use crate::sync::kernel::{Kernel, KernelError};
 

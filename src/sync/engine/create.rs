@@ -10,8 +10,8 @@ use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::nft::digest::SetDigest;
+use crate::nft::kernel::canonicalize_elements;
 use crate::nft::model::{Family, Table};
-use crate::nft::netlink::canonicalize_elements;
 use crate::nft::transaction::{ElementStream, SetElements, TableRef};
 use crate::sync::creation_transaction;
 use crate::sync::digests::{self, DIGEST_SET, DIGESTED_MIN_ELEMENTS, Digests, TableDigests};

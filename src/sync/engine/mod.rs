@@ -26,8 +26,8 @@ mod reconcile;
 mod tests;
 
 use crate::nft::diff::TableChange;
+use crate::nft::kernel::canonicalized;
 use crate::nft::model::{Family, Table};
-use crate::nft::netlink::canonicalized;
 use crate::nft::outline::Outline;
 use crate::nft::transaction::{SetElements, TableRef};
 use std::collections::{BTreeMap, BTreeSet};

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::nft::diff::same_set_type;
 use crate::nft::digest::SetDigest;
+use crate::nft::kernel::canonicalized;
 use crate::nft::model::{Family, Table};
-use crate::nft::netlink::canonicalized;
 use crate::nft::transaction::{SetElements, TableRef};
 use crate::sync::Observed;
 use crate::sync::digests::{self, DIGEST_SET, Summary, TableDigests};

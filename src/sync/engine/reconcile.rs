@@ -7,8 +7,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::nft::kernel::canonicalize_elements;
 use crate::nft::model::{Element, Family, Table};
-use crate::nft::netlink::canonicalize_elements;
 use crate::nft::transaction::{SetElements, Transaction};
 use crate::sync::digests::{self, Summary};
 use crate::sync::kernel::{Kernel, KernelError};

@@ -33,7 +33,7 @@ impl Kernel for Fake {
             name: name.into(),
         };
         Ok(self.kernel.table(&t).map_or(Observed::Absent, |t| {
-            let mut t = crate::nft::netlink::canonical(t);
+            let mut t = crate::nft::kernel::canonical(t);
             for (name, set) in &mut t.sets {
                 if unread.contains(name) {
                     set.elements.clear();
@@ -181,7 +181,7 @@ fn a_first_sync_filled_set_by_set_sends_what_a_whole_one_sends() {
         s.kernel
             .kernel
             .table(&desired.table_ref())
-            .map(crate::nft::netlink::canonical)
+            .map(crate::nft::kernel::canonical)
     };
     assert_eq!(kernel(&filling), kernel(&whole));
     assert_eq!(
@@ -281,8 +281,8 @@ fn a_sync_filled_set_by_set_over_a_table_the_kernel_holds_sends_only_the_differe
     assert_eq!((report.kind, report.ops), (SyncKind::Full, 1));
     let held = s.kernel.kernel.table(&desired.table_ref()).unwrap();
     assert_eq!(
-        crate::nft::netlink::canonical(held),
-        crate::nft::netlink::canonical(&desired)
+        crate::nft::kernel::canonical(held),
+        crate::nft::kernel::canonical(&desired)
     );
 }
 

@@ -73,7 +73,7 @@ mod tests {
     use crate::netlink::attr::AttrWriter;
     use crate::netlink::socket::NLM_F_CREATE;
     use crate::netns::{Netns, can_create};
-    use crate::nft::netlink::sys::*;
+    use crate::nft::kernel::sys::*;
 
     #[test]
     fn the_generation_id_moves_when_a_namespace_ruleset_changes() {

@@ -3,7 +3,7 @@
 
 use super::ip_table::IP_TABLE;
 use super::*;
-use crate::nft::netlink::decode::RawSet;
+use crate::nft::kernel::decode::RawSet;
 
 /// Set `name` of table `t` as a dump describes it: 4-byte keys of nft type `key_type`, no
 /// data, timeout or comment.
@@ -52,7 +52,7 @@ fn a_rule_nft_would_not_generate_for_the_model_is_an_error_naming_chain_and_hand
 #[test]
 fn truncated_and_malformed_rule_messages_are_errors() {
     use crate::netlink::attr::AttrWriter;
-    use crate::nft::netlink::sys::*;
+    use crate::nft::kernel::sys::*;
     let mut w = AttrWriter::new();
     w.string(NFTA_RULE_TABLE, "t")
         .string(NFTA_RULE_CHAIN, "c")
@@ -144,7 +144,7 @@ fn canonical_drops_only_the_nfproto_dependency_nft_would_add_and_plain_spells_re
             ]),
         ],
     )]);
-    let c = crate::nft::netlink::dump::canonical(&t);
+    let c = crate::nft::kernel::dump::canonical(&t);
     let rules: Vec<_> = c.chains["c"]
         .rules
         .iter()
@@ -159,14 +159,14 @@ fn canonical_drops_only_the_nfproto_dependency_nft_would_add_and_plain_spells_re
         ]
     );
     t.family = Family::Ip;
-    let c = crate::nft::netlink::dump::canonical(&t);
+    let c = crate::nft::kernel::dump::canonical(&t);
     assert_eq!(c.chains["c"].rules[0].stmts, vec![nf4, to]);
 }
 
 #[test]
 fn interval_elements_reassemble_into_cidrs_including_adjacent_and_top_ranges() {
-    use crate::nft::netlink::decode::RawElem;
-    use crate::nft::netlink::sys::{NFT_SET_ELEM_INTERVAL_END, NFT_SET_INTERVAL};
+    use crate::nft::kernel::decode::RawElem;
+    use crate::nft::kernel::sys::{NFT_SET_ELEM_INTERVAL_END, NFT_SET_INTERVAL};
     let raw = raw_set("s", NFT_SET_INTERVAL, 7);
     let e = |k: [u8; 4], end: bool| RawElem {
         key: k.to_vec(),
@@ -186,7 +186,7 @@ fn interval_elements_reassemble_into_cidrs_including_adjacent_and_top_ranges() {
         e([10, 0, 0, 0], false),
         e([0, 0, 0, 0], true),
     ];
-    let set = crate::nft::netlink::dump::build_set(&raw, elems).unwrap();
+    let set = crate::nft::kernel::dump::build_set(&raw, elems).unwrap();
     let keys: Vec<_> = set.elements.iter().map(|e| e.key[0].clone()).collect();
     assert_eq!(
         keys,
@@ -198,13 +198,13 @@ fn interval_elements_reassemble_into_cidrs_including_adjacent_and_top_ranges() {
     );
     // A range that is not one prefix has no model value.
     let not_cidr = vec![e([10, 0, 0, 1], false), e([10, 0, 0, 4], true)];
-    let err = crate::nft::netlink::dump::build_set(&raw, not_cidr).unwrap_err();
+    let err = crate::nft::kernel::dump::build_set(&raw, not_cidr).unwrap_err();
     assert!(err.to_string().contains("not a prefix"), "{err}");
 }
 
 #[test]
 fn an_element_listed_twice_marks_the_set_dump_as_torn_so_it_is_read_again() {
-    use crate::nft::netlink::decode::RawElem;
+    use crate::nft::kernel::decode::RawElem;
     let raw = raw_set("ips", 0, 7);
     let e = |k: [u8; 4]| RawElem {
         key: k.to_vec(),
@@ -214,13 +214,13 @@ fn an_element_listed_twice_marks_the_set_dump_as_torn_so_it_is_read_again() {
         comment: None,
         expiration_ms: None,
     };
-    let err = crate::nft::netlink::dump::build_set(
+    let err = crate::nft::kernel::dump::build_set(
         &raw,
         vec![e([10, 0, 0, 1]), e([10, 0, 0, 2]), e([10, 0, 0, 1])],
     )
     .unwrap_err();
     assert!(
-        matches!(err, crate::nft::netlink::dump::DumpError::Torn { .. }),
+        matches!(err, crate::nft::kernel::dump::DumpError::Torn { .. }),
         "{err}"
     );
 }
@@ -230,27 +230,27 @@ fn an_element_listed_twice_marks_the_set_dump_as_torn_so_it_is_read_again() {
 /// with the description, or as an anonymous map (which nft lists inline), it reads.
 #[test]
 fn an_integer_keyed_map_without_its_typeof_description_reads_as_unreadable() {
-    use crate::nft::netlink::sys::{NFT_SET_ANONYMOUS, NFT_SET_CONSTANT, NFT_SET_MAP};
+    use crate::nft::kernel::sys::{NFT_SET_ANONYMOUS, NFT_SET_CONSTANT, NFT_SET_MAP};
     let raw = |flags, key_typeof| RawSet {
         flags: NFT_SET_MAP | flags,
-        data_type: Some(crate::nft::netlink::sys::NFT_DATA_VERDICT),
+        data_type: Some(crate::nft::kernel::sys::NFT_DATA_VERDICT),
         key_typeof,
         ..raw_set("pick", 0, 4)
     };
-    let err = crate::nft::netlink::dump::build_set(&raw(0, false), Vec::new()).unwrap_err();
+    let err = crate::nft::kernel::dump::build_set(&raw(0, false), Vec::new()).unwrap_err();
     assert!(
-        matches!(err, crate::nft::netlink::dump::DumpError::Set { .. }),
+        matches!(err, crate::nft::kernel::dump::DumpError::Set { .. }),
         "{err}"
     );
     assert!(err.to_string().contains("typeof"), "{err}");
-    assert!(crate::nft::netlink::dump::build_set(&raw(0, true), Vec::new()).is_ok());
+    assert!(crate::nft::kernel::dump::build_set(&raw(0, true), Vec::new()).is_ok());
     let anonymous = NFT_SET_ANONYMOUS | NFT_SET_CONSTANT;
-    assert!(crate::nft::netlink::dump::build_set(&raw(anonymous, false), Vec::new()).is_ok());
+    assert!(crate::nft::kernel::dump::build_set(&raw(anonymous, false), Vec::new()).is_ok());
 }
 
 #[test]
 fn truncated_or_corrupted_kernel_dump_messages_decode_to_errors_never_panics() {
-    use crate::nft::netlink::sys::*;
+    use crate::nft::kernel::sys::*;
     if !can_create() {
         eprintln!("skipped: creating network namespaces needs root");
         return;
