@@ -1,0 +1,156 @@
+use super::*;
+
+fn sa(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+fn flow(proto: u8, orig_dst: &str, reply_src: &str) -> Flow {
+    let client = if orig_dst.starts_with('[') {
+        "[fd00:2::1]:40000"
+    } else {
+        "10.2.0.1:40000"
+    };
+    Flow {
+        proto,
+        orig_src: sa(client),
+        orig_dst: sa(orig_dst),
+        reply_src: sa(reply_src),
+        reply_dst: sa(client),
+    }
+}
+
+fn udp(orig_dst: &str, reply_src: &str) -> Flow {
+    flow(17, orig_dst, reply_src)
+}
+
+fn service(frontends: &[&str], node_port: Option<u16>, serving: &[&str]) -> UdpService {
+    UdpService {
+        frontends: frontends.iter().map(|f| sa(f)).collect(),
+        node_port,
+        serving: serving.iter().map(|e| sa(e)).collect(),
+    }
+}
+
+const CLUSTER_IP: &str = "172.30.1.1:8000";
+const EXTERNAL_IP: &str = "192.168.99.100:8000";
+const LB_IP: &str = "1.2.3.4:8000";
+const SERVING: &str = "10.240.0.4:8080";
+
+/// The frontends of upstream's cleanup test: one UDP port on a ClusterIP, an external IP
+/// and a load-balancer IP, NodePort 32000, one serving endpoint.
+fn upstream_like() -> Frontends<&'static str> {
+    let mut f = Frontends::default();
+    f.set(
+        "test/cleanup-test:udp",
+        service(&[CLUSTER_IP, EXTERNAL_IP, LB_IP], Some(32000), &[SERVING]),
+    );
+    f
+}
+
+#[test]
+fn udp_flows_to_any_frontend_not_answered_by_a_serving_endpoint_are_stale() {
+    let f = upstream_like();
+    for frontend in [CLUSTER_IP, EXTERNAL_IP, LB_IP, "192.168.7.1:32000"] {
+        assert!(!f.stale(&udp(frontend, SERVING)), "{frontend}: serving");
+        for gone in ["10.240.1.5:8080", "10.240.2.6:8080"] {
+            assert!(f.stale(&udp(frontend, gone)), "{frontend} → {gone}");
+        }
+        assert!(
+            f.stale(&udp(frontend, "10.240.0.4:9999")),
+            "{frontend}: the serving address on another port is not the endpoint"
+        );
+        assert!(
+            f.stale(&udp(frontend, frontend)),
+            "{frontend}: not DNATed (cached before there were endpoints)"
+        );
+    }
+}
+
+#[test]
+fn tcp_and_sctp_flows_and_other_destinations_are_never_stale() {
+    let f = upstream_like();
+    for proto in [6, 132] {
+        assert!(!f.stale(&flow(proto, CLUSTER_IP, "10.240.2.6:8080")));
+        assert!(!f.stale(&flow(proto, "192.168.7.1:32000", "10.240.2.6:8080")));
+    }
+    for elsewhere in ["172.30.1.1:3000", "172.30.1.2:8000", "10.240.2.6:8080"] {
+        assert!(!f.stale(&udp(elsewhere, "10.240.2.6:8080")), "{elsewhere}");
+        assert!(!f.stale(&udp(elsewhere, elsewhere)), "{elsewhere}");
+    }
+}
+
+#[test]
+fn a_service_without_serving_endpoints_owns_no_flow() {
+    let mut f = upstream_like();
+    f.set(
+        "test/cleanup-test:udp",
+        service(&[CLUSTER_IP], Some(32000), &[]),
+    );
+    assert!(f.is_empty());
+    assert!(!f.stale(&udp(CLUSTER_IP, "10.240.2.6:8080")));
+    assert!(!f.stale(&udp(CLUSTER_IP, CLUSTER_IP)));
+    assert!(!f.stale(&udp("192.168.7.1:32000", "10.240.2.6:8080")));
+}
+
+#[test]
+fn a_flow_to_a_frontend_is_judged_by_that_frontend_even_when_its_port_is_a_node_port() {
+    let mut f = Frontends::default();
+    f.set("a", service(&["10.96.0.10:30053"], None, &["10.1.0.5:53"]));
+    f.set(
+        "b",
+        service(&["10.96.0.11:53"], Some(30053), &["10.1.0.9:53"]),
+    );
+    assert!(!f.stale(&udp("10.96.0.10:30053", "10.1.0.5:53")));
+    assert!(f.stale(&udp("10.96.0.10:30053", "10.1.0.9:53")));
+    assert!(!f.stale(&udp("192.168.7.1:30053", "10.1.0.9:53")));
+    assert!(f.stale(&udp("192.168.7.1:30053", "10.1.0.5:53")));
+}
+
+#[test]
+fn a_shared_frontend_keeps_flows_to_a_serving_endpoint_of_any_of_its_owners() {
+    let mut f = Frontends::default();
+    f.set("a", service(&["192.0.2.1:53"], None, &["10.1.0.5:53"]));
+    f.set("b", service(&["192.0.2.1:53"], None, &["10.1.0.6:53"]));
+    assert!(!f.stale(&udp("192.0.2.1:53", "10.1.0.5:53")));
+    assert!(!f.stale(&udp("192.0.2.1:53", "10.1.0.6:53")));
+    assert!(f.stale(&udp("192.0.2.1:53", "10.1.0.7:53")));
+    f.remove(&"a");
+    assert!(f.stale(&udp("192.0.2.1:53", "10.1.0.5:53")));
+    f.remove(&"b");
+    assert!(!f.stale(&udp("192.0.2.1:53", "10.1.0.7:53")));
+    assert_eq!(
+        f,
+        Frontends::default(),
+        "nothing left behind in the indexes"
+    );
+}
+
+#[test]
+fn replacing_a_service_forgets_its_old_frontends_and_node_port() {
+    let mut f = upstream_like();
+    f.set(
+        "test/cleanup-test:udp",
+        service(&["172.30.1.2:8000"], None, &[SERVING]),
+    );
+    assert!(!f.stale(&udp(CLUSTER_IP, "10.240.2.6:8080")));
+    assert!(!f.stale(&udp("192.168.7.1:32000", "10.240.2.6:8080")));
+    assert!(f.stale(&udp("172.30.1.2:8000", "10.240.2.6:8080")));
+    let mut fresh = Frontends::default();
+    fresh.set(
+        "test/cleanup-test:udp",
+        service(&["172.30.1.2:8000"], None, &[SERVING]),
+    );
+    assert_eq!(f, fresh);
+}
+
+#[test]
+fn ipv6_frontends_and_endpoints_are_matched_the_same_way() {
+    let mut f = Frontends::default();
+    f.set(
+        "dns",
+        service(&["[fd00:96::a]:53"], Some(30053), &["[fd00:1::5]:5353"]),
+    );
+    assert!(!f.stale(&udp("[fd00:96::a]:53", "[fd00:1::5]:5353")));
+    assert!(f.stale(&udp("[fd00:96::a]:53", "[fd00:1::6]:5353")));
+    assert!(f.stale(&udp("[fd00::7]:30053", "[fd00::7]:30053")));
+}
