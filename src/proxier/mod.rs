@@ -6,9 +6,9 @@ mod endpoints;
 mod key_owners;
 mod layout;
 pub mod names;
+mod packed;
 mod plan;
 mod set_sizes;
-mod stored;
 
 pub use config::{DetectLocal, NodePortAddresses, ProxyConfig};
 #[cfg(feature = "daemon")]

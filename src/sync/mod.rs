@@ -5,8 +5,8 @@
 //! of it; neither needs to know what the kernel currently holds, and neither fails because a
 //! table does or does not exist yet.
 
-pub(crate) mod digests;
-pub use digests::DIGEST_SET;
+pub(crate) mod records;
+pub use records::DIGEST_SET;
 pub(crate) mod engine;
 pub(crate) mod kernel;
 pub(crate) mod leading;

@@ -20,8 +20,8 @@ use crate::proxier::layout::{
     table_head,
 };
 use crate::proxier::names::{is_endpoint_map, is_pick_slots};
+use crate::proxier::packed::{PackedFragment, PartOrderElements, SetNames, SortedElements};
 use crate::proxier::set_sizes;
-use crate::proxier::stored::{PartOrderElements, SetNames, SortedElements, Stored};
 
 /// One family's table, kept as its fragments.
 #[derive(Debug, Clone)]
@@ -31,7 +31,7 @@ pub(super) struct FamilyPlan {
     pub(super) skeleton: Fragment,
     pub(super) blocks: BlockAllocator,
     /// Packed: the planner holds every element of the table between plans.
-    pub(super) fragments: BTreeMap<Arc<ServicePortName>, Stored>,
+    pub(super) fragments: BTreeMap<Arc<ServicePortName>, PackedFragment>,
     /// Sets declared by fragments (endpoint-map shards, affinity sets), with how many
     /// fragments declare each; the set exists while one does. Fragments share equal
     /// declarations with this copy.
@@ -125,7 +125,7 @@ impl FamilyPlan {
         self.sized(assemble(
             &self.head,
             std::iter::once(self.skeleton.clone())
-                .chain(self.fragments.values().map(Stored::unpack)),
+                .chain(self.fragments.values().map(PackedFragment::unpack)),
         ))
     }
 
@@ -174,7 +174,7 @@ impl FamilyPlan {
         set: &str,
     ) -> PartOrderElements<
         'a,
-        btree_map::Values<'a, Arc<ServicePortName>, Stored>,
+        btree_map::Values<'a, Arc<ServicePortName>, PackedFragment>,
         impl FnMut(&[Value]) -> bool + use<'a>,
     > {
         let shared = !is_endpoint_map(set);
@@ -204,7 +204,7 @@ impl FamilyPlan {
         &mut self,
         name: &Arc<ServicePortName>,
         fragment: &Fragment,
-    ) -> Option<Stored> {
+    ) -> Option<PackedFragment> {
         if fragment.is_empty() {
             return None;
         }
@@ -214,7 +214,7 @@ impl FamilyPlan {
             }
         }
         let declared = &mut self.declared;
-        let stored = Stored::pack(
+        let stored = PackedFragment::pack(
             fragment,
             |set| share_declaration(declared, set),
             &mut self.set_names,
@@ -224,7 +224,7 @@ impl FamilyPlan {
     }
 
     /// Adds what `stored` puts in each set to `counts` (`added`), or takes it away.
-    pub(super) fn count(&mut self, stored: &Stored, added: bool) {
+    pub(super) fn count(&mut self, stored: &PackedFragment, added: bool) {
         for (set, n) in stored.element_counts() {
             let count = self.counts.entry(set.clone()).or_default();
             *count = if added { *count + n } else { *count - n };
@@ -232,7 +232,7 @@ impl FamilyPlan {
     }
 
     /// Keeps `stored` as the fragment of `name`, its declarations shared with equal ones.
-    pub(super) fn store(&mut self, name: &Arc<ServicePortName>, mut stored: Stored) {
+    pub(super) fn store(&mut self, name: &Arc<ServicePortName>, mut stored: PackedFragment) {
         stored.sets = stored
             .sets
             .iter()
@@ -243,7 +243,7 @@ impl FamilyPlan {
     }
 
     /// Forgets that `fragment` declares its sets: a set no fragment declares any more goes.
-    pub(super) fn undeclare(&mut self, fragment: &Stored) {
+    pub(super) fn undeclare(&mut self, fragment: &PackedFragment) {
         for set in &fragment.sets {
             if let Some((_, n)) = self.declared.get_mut(&set.name) {
                 *n -= 1;
@@ -287,7 +287,7 @@ fn share_declaration(declared: &mut HashMap<String, (Arc<Set>, usize)>, set: &Se
 }
 
 /// Adds the slots `stored` gives endpoints in the shared slot maps to `layouts`.
-pub(super) fn add_slot_layouts(layouts: &mut SlotLayouts, stored: &Stored) {
+pub(super) fn add_slot_layouts(layouts: &mut SlotLayouts, stored: &PackedFragment) {
     for set in stored.element_sets().filter(|s| is_pick_slots(s)) {
         layouts.add(set, stored.elements_of(set));
     }

@@ -35,7 +35,7 @@ use super::layout::{
     EndpointBlocks, Fragment, FragmentBuilder, IpFamily, SlotLayouts, dropped_service_cidrs,
     families,
 };
-use super::stored::{Stored, digests_of};
+use super::packed::{PackedFragment, digests_of};
 pub use crate::cluster::ServiceRef;
 use crate::cluster::{ClusterState, Endpoint, NodeInfo, ServicePort, ServicePortName};
 use crate::nft::diff::TableChange;
@@ -344,7 +344,7 @@ impl SetElements for Planner {
         let skeleton = t.skeleton.elements.iter().filter(|(_, e)| !e.is_empty());
         let names: HashSet<&str, foldhash::fast::FixedState> = skeleton
             .map(|(s, _)| s.as_str())
-            .chain(t.fragments.values().flat_map(Stored::element_sets))
+            .chain(t.fragments.values().flat_map(PackedFragment::element_sets))
             .collect();
         names.into_iter().map(str::to_string).collect()
     }

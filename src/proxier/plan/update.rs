@@ -16,8 +16,8 @@ use crate::nft::model::{Chain, Element, Set, Table, Value};
 use crate::proxier::config::ProxyConfig;
 use crate::proxier::layout::{Fragment, FragmentBuilder, SlotLayouts};
 use crate::proxier::names::is_endpoint_map;
+use crate::proxier::packed::PackedFragment;
 use crate::proxier::set_sizes;
-use crate::proxier::stored::Stored;
 
 use super::family::{FamilyPlan, add_slot_layouts, key_hash};
 
@@ -35,7 +35,8 @@ impl FamilyPlan {
         config: &ProxyConfig,
     ) -> (Table, Table) {
         let builder = FragmentBuilder::new(config, state, self.fam);
-        let olds: Vec<Option<&Stored>> = changed.iter().map(|n| self.fragments.get(n)).collect();
+        let olds: Vec<Option<&PackedFragment>> =
+            changed.iter().map(|n| self.fragments.get(n)).collect();
         // The endpoints of the replanned services keep the slots their old fragments gave them.
         let mut layouts = SlotLayouts::default();
         for old in olds.iter().flatten() {
@@ -56,9 +57,9 @@ impl FamilyPlan {
             })
             .collect();
         // Packed as the planner keeps them, to be compared with the old ones as they are kept.
-        let packed: Vec<Stored> = new
+        let packed: Vec<PackedFragment> = new
             .iter()
-            .map(|(_, f)| Stored::pack(f, |s| Arc::new(s.clone()), &mut self.set_names))
+            .map(|(_, f)| PackedFragment::pack(f, |s| Arc::new(s.clone()), &mut self.set_names))
             .collect();
 
         let mut before = Part::default();
@@ -110,7 +111,7 @@ impl FamilyPlan {
     fn replace_fragments(
         &mut self,
         new: &[(Arc<ServicePortName>, Fragment)],
-        packed: Vec<Stored>,
+        packed: Vec<PackedFragment>,
         differences: &[Vec<SetDifference>],
     ) -> Vec<String> {
         let mut gone_chains: Vec<String> = Vec::new();
@@ -229,11 +230,11 @@ impl FamilyPlan {
 /// elements must be at hand; every other set stays as it is, so only the elements a service's
 /// old and new fragments do not share can change there.
 fn set_differences(
-    olds: &[Option<&Stored>],
+    olds: &[Option<&PackedFragment>],
     new: &[(Arc<ServicePortName>, Fragment)],
-    packed: &[Stored],
+    packed: &[PackedFragment],
 ) -> (BTreeSet<String>, Vec<Vec<SetDifference>>) {
-    let empty = Stored::default();
+    let empty = PackedFragment::default();
     let declared_here: BTreeSet<String> = olds
         .iter()
         .flatten()

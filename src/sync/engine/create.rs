@@ -14,8 +14,8 @@ use crate::nft::kernel::canonicalize_elements;
 use crate::nft::model::{Family, Table};
 use crate::nft::transaction::{ElementStream, SetElements, TableRef};
 use crate::sync::creation_transaction;
-use crate::sync::digests::{self, DIGEST_SET, DIGESTED_MIN_ELEMENTS, Digests, TableDigests};
 use crate::sync::kernel::{Kernel, KernelError};
+use crate::sync::records::{self, DIGEST_SET, DIGESTED_MIN_ELEMENTS, Digests, TableDigests};
 
 use super::{FamilySet, SyncError, SyncKind, SyncReport, Syncer};
 
@@ -64,7 +64,7 @@ impl<K: Kernel> Syncer<K> {
                 .collect();
             for &family in &recorded {
                 tx.ops
-                    .extend(digests::creation_record_ops(self.table_ref(family)));
+                    .extend(records::creation_record_ops(self.table_ref(family)));
             }
             let summed = |family: Family| -> Digests {
                 sums.range((family, String::new())..)
@@ -74,7 +74,7 @@ impl<K: Kernel> Syncer<K> {
             };
             let mut fill = |t: &TableRef, set: &str| -> ElementStream<'_> {
                 if set == DIGEST_SET {
-                    return Box::new(digests::records_of(&summed(t.family)).into_iter());
+                    return Box::new(records::records_of(&summed(t.family)).into_iter());
                 }
                 let canonical = elements.elements_in_any_order(t.family, set).map(|mut e| {
                     canonicalize_elements(std::slice::from_mut(&mut e));
@@ -97,7 +97,7 @@ impl<K: Kernel> Syncer<K> {
                             let sets = summed(t.family);
                             let recorded = recorded
                                 .contains(&t.family)
-                                .then(|| digests::wanted_records(&sets));
+                                .then(|| records::wanted_records(&sets));
                             (t.family, TableDigests { sets, recorded })
                         })
                         .collect();

@@ -34,9 +34,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::Observed;
-use super::digests::Summary;
 use super::kernel::{Kernel, KernelError};
 use super::leading::Leading;
+use super::records::Summary;
 use reconcile::add_records;
 
 /// Whether a sync worked from memory or from a fresh read of the kernel.

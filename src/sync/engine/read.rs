@@ -15,8 +15,8 @@ use crate::nft::kernel::canonicalized;
 use crate::nft::model::{Family, Table};
 use crate::nft::transaction::{SetElements, TableRef};
 use crate::sync::Observed;
-use crate::sync::digests::{self, DIGEST_SET, Summary, TableDigests};
 use crate::sync::kernel::Kernel;
+use crate::sync::records::{self, DIGEST_SET, Summary, TableDigests};
 
 use super::{FamilySet, KernelRead, SyncError, Syncer};
 
@@ -80,7 +80,7 @@ impl<K: Kernel> Syncer<K> {
             match &observed {
                 Observed::Read(t) => {
                     unread.retain(|n| n != DIGEST_SET && t.sets.get(n).is_some_and(|s| !s.dynamic));
-                    let mut sets = digests::digests_of(t);
+                    let mut sets = records::digests_of(t);
                     for name in &unread {
                         if let Some(d) = recorded.as_ref().and_then(|r| r.get(name)) {
                             sets.insert(name.clone(), *d);
@@ -111,9 +111,9 @@ impl<K: Kernel> Syncer<K> {
 
     /// The records our table of `family` holds; `None` if it has none, or they cannot be read
     /// (the table's sets are then all read back).
-    pub(super) fn read_records(&mut self, family: Family) -> Option<digests::Digests> {
+    pub(super) fn read_records(&mut self, family: Family) -> Option<records::Digests> {
         match self.kernel.read_set(family, &self.table_name, DIGEST_SET) {
-            Ok(set) => set.map(|s| digests::parse_records(&s)),
+            Ok(set) => set.map(|s| records::parse_records(&s)),
             Err(e) => {
                 tracing::warn!(error = %e, family = ?family, "cannot read the digests of our sets; reading every set back");
                 None

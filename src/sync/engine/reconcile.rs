@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::nft::kernel::canonicalize_elements;
 use crate::nft::model::{Element, Family, Table};
 use crate::nft::transaction::{SetElements, Transaction};
-use crate::sync::digests::{self, Summary};
 use crate::sync::kernel::{Kernel, KernelError};
+use crate::sync::records::{self, Summary};
 use crate::sync::{reconcile_transaction_lending, return_elements};
 
 use super::{KernelRead, SyncError, SyncKind, SyncReport, Syncer};
@@ -120,6 +120,6 @@ impl<K: Kernel> Syncer<K> {
 /// Follows `tx` on `digests` and appends the operations that keep the kernel's records of
 /// them in step, in the same transaction.
 pub(super) fn add_records(table: &str, tx: &mut Transaction, digests: &mut Summary) {
-    digests::apply_ops(digests, table, &tx.ops);
-    tx.ops.extend(digests::record_ops(digests, table));
+    records::apply_ops(digests, table, &tx.ops);
+    tx.ops.extend(records::record_ops(digests, table));
 }

@@ -3,7 +3,7 @@ use crate::nft::digest::SetDigest;
 use crate::nft::fake::FakeKernel;
 use crate::nft::model::{Chain, Element, Set};
 use crate::nft::transaction::{ElementStream, Op, Transaction};
-use crate::sync::digests::{DIGEST_SET, DIGESTED_MIN_ELEMENTS};
+use crate::sync::records::{DIGEST_SET, DIGESTED_MIN_ELEMENTS};
 
 /// The fake kernel with a generation counter, as `Kernel` needs.
 #[derive(Default)]

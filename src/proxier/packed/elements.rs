@@ -13,7 +13,7 @@ use foldhash::fast::FixedState;
 
 use crate::nft::model::{Element, Value};
 
-use super::Stored;
+use super::PackedFragment;
 use super::next_packed;
 use super::packing::{read_key, read_value, read_varint, value_tag, write_key};
 
@@ -21,7 +21,7 @@ use super::packing::{read_key, read_value, read_varint, value_tag, write_key};
 enum Part<'a> {
     Unpacked(&'a [Element]),
     /// A stored fragment and its packed elements of the set.
-    Packed(&'a Stored, &'a [u8]),
+    Packed(&'a PackedFragment, &'a [u8]),
 }
 
 /// The keys of one element, value by value: a packed one is decoded as it is compared.
@@ -62,7 +62,7 @@ impl<'a> SortedElements<'a> {
     /// keys kept.
     pub(in crate::proxier) fn new(
         unpacked: &'a [Element],
-        stored: impl IntoIterator<Item = &'a Stored>,
+        stored: impl IntoIterator<Item = &'a PackedFragment>,
         set: &str,
     ) -> Self {
         let parts: Vec<Part<'a>> = std::iter::once(Part::Unpacked(unpacked))
@@ -210,14 +210,14 @@ pub(in crate::proxier) struct PartOrderElements<'a, I, R> {
     stored: I,
     may_repeat: R,
     /// The fragment being read and its packed elements not read yet.
-    current: Option<(&'a Stored, &'a [u8])>,
+    current: Option<(&'a PackedFragment, &'a [u8])>,
     /// The packed keys handed out so far that `may_repeat`.
     seen: HashSet<&'a [u8], FixedState>,
 }
 
 impl<'a, I, R> PartOrderElements<'a, I, R>
 where
-    I: Iterator<Item = &'a Stored>,
+    I: Iterator<Item = &'a PackedFragment>,
     R: FnMut(&[Value]) -> bool,
 {
     pub(in crate::proxier) fn new(
@@ -240,7 +240,7 @@ where
 
 impl<'a, I, R> Iterator for PartOrderElements<'a, I, R>
 where
-    I: Iterator<Item = &'a Stored>,
+    I: Iterator<Item = &'a PackedFragment>,
     R: FnMut(&[Value]) -> bool,
 {
     type Item = Element;

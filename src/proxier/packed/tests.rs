@@ -87,7 +87,7 @@ fn unpacks_what_was_packed() {
         sets: vec![set],
         elements: vec![("s".into(), elements.clone()), ("empty".into(), Vec::new())],
     };
-    let stored = Stored::pack(&fragment, |s| Arc::new(s.clone()), &mut SetNames::default());
+    let stored = PackedFragment::pack(&fragment, |s| Arc::new(s.clone()), &mut SetNames::default());
     let back = stored.unpack();
     assert_eq!(back.chains, fragment.chains);
     assert_eq!(back.sets, fragment.sets);
@@ -132,7 +132,7 @@ fn part_order_elements_are_the_sorted_ones_in_the_order_the_parts_hold_them() {
 /// holding an element of another set): keys of one to three values of every kind, part
 /// `p` holding the keys of indices i·(p+3) mod 60, so parts repeat keys and share them,
 /// each with its own data.
-fn parts_sharing_keys() -> (Vec<Vec<Element>>, Vec<Stored>) {
+fn parts_sharing_keys() -> (Vec<Vec<Element>>, Vec<PackedFragment>) {
     let values = every_value();
     let element = |i: usize, part: usize| Element {
         key: (0..=i % 3)
@@ -150,7 +150,7 @@ fn parts_sharing_keys() -> (Vec<Vec<Element>>, Vec<Stored>) {
 
 /// Each of `parts` packed as a fragment holding it in set `s` (and `other` in a set of
 /// that name).
-fn packed_in_set_s(parts: &[Vec<Element>], other: Option<Element>) -> Vec<Stored> {
+fn packed_in_set_s(parts: &[Vec<Element>], other: Option<Element>) -> Vec<PackedFragment> {
     parts
         .iter()
         .map(|elements| {
@@ -163,7 +163,7 @@ fn packed_in_set_s(parts: &[Vec<Element>], other: Option<Element>) -> Vec<Stored
                 sets: Vec::new(),
                 elements: sets,
             };
-            Stored::pack(&fragment, |s| Arc::new(s.clone()), &mut SetNames::default())
+            PackedFragment::pack(&fragment, |s| Arc::new(s.clone()), &mut SetNames::default())
         })
         .collect()
 }

@@ -8,7 +8,7 @@ use crate::nft::digest::{ElementEncoder, SetDigest};
 use crate::nft::model::Element;
 
 use super::packing::write_key;
-use super::{Stored, next_packed};
+use super::{PackedFragment, next_packed};
 
 /// The digest of each of `sets`: of the elements `SortedElements::new(unpacked(set), stored,
 /// set)` hands out, found in one walk over the fragments and without sorting the elements. A
@@ -17,7 +17,7 @@ use super::{Stored, next_packed};
 /// bytes, so only elements whose packed keys share a hash need comparing.
 pub(in crate::proxier) fn digests_of<'a>(
     unpacked: impl Fn(&str) -> &'a [Element],
-    stored: impl IntoIterator<Item = &'a Stored>,
+    stored: impl IntoIterator<Item = &'a PackedFragment>,
     sets: &[&str],
 ) -> Vec<SetDigest> {
     struct Summing<'a> {
@@ -51,7 +51,7 @@ pub(in crate::proxier) fn digests_of<'a>(
             }
         })
         .collect();
-    let mut fragments: Vec<&Stored> = Vec::new();
+    let mut fragments: Vec<&PackedFragment> = Vec::new();
     let mut encoder = ElementEncoder::default();
     for fragment in stored {
         fragments.push(fragment);

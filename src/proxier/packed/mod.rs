@@ -3,7 +3,7 @@
 //! key `Vec`, a data `Vec`, a comment `String`) and the planner holds one per endpoint; packed
 //! it is ~30. Unpacking gives back the very fragment that was packed.
 //!
-//! By concept: this file holds `Stored` and the packed lists of elements it is made of;
+//! By concept: this file holds `PackedFragment` and the packed lists of elements it is made of;
 //! `packing` is the byte format of one element, `elements` reads a set's elements across
 //! fragments (sorted by key, or in the order the fragments hold them), and `digest` sums
 //! them without sorting.
@@ -51,7 +51,7 @@ impl SetNames {
 
 /// A fragment as the planner holds it.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Stored {
+pub(super) struct PackedFragment {
     pub(crate) chains: Box<[Chain]>,
     /// Declarations, shared with the planner's copy of equal ones.
     pub(crate) sets: Box<[Arc<Set>]>,
@@ -63,7 +63,7 @@ pub(super) struct Stored {
     comments: Box<[Box<str>]>,
 }
 
-impl Stored {
+impl PackedFragment {
     /// `fragment` packed; its declarations become `share(set)`, the names of the sets it puts
     /// elements in those of `names`. Taken by reference: the planner still reads a changed
     /// service's new fragment after storing it.
@@ -84,7 +84,7 @@ impl Stored {
                 (names.get(set), bytes.into_boxed_slice())
             })
             .collect();
-        Stored {
+        PackedFragment {
             // Copies hold no spare capacity (the planner holds one or more chains per service).
             chains: fragment.chains.iter().cloned().collect(),
             sets: fragment.sets.iter().map(share).collect(),
@@ -147,7 +147,11 @@ impl Stored {
     /// those only this one holds, and those only `other` holds, each sorted by key. Elements
     /// are compared packed (their comments as text), so those both hold are never unpacked: a
     /// replanned service nearly always keeps most of its elements, in the same order.
-    pub(super) fn differing(&self, other: &Stored, set: &str) -> (Vec<Element>, Vec<Element>) {
+    pub(super) fn differing(
+        &self,
+        other: &PackedFragment,
+        set: &str,
+    ) -> (Vec<Element>, Vec<Element>) {
         let ours: Vec<Comparable> = self.comparable_of(set).collect();
         let theirs: Vec<Comparable> = other.comparable_of(set).collect();
         let head = ours.iter().zip(&theirs).take_while(|(a, b)| a == b).count();
@@ -178,7 +182,7 @@ impl Stored {
                 (None, None) => break,
             }
         }
-        let unpack = |stored: &Stored, elements: Vec<Comparable>| {
+        let unpack = |stored: &PackedFragment, elements: Vec<Comparable>| {
             let mut elements: Vec<Element> = elements
                 .into_iter()
                 .map(|c| stored.element(c.key, c.rest))
