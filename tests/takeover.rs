@@ -441,6 +441,29 @@ fn kube_proxy_left(node: &Node) -> Vec<String> {
     left
 }
 
+/// New connections back to back, pod → ClusterIP and external → NodePort, while `steps` run
+/// one after the other (each once both have succeeded again); every connection must succeed.
+fn connecting_across(node: &Node, what: &str, steps: &[&dyn Fn()]) {
+    let cluster_ip = Loop::start(&node.pod, "172.30.0.41:80", "ep1");
+    let node_port = Loop::start(&node.external, "192.168.0.2:3003", "ep3");
+    let both_succeed = || {
+        cluster_ip.wait_for(20);
+        node_port.wait_for(20);
+    };
+    both_succeed();
+    for step in steps {
+        step();
+        both_succeed();
+    }
+    for (kind, l) in [("ClusterIP", cluster_ip), ("NodePort", node_port)] {
+        let (ok, failed) = l.finish();
+        assert!(
+            failed.is_empty(),
+            "{what}: {kind} connections failed ({ok} succeeded): {failed:?}"
+        );
+    }
+}
+
 fn take_over_and_hand_back(mode: Mode, tag: &str) {
     if !can_create() {
         eprintln!("skipping: needs root to create network namespaces");
@@ -459,21 +482,14 @@ fn take_over_and_hand_back(mode: Mode, tag: &str) {
     assert_eq!(udp_ask(&udp), "ep7");
     let before = node.nft_json();
 
-    let cluster_ip = Loop::start(&node.pod, "172.30.0.41:80", "ep1");
-    let node_port = Loop::start(&node.external, "192.168.0.2:3003", "ep3");
-    cluster_ip.wait_for(20);
-    node_port.wait_for(20);
-    let log = node.kubenft(&["sync", "--once", "--replace-kube-proxy"]);
-    assert!(log.contains("kube-proxy's rules removed"), "{log}");
-    cluster_ip.wait_for(20);
-    node_port.wait_for(20);
-    for (what, l) in [("ClusterIP", cluster_ip), ("NodePort", node_port)] {
-        let (ok, failed) = l.finish();
-        assert!(
-            failed.is_empty(),
-            "{mode:?}: {what} connections failed across the switch ({ok} succeeded): {failed:?}"
-        );
-    }
+    connecting_across(
+        &node,
+        &format!("{mode:?}: the switch"),
+        &[&|| {
+            let log = node.kubenft(&["sync", "--once", "--replace-kube-proxy"]);
+            assert!(log.contains("kube-proxy's rules removed"), "{log}");
+        }],
+    );
     assert_eq!(
         held.ask("after"),
         "ep1 after",
@@ -509,22 +525,13 @@ fn take_over_and_hand_back(mode: Mode, tag: &str) {
     );
 
     // The way back: kube-proxy's rules first, then kubenft's go.
-    let cluster_ip = Loop::start(&node.pod, "172.30.0.41:80", "ep1");
-    let node_port = Loop::start(&node.external, "192.168.0.2:3003", "ep3");
-    cluster_ip.wait_for(20);
-    node.load_kube_proxy(mode);
-    cluster_ip.wait_for(20);
-    node_port.wait_for(20);
-    node.kubenft(&["cleanup"]);
-    cluster_ip.wait_for(20);
-    node_port.wait_for(20);
-    for (what, l) in [("ClusterIP", cluster_ip), ("NodePort", node_port)] {
-        let (ok, failed) = l.finish();
-        assert!(
-            failed.is_empty(),
-            "{mode:?}: {what} connections failed on the way back ({ok} succeeded): {failed:?}"
-        );
-    }
+    connecting_across(
+        &node,
+        &format!("{mode:?}: the way back"),
+        &[&|| node.load_kube_proxy(mode), &|| {
+            node.kubenft(&["cleanup"]);
+        }],
+    );
     assert_eq!(held.ask("back"), "ep1 back");
     assert_eq!(udp_ask(&udp), "ep7");
     let tables = node.node.exec(&["nft", "list", "tables"]).unwrap();
