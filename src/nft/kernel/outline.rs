@@ -3,11 +3,11 @@
 //! rule written by any program (iptables-nft's compat `match`/`target` included) outlines.
 
 use super::apply::Nftables;
-use super::decode::{self, DecodeError, RawData};
+use super::decode::{self, DecodeError, RawData, at, attrs};
 use super::dump::nfproto;
 use super::requests;
 use super::sys::*;
-use crate::netlink::attr::{AttrIter, AttrWriter};
+use crate::netlink::attr::AttrWriter;
 use crate::netlink::{Message, SocketError};
 use crate::nft::model::{Family, Verdict};
 use crate::nft::outline::{ChainOutline, Outline, OutlineError, RuleOutline};
@@ -111,19 +111,15 @@ fn family_of(nfproto: u8) -> Option<Family> {
     }
 }
 
-fn attr_error(what: &'static str) -> impl Fn(crate::netlink::attr::AttrError) -> DecodeError {
-    move |source| DecodeError::Attr { what, source }
-}
-
 /// (table, chain) of one NEWCHAIN message.
-fn chain_outline(attrs: &[u8]) -> Result<(String, ChainOutline), DecodeError> {
+fn chain_outline(attr_bytes: &[u8]) -> Result<(String, ChainOutline), DecodeError> {
     const W: &str = "chain";
     let (mut table, mut name, mut base) = (None, None, false);
-    for a in AttrIter::new(attrs) {
-        let a = a.map_err(attr_error(W))?;
+    for a in attrs(W, attr_bytes) {
+        let a = a?;
         match a.kind {
-            NFTA_CHAIN_TABLE => table = Some(a.string().map_err(attr_error(W))?.to_owned()),
-            NFTA_CHAIN_NAME => name = Some(a.string().map_err(attr_error(W))?.to_owned()),
+            NFTA_CHAIN_TABLE => table = Some(at(W, a.string())?.to_owned()),
+            NFTA_CHAIN_NAME => name = Some(at(W, a.string())?.to_owned()),
             NFTA_CHAIN_HOOK => base = true,
             _ => {}
         }
@@ -140,19 +136,19 @@ fn chain_outline(attrs: &[u8]) -> Result<(String, ChainOutline), DecodeError> {
 
 /// (table, chain, outline) of one NEWRULE message: its handle and the chains named by its
 /// `immediate` verdicts (how nft and iptables-nft both write `jump`/`goto`).
-fn rule_outline(attrs: &[u8]) -> Result<(String, String, RuleOutline), DecodeError> {
+fn rule_outline(attr_bytes: &[u8]) -> Result<(String, String, RuleOutline), DecodeError> {
     const W: &str = "rule";
     let (mut table, mut chain, mut handle) = (None, None, None);
     let mut jumps = Vec::new();
-    for a in AttrIter::new(attrs) {
-        let a = a.map_err(attr_error(W))?;
+    for a in attrs(W, attr_bytes) {
+        let a = a?;
         match a.kind {
-            NFTA_RULE_TABLE => table = Some(a.string().map_err(attr_error(W))?.to_owned()),
-            NFTA_RULE_CHAIN => chain = Some(a.string().map_err(attr_error(W))?.to_owned()),
-            NFTA_RULE_HANDLE => handle = Some(a.be64().map_err(attr_error(W))?),
+            NFTA_RULE_TABLE => table = Some(at(W, a.string())?.to_owned()),
+            NFTA_RULE_CHAIN => chain = Some(at(W, a.string())?.to_owned()),
+            NFTA_RULE_HANDLE => handle = Some(at(W, a.be64())?),
             NFTA_RULE_EXPRESSIONS => {
-                for e in AttrIter::new(a.value) {
-                    let e = e.map_err(attr_error(W))?;
+                for e in attrs(W, a.value) {
+                    let e = e?;
                     if e.kind == NFTA_LIST_ELEM
                         && let Some(target) = immediate_jump(e.value)?
                     {
@@ -178,10 +174,10 @@ fn rule_outline(attrs: &[u8]) -> Result<(String, String, RuleOutline), DecodeErr
 fn immediate_jump(expr: &[u8]) -> Result<Option<String>, DecodeError> {
     const W: &str = "expression";
     let (mut is_immediate, mut data) = (false, None);
-    for a in AttrIter::new(expr) {
-        let a = a.map_err(attr_error(W))?;
+    for a in attrs(W, expr) {
+        let a = a?;
         match a.kind {
-            NFTA_EXPR_NAME => is_immediate = a.string().map_err(attr_error(W))? == "immediate",
+            NFTA_EXPR_NAME => is_immediate = at(W, a.string())? == "immediate",
             NFTA_EXPR_DATA => data = Some(a.value),
             _ => {}
         }
@@ -189,8 +185,8 @@ fn immediate_jump(expr: &[u8]) -> Result<Option<String>, DecodeError> {
     let (true, Some(data)) = (is_immediate, data) else {
         return Ok(None);
     };
-    for a in AttrIter::new(data) {
-        let a = a.map_err(attr_error(W))?;
+    for a in attrs(W, data) {
+        let a = a?;
         if a.kind == NFTA_IMMEDIATE_DATA
             && let RawData::Verdict(Verdict::Jump(c) | Verdict::Goto(c)) =
                 decode::data("immediate", a.value)?

@@ -35,14 +35,16 @@ pub enum DecodeError {
     Unsupported { what: String, detail: String },
 }
 
-fn attrs<'a>(
+/// The attributes of `buf`, a malformed one an error naming `what`.
+pub(super) fn attrs<'a>(
     what: &'static str,
     buf: &'a [u8],
 ) -> impl Iterator<Item = Result<Attr<'a>, DecodeError>> {
     AttrIter::new(buf).map(move |r| r.map_err(|source| DecodeError::Attr { what, source }))
 }
 
-fn at<T>(what: &'static str, r: Result<T, AttrError>) -> Result<T, DecodeError> {
+/// An attribute's value, read as `r` reads it, a malformed one an error naming `what`.
+pub(super) fn at<T>(what: &'static str, r: Result<T, AttrError>) -> Result<T, DecodeError> {
     r.map_err(|source| DecodeError::Attr { what, source })
 }
 
