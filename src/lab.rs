@@ -68,11 +68,16 @@ pub fn serve(ns: &Netns, name: &'static str) -> Backend {
 
 /// A UDP echo backend on `[::]:5353` in `ns`: answers every datagram with `name`.
 pub fn serve_udp(ns: &Netns, name: &'static str) -> Backend {
+    serve_udp_on(ns, name, 5353)
+}
+
+/// `serve_udp` on `port`.
+pub fn serve_udp_on(ns: &Netns, name: &'static str, port: u16) -> Backend {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let socket = ns
-        .run(|| {
-            let s = std::net::UdpSocket::bind("[::]:5353").unwrap();
+        .run(move || {
+            let s = std::net::UdpSocket::bind(("::", port)).unwrap();
             s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
             s
         })

@@ -16,11 +16,11 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::harness::Traffic;
 use kubenft::lab::{link, sh};
 use kubenft::netns::{Netns, can_create};
 use serde_json::Value;
@@ -68,6 +68,7 @@ struct Node {
     pod: Netns,
     external: Netns,
     _endpoints: Vec<Netns>,
+    _udp_backends: Vec<kubenft::lab::Backend>,
     stop: Arc<AtomicBool>,
 }
 
@@ -93,7 +94,8 @@ impl Node {
         sh(&external, "ip route add 172.30.0.0/16 via 192.168.0.2");
         let stop = Arc::new(AtomicBool::new(false));
         let mut endpoints = Vec::new();
-        for n in [1, 3, 7] {
+        let mut udp_backends = Vec::new();
+        for (n, name) in [(1, "ep1"), (3, "ep3"), (7, "ep7")] {
             let ep = Netns::create(&format!("{tag}Ep{n}")).unwrap();
             link(&node, &format!("to-ep{n}"), &ep, "eth0");
             sh(&node, &format!("ip addr add 169.254.1.1/32 dev to-ep{n}"));
@@ -101,8 +103,8 @@ impl Node {
             sh(&ep, &format!("ip addr add 10.180.0.{n}/32 dev eth0"));
             sh(&ep, "ip route add 169.254.1.1 dev eth0 scope link");
             sh(&ep, "ip route add default via 169.254.1.1 dev eth0");
-            serve_tcp(&ep, &format!("ep{n}"), stop.clone());
-            serve_udp(&ep, &format!("ep{n}"), stop.clone());
+            serve_tcp(&ep, name, stop.clone());
+            udp_backends.push(kubenft::lab::serve_udp_on(&ep, name, 53));
             endpoints.push(ep);
         }
         Node {
@@ -110,6 +112,7 @@ impl Node {
             pod,
             external,
             _endpoints: endpoints,
+            _udp_backends: udp_backends,
             stop,
         }
     }
@@ -216,26 +219,6 @@ fn serve_tcp(ns: &Netns, name: &str, stop: Arc<AtomicBool>) {
     });
 }
 
-/// Answers each datagram on :53 with "NAME".
-fn serve_udp(ns: &Netns, name: &str, stop: Arc<AtomicBool>) {
-    let socket = ns
-        .run(|| {
-            let s = UdpSocket::bind("0.0.0.0:53").unwrap();
-            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-            s
-        })
-        .unwrap();
-    let name = name.to_owned();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 512];
-        while !stop.load(Ordering::Relaxed) {
-            if let Ok((_, peer)) = socket.recv_from(&mut buf) {
-                let _ = socket.send_to(name.as_bytes(), peer);
-            }
-        }
-    });
-}
-
 fn addr(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
@@ -294,70 +277,6 @@ fn udp_ask(s: &UdpSocket) -> String {
     let mut buf = [0u8; 64];
     let n = s.recv(&mut buf).expect("the UDP flow answers");
     String::from_utf8_lossy(&buf[..n]).into_owned()
-}
-
-/// New connections from `ns` to `to`, back to back, until `finish`.
-struct Loop {
-    stop: Arc<AtomicBool>,
-    ok: Arc<AtomicUsize>,
-    failed: Arc<Mutex<Vec<String>>>,
-    thread: Option<JoinHandle<Result<(), kubenft::netns::NetnsError>>>,
-}
-
-impl Loop {
-    fn start(ns: &Netns, to: &str, expect: &'static str) -> Loop {
-        let to = addr(to);
-        let stop = Arc::new(AtomicBool::new(false));
-        let ok = Arc::new(AtomicUsize::new(0));
-        let failed = Arc::new(Mutex::new(Vec::new()));
-        let (s, o, f) = (stop.clone(), ok.clone(), failed.clone());
-        let thread = ns
-            .spawn(move || {
-                while !s.load(Ordering::Relaxed) {
-                    match kubenft::lab::connect_once(to) {
-                        Ok(line) if line.trim() == expect => {
-                            o.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Ok(line) => f.lock().unwrap().push(format!("{to}: answered {line:?}")),
-                        Err(e) => f.lock().unwrap().push(format!("{to}: {e}")),
-                    }
-                    std::thread::sleep(Duration::from_millis(3));
-                }
-            })
-            .unwrap();
-        Loop {
-            stop,
-            ok,
-            failed,
-            thread: Some(thread),
-        }
-    }
-
-    /// Waits for `n` more successful connections (the loop runs while the caller acts).
-    fn wait_for(&self, n: usize) {
-        let target = self.ok.load(Ordering::Relaxed) + n;
-        for _ in 0..500 {
-            if self.ok.load(Ordering::Relaxed) >= target {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!(
-            "the loop made no progress: {:?}",
-            self.failed.lock().unwrap()
-        );
-    }
-
-    fn finish(mut self) -> (usize, Vec<String>) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap().unwrap();
-        }
-        (
-            self.ok.load(Ordering::Relaxed),
-            self.failed.lock().unwrap().clone(),
-        )
-    }
 }
 
 /// The ruleset without what belongs to kube-proxy or kubenft, counters zeroed: what every other
@@ -444,8 +363,8 @@ fn kube_proxy_left(node: &Node) -> Vec<String> {
 /// New connections back to back, pod → ClusterIP and external → NodePort, while `steps` run
 /// one after the other (each once both have succeeded again); every connection must succeed.
 fn connecting_across(node: &Node, what: &str, steps: &[&dyn Fn()]) {
-    let cluster_ip = Loop::start(&node.pod, "172.30.0.41:80", "ep1");
-    let node_port = Loop::start(&node.external, "192.168.0.2:3003", "ep3");
+    let cluster_ip = Traffic::start_in(&node.pod, vec!["172.30.0.41:80".into()], Some("ep1"));
+    let node_port = Traffic::start_in(&node.external, vec!["192.168.0.2:3003".into()], Some("ep3"));
     let both_succeed = || {
         cluster_ip.wait_for(20);
         node_port.wait_for(20);

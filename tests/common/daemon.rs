@@ -362,25 +362,35 @@ impl Traffic {
 
     /// Cycles over `targets`, one connection after the other.
     pub fn start_many(topo: &Topology, targets: Vec<String>) -> Traffic {
+        Self::start_in(&topo.client, targets, None)
+    }
+
+    /// Like `start_many`, from `ns`; with `answer`, a connection answered by any other
+    /// backend (the first word of its answer) counts as failed too.
+    pub fn start_in(ns: &Netns, targets: Vec<String>, answer: Option<&'static str>) -> Traffic {
         let stop = Arc::new(AtomicBool::new(false));
         let ok = Arc::new(AtomicUsize::new(0));
         let failed = Arc::new(std::sync::Mutex::new(Vec::new()));
         let (s, o, f) = (stop.clone(), ok.clone(), failed.clone());
         let targets: Vec<SocketAddr> = targets.iter().map(|t| addr(t)).collect();
-        let thread = topo
-            .client
+        let thread = ns
             .spawn(move || {
                 for to in targets.iter().cycle() {
                     if s.load(Ordering::Relaxed) {
                         break;
                     }
                     match kubenft::lab::connect_once(*to) {
-                        Ok(_) => o.fetch_add(1, Ordering::Relaxed),
-                        Err(e) => {
-                            f.lock().unwrap().push(format!("{to}: {e}"));
-                            0
+                        Ok(line)
+                            if answer
+                                .is_some_and(|a| line.split_whitespace().next() != Some(a)) =>
+                        {
+                            f.lock().unwrap().push(format!("{to}: answered {line:?}"))
                         }
-                    };
+                        Ok(_) => {
+                            o.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => f.lock().unwrap().push(format!("{to}: {e}")),
+                    }
                     std::thread::sleep(Duration::from_millis(5));
                 }
             })
@@ -393,6 +403,18 @@ impl Traffic {
                 let _ = thread.join();
             })),
         }
+    }
+
+    /// Waits for `n` more successful connections (the traffic runs while the caller acts).
+    pub fn wait_for(&self, n: usize) {
+        let target = self.ok.load(Ordering::Relaxed) + n;
+        for _ in 0..500 {
+            if self.ok.load(Ordering::Relaxed) >= target {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("no progress: {:?}", self.failed.lock().unwrap());
     }
 
     /// Stops and returns (successful connections, failures).
