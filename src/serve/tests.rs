@@ -1,9 +1,9 @@
 use super::health::Clock;
 use super::testclient::get;
 use super::*;
-use crate::metrics::SyncResult;
+use crate::metrics::{self, Metrics, SyncResult};
 use crate::sync::SyncKind;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::oneshot;
 
