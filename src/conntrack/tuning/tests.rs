@@ -1,5 +1,6 @@
 use super::*;
 use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
 
 /// A directory laid out like /proc/sys and /sys with the kernel's defaults of this machine.
 fn fake_node() -> (tempfile::TempDir, Roots) {
