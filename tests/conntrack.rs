@@ -433,6 +433,11 @@ fn reconciling_ten_thousand_services_reads_only_udp_entries_and_deletes_only_sta
     }
     let ns = lab("ctcost");
     set_nat(&ns, &[], &[]);
+    // Filling the table takes longer than UDP's 30 s unreplied timeout under qemu's TCG, and
+    // an entry that expires mid-test would be counted missing: they must outlive the test
+    // (the namespace's own timeout; its rules above loaded conntrack).
+    ns.exec(&["sysctl", "-qw", "net.netfilter.nf_conntrack_udp_timeout=3600"])
+        .unwrap();
     // Every service address is local, so datagrams to them are tracked and answered.
     ns.exec(&["ip", "route", "add", "local", "10.96.0.0/16", "dev", "lo"])
         .unwrap();
