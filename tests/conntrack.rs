@@ -214,8 +214,19 @@ fn a_client_rejected_before_its_service_had_endpoints_reaches_them_after_reconci
         "{before:?}"
     );
 
-    // While the service has no serving endpoint, its flows are left alone (kube-proxy).
-    assert_eq!(deleted(&reconcile(&ns, dns(&[], Some(30053)))), 0);
+    // While the service has no serving endpoint, every flow to it is stale: nothing of it
+    // can answer (kubernetes#139629). The bystander's flow stays.
+    assert_eq!(deleted(&reconcile(&ns, dns(&[], Some(30053)))), 3);
+    let emptied = oracle(&ns);
+    assert!(!has(&emptied, "10.96.0.10:53", "10.96.0.10:53"));
+    assert!(has(&emptied, "10.96.0.11:53", "10.96.0.11:53"));
+    assert_eq!(received(&sink4).as_deref(), Some("early"));
+    assert_eq!(received(&sink6).as_deref(), Some("early"));
+
+    // The clients keep sending before the endpoint's rules arrive: cached again.
+    client4.send_to(b"early", service4).unwrap();
+    client6.send_to(b"early", service6).unwrap();
+    node_client.send_to(b"early", node_port).unwrap();
     assert_eq!(oracle(&ns), before);
 
     // The endpoint arrives, but the cached flows bypass the new DNAT: the black hole.
@@ -436,8 +447,12 @@ fn reconciling_ten_thousand_services_reads_only_udp_entries_and_deletes_only_sta
     // Filling the table takes longer than UDP's 30 s unreplied timeout under qemu's TCG, and
     // an entry that expires mid-test would be counted missing: they must outlive the test
     // (the namespace's own timeout; its rules above loaded conntrack).
-    ns.exec(&["sysctl", "-qw", "net.netfilter.nf_conntrack_udp_timeout=3600"])
-        .unwrap();
+    ns.exec(&[
+        "sysctl",
+        "-qw",
+        "net.netfilter.nf_conntrack_udp_timeout=3600",
+    ])
+    .unwrap();
     // Every service address is local, so datagrams to them are tracked and answered.
     ns.exec(&["ip", "route", "add", "local", "10.96.0.0/16", "dev", "lo"])
         .unwrap();

@@ -20,6 +20,7 @@ mod manifests;
 #[allow(dead_code)]
 mod privilege;
 
+mod busy_node;
 mod churn;
 mod cli_exit_codes;
 mod coexistence;

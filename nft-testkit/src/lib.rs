@@ -2,6 +2,7 @@
 //! corpus tests and benchmarks share, the kernel's view of a table through the `nft` binary
 //! (`inspect`), and (re-exported) the all-or-nothing fake kernel.
 
+pub mod conntrack;
 pub mod corpus;
 pub mod inspect;
 

@@ -11,7 +11,7 @@
 pub(crate) mod reconcile;
 pub(crate) mod tuning;
 
-pub use reconcile::{FamilyReport, Frontends, UdpService, reconcile};
+pub use reconcile::{FamilyReport, Frontends, Reconciler, UdpService, reconcile};
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -122,8 +122,8 @@ const DELETE_CHUNK: usize = 128;
 pub fn list_flows() -> Result<Vec<Flow>, ConntrackError> {
     let mut sock = NetlinkSocket::open().map_err(ConntrackError::Open)?;
     let mut undecodable = 0;
-    let entries = dump(&mut sock, DumpScope::All, &mut undecodable, |_| true)?;
-    Ok(entries.into_iter().map(|e| e.flow).collect())
+    let dumped = dump(&mut sock, DumpScope::All, &mut undecodable, |_| true)?;
+    Ok(dumped.entries.into_iter().map(|e| e.flow).collect())
 }
 
 /// Which entries the kernel sends.
@@ -176,6 +176,13 @@ struct Entry {
     key: Vec<ConntrackAttribute>,
 }
 
+/// The entries a dump kept.
+struct Dumped {
+    entries: Vec<Entry>,
+    /// The kernel flagged the dump as interrupted: the table changed as it was walked.
+    interrupted: bool,
+}
+
 /// Dumps the entries of `scope` and keeps those `keep` selects, filtering as the dump streams in
 /// so a large table is never held in memory.
 fn dump(
@@ -183,7 +190,7 @@ fn dump(
     scope: DumpScope,
     undecodable: &mut usize,
     mut keep: impl FnMut(&Flow) -> bool,
-) -> Result<Vec<Entry>, ConntrackError> {
+) -> Result<Dumped, ConntrackError> {
     let (family, attrs) = scope.request();
     let header = NfHeader::request(
         NFNL_SUBSYS_CTNETLINK,
@@ -193,23 +200,27 @@ fn dump(
         sock.next_seq(1),
     );
     let mut kept = Vec::new();
-    // An interrupted dump is used as it is: an entry it missed is judged after the next sync.
-    sock.dump_each("IPCTNL_MSG_CT_GET", header, &attrs, |msg| {
-        if msg.subsys_msg(NFNL_SUBSYS_CTNETLINK) != Some(IPCTNL_MSG_CT_NEW) {
-            return;
-        }
-        match decode_entry(&msg) {
-            Ok(Some(entry)) if keep(&entry.flow) => kept.push(entry),
-            Ok(_) => {}
-            Err(error) => {
-                // One odd entry must not stop the cleanup of the others.
-                tracing::warn!(%error, "skipping a conntrack entry that does not decode");
-                *undecodable += 1;
+    // An interrupted dump is used as it is; the reconciler reads again after the next sync.
+    let interrupted = sock
+        .dump_each("IPCTNL_MSG_CT_GET", header, &attrs, |msg| {
+            if msg.subsys_msg(NFNL_SUBSYS_CTNETLINK) != Some(IPCTNL_MSG_CT_NEW) {
+                return;
             }
-        }
+            match decode_entry(&msg) {
+                Ok(Some(entry)) if keep(&entry.flow) => kept.push(entry),
+                Ok(_) => {}
+                Err(error) => {
+                    // One odd entry must not stop the cleanup of the others.
+                    tracing::warn!(%error, "skipping a conntrack entry that does not decode");
+                    *undecodable += 1;
+                }
+            }
+        })
+        .map_err(ConntrackError::Dump)?;
+    Ok(Dumped {
+        entries: kept,
+        interrupted,
     })
-    .map_err(ConntrackError::Dump)?;
-    Ok(kept)
 }
 
 /// Decodes one dumped entry; `None` for entries without ports (ICMP and the like).

@@ -1,17 +1,19 @@
-//! The conntrack reconciler, as kube-proxy 1.33+ runs it after every sync: read each family's
-//! UDP entries and delete those addressed to a service frontend (ClusterIP, external IP or
+//! The conntrack reconciler, as kube-proxy runs it after every sync: read each family's UDP
+//! entries and delete those addressed to a service frontend (ClusterIP, external IP or
 //! load-balancer IP with the service port, or any address with the NodePort) whose reply does
 //! not come from a serving endpoint of that service.
 //!
 //! Guarantees: flows are judged against the services as the last sync programmed them, never
 //! against an earlier sync, so the first sync after a restart deletes what went stale while
-//! kubenft was down; only UDP entries are ever deleted; an entry to a service without serving
-//! endpoints, or to anything that is not a frontend, is left alone. Both kinds of stale entry
-//! fall out of the one rule: DNATed to an endpoint that is gone (its reply comes from it), and
-//! sent to the frontend before it had endpoints (not DNATed, so its reply comes from the
-//! frontend itself).
+//! kubenft was down; only UDP entries are ever deleted; an entry to anything that is not a
+//! frontend is left alone. Both kinds of stale entry fall out of the one rule: DNATed to an
+//! endpoint that is gone (its reply comes from it), and sent to the frontend before it had
+//! endpoints (not DNATed, so its reply comes from the frontend itself). A service port
+//! without serving endpoints is judged with none (kubernetes#139629), and the frontends of a
+//! service port that was deleted are judged so once more (kubernetes#141371): the flows DNATed
+//! to its last endpoints would otherwise be kept alive by every packet a client sends.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -36,12 +38,19 @@ pub struct UdpService {
 
 /// The service frontends that own flows, kept service port by service port (`K` names one) so
 /// a sync that changed one service updates one entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Frontends<K: Ord> {
     services: BTreeMap<K, UdpService>,
     /// Which service ports answer on an address:port (usually one; external IPs may be shared).
     by_address: HashMap<SocketAddr, BTreeSet<K>>,
     by_node_port: HashMap<u16, BTreeSet<K>>,
+    /// Frontends and NodePorts of service ports removed since the last complete
+    /// reconciliation: every flow to them is stale, unless a kept service owns them again.
+    retired: HashSet<SocketAddr>,
+    retired_node_ports: HashSet<u16>,
+    /// Bumped by every change that can make a flow stale, so a reconciler can tell whether
+    /// anything changed since it last read the table.
+    revision: u64,
 }
 
 impl<K: Ord> Default for Frontends<K> {
@@ -50,18 +59,32 @@ impl<K: Ord> Default for Frontends<K> {
             services: BTreeMap::new(),
             by_address: HashMap::new(),
             by_node_port: HashMap::new(),
+            retired: HashSet::new(),
+            retired_node_ports: HashSet::new(),
+            revision: 0,
         }
     }
 }
 
+/// Equal when they keep the same service ports: how they got there (the revision, and the
+/// ports retired on the way) is not compared.
+impl<K: Ord> PartialEq for Frontends<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.services == other.services
+            && self.by_address == other.by_address
+            && self.by_node_port == other.by_node_port
+    }
+}
+
+impl<K: Ord> Eq for Frontends<K> {}
+
 impl<K: Ord + Clone> Frontends<K> {
-    /// Sets (or replaces) what `key` is. A service port without serving endpoints owns no flow
-    /// (kube-proxy: nothing of it is cleaned), so it is simply not kept.
+    /// Sets (or replaces) what `key` is; setting what it already is changes nothing.
     pub fn set(&mut self, key: K, service: UdpService) {
-        self.remove(&key);
-        if service.serving.is_empty() {
+        if self.services.get(&key) == Some(&service) {
             return;
         }
+        self.unindex(&key);
         for frontend in &service.frontends {
             self.by_address
                 .entry(*frontend)
@@ -75,30 +98,44 @@ impl<K: Ord + Clone> Frontends<K> {
                 .insert(key.clone());
         }
         self.services.insert(key, service);
+        self.revision += 1;
     }
 
-    pub(crate) fn remove(&mut self, key: &K) {
-        let Some(old) = self.services.remove(key) else {
+    /// Removes `key`, whose frontends stay retired until the next complete reconciliation.
+    pub fn remove(&mut self, key: &K) {
+        let Some(old) = self.unindex(key) else {
             return;
         };
+        self.retired.extend(&old.frontends);
+        self.retired_node_ports.extend(old.node_port);
+        self.revision += 1;
+    }
+
+    fn unindex(&mut self, key: &K) -> Option<UdpService> {
+        let old = self.services.remove(key)?;
         for frontend in &old.frontends {
             forget(&mut self.by_address, frontend, key);
         }
         if let Some(port) = old.node_port {
             forget(&mut self.by_node_port, &port, key);
         }
+        Some(old)
     }
 
+    /// Forgets every service port, each one retired as [`Frontends::remove`] retires it.
     #[cfg(feature = "daemon")]
     pub(crate) fn clear(&mut self) {
-        *self = Frontends::default();
+        let keys: Vec<K> = self.services.keys().cloned().collect();
+        for key in &keys {
+            self.remove(key);
+        }
     }
 }
 
 impl<K: Ord> Frontends<K> {
-    /// True when nothing can be stale: no UDP service port has a serving endpoint.
+    /// True when nothing can be stale: no UDP service port, none retired.
     pub(crate) fn is_empty(&self) -> bool {
-        self.services.is_empty()
+        self.services.is_empty() && self.retired.is_empty() && self.retired_node_ports.is_empty()
     }
 
     /// The kept service ports from `from` on, in order.
@@ -108,7 +145,8 @@ impl<K: Ord> Frontends<K> {
     }
 
     /// True when `flow` must be deleted: a UDP flow addressed to a frontend (or, failing that,
-    /// to a NodePort) whose reply does not come from a serving endpoint of its owner.
+    /// to a NodePort) whose reply does not come from a serving endpoint of its owner; a flow to
+    /// a retired frontend or NodePort that no kept service owns has none.
     ///
     /// Where kube-proxy differs: it also tests a flow that matched a frontend against the
     /// NodePorts, so a healthy flow to `ClusterIP:P` is deleted at every sync when another
@@ -120,15 +158,27 @@ impl<K: Ord> Frontends<K> {
         }
         let owners = match self.by_address.get(&flow.orig_dst) {
             Some(owners) => owners,
+            None if self.retired.contains(&flow.orig_dst) => return true,
             None => match self.by_node_port.get(&flow.orig_dst.port()) {
                 Some(owners) => owners,
-                None => return false,
+                None => return self.retired_node_ports.contains(&flow.orig_dst.port()),
             },
         };
         !owners
             .iter()
             .filter_map(|k| self.services.get(k))
             .any(|s| s.serving.contains(&flow.reply_src))
+    }
+
+    /// Which state of the frontends a reconciliation judged flows by.
+    fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// After a complete reconciliation: the retired frontends' flows are gone.
+    fn forget_retired(&mut self) {
+        self.retired.clear();
+        self.retired_node_ports.clear();
     }
 }
 
@@ -152,7 +202,64 @@ pub struct FamilyReport {
     /// Set when the kernel could not filter by protocol (before Linux 5.8) and every entry of
     /// the table was read.
     pub unfiltered: bool,
+    /// Set when the kernel flagged the dump as interrupted: an entry may have been missed.
+    pub interrupted: bool,
     pub outcome: Result<DeleteReport, ConntrackError>,
+}
+
+impl FamilyReport {
+    /// Every stale entry read was deleted (or was already gone), and none can have been missed.
+    fn complete(&self) -> bool {
+        !self.interrupted && self.outcome.as_ref().is_ok_and(|d| d.failed.is_empty())
+    }
+}
+
+/// Reconciles after each sync, reading the table only when a flow can have gone stale since
+/// the last complete reconciliation. At a million entries one read costs the kernel a walk of
+/// the whole table (~0.1 s and more), and most syncs change no UDP service: kube-proxy reads it
+/// after every sync all the same.
+///
+/// A flow goes stale only when what judges it changes: a UDP service port, its frontends or
+/// its serving endpoints (the frontends' revision), or the rules themselves (a repair after
+/// someone else changed kubenft's table: until then, new flows were not DNATed). Everything
+/// else (TCP services, a sync that changed nothing) leaves every flow as the last read judged
+/// it. After a start the table is always read once: what went stale while kubenft was down.
+#[derive(Debug, Default)]
+pub struct Reconciler {
+    /// The revision of the frontends the last complete reconciliation judged flows by.
+    clean_at: Option<u64>,
+}
+
+impl Reconciler {
+    /// Reconciles the calling thread's network namespace if anything can be stale, and returns
+    /// what was done; `None` when the table was not read. `rules_repaired`: the sync rewrote
+    /// rules the kernel held differently from what kubenft last programmed.
+    pub fn after_sync<K: Ord>(
+        &mut self,
+        frontends: &mut Frontends<K>,
+        rules_repaired: bool,
+    ) -> Option<Vec<FamilyReport>> {
+        if !self.must_read(frontends, rules_repaired) {
+            return None;
+        }
+        let reports = reconcile(frontends);
+        self.read(frontends, &reports);
+        Some(reports)
+    }
+
+    fn must_read<K: Ord>(&self, frontends: &Frontends<K>, rules_repaired: bool) -> bool {
+        rules_repaired || self.clean_at != Some(frontends.revision())
+    }
+
+    /// Notes what a reading of the table did: complete, it judged every flow by `frontends`.
+    fn read<K: Ord>(&mut self, frontends: &mut Frontends<K>, reports: &[FamilyReport]) {
+        if reports.iter().all(FamilyReport::complete) {
+            frontends.forget_retired();
+            self.clean_at = Some(frontends.revision());
+        } else {
+            self.clean_at = None;
+        }
+    }
 }
 
 /// Reconciles the calling thread's network namespace: each family's UDP entries are read (the
@@ -168,6 +275,7 @@ pub fn reconcile<K: Ord>(frontends: &Frontends<K>) -> Vec<FamilyReport> {
                 elapsed: started.elapsed(),
                 examined: 0,
                 unfiltered: false,
+                interrupted: false,
                 outcome: Ok(DeleteReport::default()),
             })
             .collect();
@@ -195,6 +303,7 @@ fn reconcile_family<K: Ord>(family: IpFamily, frontends: &Frontends<K>) -> Famil
                 elapsed: started.elapsed(),
                 examined: 0,
                 unfiltered: false,
+                interrupted: false,
                 outcome: Err(ConntrackError::Open(e)),
             };
         }
@@ -214,8 +323,10 @@ fn reconcile_family<K: Ord>(family: IpFamily, frontends: &Frontends<K>) -> Famil
             flow.orig_src.is_ipv4() == v4 && flow.proto == RECONCILED && keep(flow)
         });
     }
-    let outcome = entries.and_then(|entries| {
-        delete_entries(&mut sock, &entries, &mut report)?;
+    let mut interrupted = false;
+    let outcome = entries.and_then(|dumped| {
+        interrupted = dumped.interrupted;
+        delete_entries(&mut sock, &dumped.entries, &mut report)?;
         Ok(report)
     });
     FamilyReport {
@@ -223,6 +334,7 @@ fn reconcile_family<K: Ord>(family: IpFamily, frontends: &Frontends<K>) -> Famil
         elapsed: started.elapsed(),
         examined,
         unfiltered,
+        interrupted,
         outcome,
     }
 }

@@ -105,7 +105,9 @@ fn a_delete_spares_an_entry_with_another_id_and_counts_a_vanished_one_as_already
             client.send_to(b"1", sink.local_addr().unwrap()).unwrap();
             let mut sock = NetlinkSocket::open().unwrap();
             let mut undecodable = 0;
-            let entries = dump(&mut sock, DumpScope::All, &mut undecodable, to_sink).unwrap();
+            let entries = dump(&mut sock, DumpScope::All, &mut undecodable, to_sink)
+                .unwrap()
+                .entries;
             // The same tuple under another id stands for an entry re-created after the dump.
             let other_id: Vec<Entry> = entries
                 .iter()
@@ -133,6 +135,7 @@ fn a_delete_spares_an_entry_with_another_id_and_counts_a_vanished_one_as_already
                 left.push(
                     dump(&mut sock, DumpScope::All, &mut undecodable, to_sink)
                         .unwrap()
+                        .entries
                         .len(),
                 );
             }

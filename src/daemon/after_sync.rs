@@ -72,13 +72,16 @@ impl AfterSyncFacts {
         } else {
             for service in &services {
                 let lowest = ServicePortName::lowest_of(service);
-                let ports: Vec<ServicePortName> = self
+                // Only the UDP ports that are gone are removed: one derived again as it was
+                // changes nothing, so the reconciler can tell that nothing changed.
+                let gone: Vec<ServicePortName> = self
                     .udp
                     .keys_from(&lowest)
                     .take_while(|n| n.is_port_of(service))
+                    .filter(|n| !state.services.contains_key(*n))
                     .cloned()
                     .collect();
-                for name in &ports {
+                for name in &gone {
                     self.udp.remove(name);
                 }
                 remove_service(&mut self.local, service);
@@ -90,9 +93,13 @@ impl AfterSyncFacts {
         self.derived = true;
     }
 
-    /// The UDP service frontends with serving endpoints, for [`crate::conntrack::reconcile`].
+    /// The UDP service frontends and their serving endpoints, for [`crate::conntrack`].
     pub fn frontends(&self) -> &Frontends<ServicePortName> {
         &self.udp
+    }
+
+    pub fn frontends_mut(&mut self) -> &mut Frontends<ServicePortName> {
+        &mut self.udp
     }
 
     /// healthCheckNodePorts to serve: port → its Service and local endpoint count.

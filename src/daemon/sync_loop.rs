@@ -50,6 +50,18 @@ struct SyncTimings {
     seconds: f64,
     model_seconds: f64,
     after_sync_seconds: f64,
+    conntrack: ConntrackWork,
+}
+
+/// What the conntrack reconciler did after a sync, over both families.
+#[derive(Debug, Default)]
+struct ConntrackWork {
+    seconds: f64,
+    /// Whether the table was read at all ([`conntrack::Reconciler`] reads it only when a flow
+    /// can have gone stale).
+    read: bool,
+    examined: usize,
+    deleted: usize,
 }
 
 pub(super) struct SyncLoop {
@@ -75,6 +87,7 @@ pub(super) struct SyncLoop {
     store: Arc<Mutex<ClusterStore>>,
     /// UDP services and local endpoints as of the last successful sync.
     after_sync: AfterSyncFacts,
+    conntrack: conntrack::Reconciler,
     /// The cluster as of the last sync, kept up to date service by service (and ahead of the
     /// next sync, while it waits out `min_sync_period`).
     live: LiveState,
@@ -125,6 +138,7 @@ impl SyncLoop {
             health_checks: HealthCheckServers::new(Vec::new(), health),
             store,
             after_sync,
+            conntrack: conntrack::Reconciler::default(),
             live: LiveState::default(),
             converted: BTreeSet::new(),
             unconverted_since: None,
@@ -245,12 +259,15 @@ impl SyncLoop {
         match result {
             Ok(report) => {
                 let after_started = Instant::now();
-                self.after_sync(&proxy).await;
+                // A full sync that sent anything rewrote rules the kernel held otherwise.
+                let rules_repaired = report.kind == SyncKind::Full && report.ops > 0;
+                let conntrack = self.after_sync(&proxy, rules_repaired).await;
                 let after_sync_seconds = after_started.elapsed().as_secs_f64();
                 let timings = SyncTimings {
                     seconds,
                     model_seconds,
                     after_sync_seconds,
+                    conntrack,
                 };
                 if report.kind == SyncKind::Full {
                     self.watch_foreign_proxies();
@@ -329,10 +346,20 @@ impl SyncLoop {
                 model_seconds = t.model_seconds,
                 kernel_seconds = report.kernel_time.as_secs_f64(),
                 after_sync_seconds = t.after_sync_seconds,
+                conntrack_read = t.conntrack.read,
+                conntrack_seconds = t.conntrack.seconds,
+                conntrack_examined = t.conntrack.examined,
+                conntrack_deleted = t.conntrack.deleted,
                 "synced"
             );
         } else {
-            tracing::debug!(kind = ?report.kind, seconds = t.seconds, "synced; nothing to change");
+            tracing::debug!(
+                kind = ?report.kind,
+                seconds = t.seconds,
+                conntrack_read = t.conntrack.read,
+                conntrack_seconds = t.conntrack.seconds,
+                "synced; nothing to change"
+            );
         }
         self.metrics
             .set_last_sync_timestamp(unix_seconds(now), &self.ip_families);
@@ -349,12 +376,43 @@ impl SyncLoop {
 
     /// What follows a successful sync: stale UDP conntrack entries, healthCheckNodePorts and
     /// the no-local-endpoints gauges.
-    async fn after_sync(&mut self, proxy: &ProxyConfig) {
+    async fn after_sync(&mut self, proxy: &ProxyConfig, rules_repaired: bool) -> ConntrackWork {
         self.after_sync.update(&self.live.state);
-        let frontends = self.after_sync.frontends();
-        let reports = tokio::task::block_in_place(|| conntrack::reconcile(frontends));
-        for r in reports {
+        let conntrack = self.reconcile_conntrack(rules_repaired);
+        self.check_nodeport_conflicts();
+        let counts = self.after_sync.no_local_endpoints();
+        for (family, (internal, external)) in metrics::IP_FAMILIES.iter().zip(counts) {
+            self.metrics
+                .set_no_local_endpoints(family, internal, external);
+        }
+        let state = &self.live.state;
+        self.health_checks.set_addresses(
+            proxy.health_check_addresses(&families(state, proxy), state.node.as_ref()),
+        );
+        if let Err(e) = self
+            .health_checks
+            .sync(self.after_sync.health_checks())
+            .await
+        {
+            tracing::warn!(error = %e, "healthCheckNodePort servers not all open; retried at the next sync");
+        }
+        conntrack
+    }
+
+    /// Deletes stale UDP conntrack entries, if any can be stale (`conntrack::Reconciler`).
+    fn reconcile_conntrack(&mut self, rules_repaired: bool) -> ConntrackWork {
+        let started = Instant::now();
+        let (reconciler, frontends) = (&mut self.conntrack, self.after_sync.frontends_mut());
+        let reports =
+            tokio::task::block_in_place(|| reconciler.after_sync(frontends, rules_repaired));
+        let mut work = ConntrackWork {
+            read: reports.is_some(),
+            ..ConntrackWork::default()
+        };
+        for r in reports.into_iter().flatten() {
+            work.examined += r.examined;
             let deleted = r.outcome.as_ref().map_or(0, |d| d.deleted);
+            work.deleted += deleted;
             self.metrics.observe_conntrack_reconcile(
                 r.family.label(),
                 r.elapsed.as_secs_f64(),
@@ -390,23 +448,8 @@ impl SyncLoop {
                 }
             }
         }
-        self.check_nodeport_conflicts();
-        let counts = self.after_sync.no_local_endpoints();
-        for (family, (internal, external)) in metrics::IP_FAMILIES.iter().zip(counts) {
-            self.metrics
-                .set_no_local_endpoints(family, internal, external);
-        }
-        let state = &self.live.state;
-        self.health_checks.set_addresses(
-            proxy.health_check_addresses(&families(state, proxy), state.node.as_ref()),
-        );
-        if let Err(e) = self
-            .health_checks
-            .sync(self.after_sync.health_checks())
-            .await
-        {
-            tracing::warn!(error = %e, "healthCheckNodePort servers not all open; retried at the next sync");
-        }
+        work.seconds = started.elapsed().as_secs_f64();
+        work
     }
 
     /// After a full sync: what kube-proxy has on the node, counted in the gauge, each kind of

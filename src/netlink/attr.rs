@@ -65,7 +65,7 @@ impl AttrWriter {
     }
 
     /// A nested attribute whose payload is written by `f`.
-    pub(crate) fn nested(&mut self, kind: u16, f: impl FnOnce(&mut AttrWriter)) -> &mut Self {
+    pub fn nested(&mut self, kind: u16, f: impl FnOnce(&mut AttrWriter)) -> &mut Self {
         let start = self.buf.len();
         self.buf.extend_from_slice(&[0, 0, 0, 0]);
         let mut inner = AttrWriter {

@@ -410,7 +410,7 @@ impl NetlinkSocket {
     }
 
     /// Like `recv`, but returns `None` at once when nothing is queued.
-    pub(crate) fn try_recv(&mut self) -> Result<Option<Vec<Message>>, SocketError> {
+    pub fn try_recv(&mut self) -> Result<Option<Vec<Message>>, SocketError> {
         self.recv_flags(libc::MSG_DONTWAIT)
     }
 

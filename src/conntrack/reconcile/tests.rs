@@ -1,4 +1,5 @@
 use super::*;
+use crate::conntrack::DeleteFailure;
 
 fn sa(s: &str) -> SocketAddr {
     s.parse().unwrap()
@@ -79,17 +80,123 @@ fn tcp_and_sctp_flows_and_other_destinations_are_never_stale() {
     }
 }
 
+/// kubernetes#139629: a service port whose endpoints all went away keeps the flows DNATed to
+/// them alive with every packet a client sends, unless they are deleted.
 #[test]
-fn a_service_without_serving_endpoints_owns_no_flow() {
+fn a_service_without_serving_endpoints_has_every_flow_to_it_stale() {
     let mut f = upstream_like();
     f.set(
         "test/cleanup-test:udp",
         service(&[CLUSTER_IP], Some(32000), &[]),
     );
-    assert!(f.is_empty());
-    assert!(!f.stale(&udp(CLUSTER_IP, "10.240.2.6:8080")));
-    assert!(!f.stale(&udp(CLUSTER_IP, CLUSTER_IP)));
-    assert!(!f.stale(&udp("192.168.7.1:32000", "10.240.2.6:8080")));
+    assert!(!f.is_empty());
+    assert!(f.stale(&udp(CLUSTER_IP, "10.240.2.6:8080")));
+    assert!(f.stale(&udp(CLUSTER_IP, SERVING)));
+    assert!(f.stale(&udp("192.168.7.1:32000", "10.240.2.6:8080")));
+    assert!(!f.stale(&flow(6, CLUSTER_IP, "10.240.2.6:8080")));
+}
+
+/// kubernetes#141371: a deleted service port's frontends are judged once more, with no
+/// endpoint, unless a kept service owns them again; a complete reconciliation forgets them.
+#[test]
+fn a_removed_service_ports_flows_are_stale_until_a_complete_reconciliation() {
+    let mut f = upstream_like();
+    f.set("other", service(&[EXTERNAL_IP], None, &["10.240.9.9:53"]));
+    f.remove(&"test/cleanup-test:udp");
+    assert!(!f.is_empty());
+    assert!(f.stale(&udp(CLUSTER_IP, SERVING)));
+    assert!(f.stale(&udp(LB_IP, SERVING)));
+    assert!(f.stale(&udp("192.168.7.1:32000", SERVING)));
+    assert!(
+        !f.stale(&udp(EXTERNAL_IP, "10.240.9.9:53")),
+        "a frontend another service still owns is judged by it"
+    );
+    assert!(f.stale(&udp(EXTERNAL_IP, SERVING)));
+    assert!(
+        !f.stale(&udp("172.30.1.2:8000", SERVING)),
+        "never a frontend"
+    );
+
+    let mut reconciler = Reconciler::default();
+    reconciler.read(&mut f, &[report(false, Ok(DeleteReport::default()))]);
+    assert!(!f.stale(&udp(CLUSTER_IP, SERVING)), "forgotten once read");
+    assert!(!f.stale(&udp("192.168.7.1:32000", SERVING)));
+    f.remove(&"other");
+    assert_eq!(f, Frontends::default());
+}
+
+fn report(interrupted: bool, outcome: Result<DeleteReport, ConntrackError>) -> FamilyReport {
+    FamilyReport {
+        family: IpFamily::V4,
+        elapsed: Duration::ZERO,
+        examined: 0,
+        unfiltered: false,
+        interrupted,
+        outcome,
+    }
+}
+
+/// The table is read after a start, after any change to what judges flows, and after the rules
+/// were repaired; otherwise not, until a reading was incomplete.
+#[test]
+fn the_table_is_read_only_when_a_flow_can_have_gone_stale_since_the_last_complete_reading() {
+    let mut f = upstream_like();
+    let mut r = Reconciler::default();
+    assert!(r.must_read(&f, false), "after a start");
+    r.read(&mut f, &[report(false, Ok(DeleteReport::default()))]);
+    assert!(!r.must_read(&f, false), "nothing changed");
+    assert!(r.must_read(&f, true), "the rules were repaired");
+
+    f.set(
+        "test/cleanup-test:udp",
+        service(&[CLUSTER_IP, EXTERNAL_IP, LB_IP], Some(32000), &[SERVING]),
+    );
+    assert!(
+        !r.must_read(&f, false),
+        "set to what it was: nothing changed"
+    );
+    f.set("b", service(&["10.96.0.12:53"], None, &["10.1.0.5:53"]));
+    assert!(r.must_read(&f, false), "a service port added");
+    r.read(&mut f, &[report(false, Ok(DeleteReport::default()))]);
+    f.set("b", service(&["10.96.0.12:53"], None, &[]));
+    assert!(r.must_read(&f, false), "its endpoint stopped serving");
+    r.read(&mut f, &[report(false, Ok(DeleteReport::default()))]);
+    f.remove(&"b");
+    assert!(r.must_read(&f, false), "a service port removed");
+
+    let incomplete = [
+        report(true, Ok(DeleteReport::default())),
+        report(
+            false,
+            Ok(DeleteReport {
+                failed: vec![DeleteFailure {
+                    flow: udp(CLUSTER_IP, "10.240.2.6:8080"),
+                    error: std::io::Error::from_raw_os_error(libc::EBUSY),
+                }],
+                ..DeleteReport::default()
+            }),
+        ),
+        report(
+            false,
+            Err(ConntrackError::Dump(crate::netlink::SocketError::Receive(
+                std::io::Error::from_raw_os_error(libc::ENOBUFS),
+            ))),
+        ),
+    ];
+    for bad in incomplete {
+        r.read(&mut f, &[report(false, Ok(DeleteReport::default())), bad]);
+        assert!(
+            r.must_read(&f, false),
+            "read again after an incomplete reading"
+        );
+        assert!(
+            f.stale(&udp("10.96.0.12:53", "10.1.0.5:53")),
+            "the removed port stays retired"
+        );
+    }
+    r.read(&mut f, &[report(false, Ok(DeleteReport::default()))]);
+    assert!(!r.must_read(&f, false));
+    assert!(!f.stale(&udp("10.96.0.12:53", "10.1.0.5:53")));
 }
 
 #[test]
@@ -117,6 +224,8 @@ fn a_shared_frontend_keeps_flows_to_a_serving_endpoint_of_any_of_its_owners() {
     f.remove(&"a");
     assert!(f.stale(&udp("192.0.2.1:53", "10.1.0.5:53")));
     f.remove(&"b");
+    assert!(f.stale(&udp("192.0.2.1:53", "10.1.0.7:53")), "retired");
+    f.forget_retired();
     assert!(!f.stale(&udp("192.0.2.1:53", "10.1.0.7:53")));
     assert_eq!(
         f,
