@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use harness::*;
-use kubenft::conntrack::{self, FamilyReport, Frontends, Reconciler, UdpService};
+use kubenft::conntrack::{self, Frontends, Reading, Reconciler, UdpService};
 use kubenft::netns::{self, Netns};
 use kubenft_nft_testkit::conntrack::{Entry, create};
 
@@ -77,21 +77,18 @@ fn busy_table() -> Vec<Entry> {
     entries
 }
 
-fn examined(reports: &[FamilyReport]) -> usize {
-    reports.iter().map(|r| r.examined).sum()
+fn examined(r: &Reading) -> usize {
+    r.examined.iter().sum()
 }
 
-fn deleted(reports: &[FamilyReport]) -> usize {
-    reports
-        .iter()
-        .map(|r| match &r.outcome {
-            Ok(d) => {
-                assert!(d.failed.is_empty(), "{:?}", d.failed);
-                d.deleted
-            }
-            Err(e) => panic!("{e}"),
-        })
-        .sum()
+fn deleted(r: &Reading) -> usize {
+    match &r.outcome {
+        Ok(reports) => {
+            assert!(reports.iter().all(|d| d.failed.is_empty()), "{r:?}");
+            r.deleted()
+        }
+        Err(e) => panic!("{e}"),
+    }
 }
 
 #[test]

@@ -8,7 +8,7 @@
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use kubenft::conntrack::{self, FamilyReport, Frontends, UdpService};
+use kubenft::conntrack::{self, Frontends, Reading, UdpService};
 use kubenft::netns::{self, Netns};
 use kubenft_nft_testkit::inspect::apply_script;
 
@@ -154,23 +154,21 @@ fn dns(serving: &[&str], node_port: Option<u16>) -> Frontends<String> {
     f
 }
 
-/// Reconciles the namespace; returns (deleted, failed) over both families.
-fn reconcile(ns: &Netns, frontends: Frontends<String>) -> Vec<FamilyReport> {
+/// Reconciles the namespace.
+fn reconcile(ns: &Netns, frontends: Frontends<String>) -> Reading {
     ns.run(move || conntrack::reconcile(&frontends)).unwrap()
 }
 
-fn deleted(reports: &[FamilyReport]) -> usize {
-    reports
-        .iter()
-        .map(|r| match &r.outcome {
-            Ok(d) => {
-                assert!(d.failed.is_empty(), "{r:?}");
-                assert!(!r.unfiltered, "this kernel filters by protocol: {r:?}");
-                d.deleted
-            }
-            Err(e) => panic!("{:?}: {e}", r.family),
-        })
-        .sum()
+/// Entries deleted, both families; no delete may have failed.
+fn deleted(r: &Reading) -> usize {
+    assert!(!r.unfiltered, "this kernel filters by protocol: {r:?}");
+    match &r.outcome {
+        Ok(reports) => {
+            assert!(reports.iter().all(|d| d.failed.is_empty()), "{r:?}");
+            r.deleted()
+        }
+        Err(e) => panic!("{e}"),
+    }
 }
 
 #[test]
@@ -505,7 +503,7 @@ fn reconciling_ten_thousand_services_reads_only_udp_entries_and_deletes_only_sta
             let t = Instant::now();
             let reports = conntrack::reconcile(&*f);
             let first = t.elapsed();
-            let examined: usize = reports.iter().map(|r| r.examined).sum();
+            let examined: usize = reports.examined.iter().sum();
             let n = deleted(&reports);
             let again = median(5, || {
                 assert_eq!(deleted(&conntrack::reconcile(&*f)), 0);

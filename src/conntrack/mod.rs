@@ -11,17 +11,13 @@
 pub(crate) mod reconcile;
 pub(crate) mod tuning;
 
-pub use reconcile::{FamilyReport, Frontends, Reconciler, UdpService, reconcile};
+pub use reconcile::{Frontends, Reading, Reconciler, UdpService, reconcile};
 
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
-use netlink_packet_core::{DecodeError, Emitable, Nla, ParseableParametrized};
-use netlink_packet_netfilter::conntrack::{
-    ConntrackAttribute, ConntrackMessage, IPTuple, ProtoTuple, Tuple,
-};
-
-use crate::netlink::attr::NLA_F_NESTED;
+use crate::family::IpFamily;
+use crate::netlink::attr::{AttrError, AttrIter, AttrWriter, NLA_F_NESTED};
 use crate::netlink::socket::NLM_F_ACK;
 use crate::netlink::{Message, NetlinkSocket, NfHeader, SocketError};
 
@@ -35,8 +31,6 @@ fn proto_name(number: u8) -> Option<&'static str> {
     }
 }
 
-pub(crate) use crate::family::IpFamily;
-
 /// conntrack keeps one table per family.
 impl IpFamily {
     fn af(self) -> u8 {
@@ -44,6 +38,11 @@ impl IpFamily {
             IpFamily::V4 => libc::AF_INET as u8,
             IpFamily::V6 => libc::AF_INET6 as u8,
         }
+    }
+
+    /// Its place in per-family arrays: IPv4, IPv6.
+    fn index(self) -> usize {
+        self as usize
     }
 }
 
@@ -107,6 +106,17 @@ const NFNL_SUBSYS_CTNETLINK: u16 = 1;
 const IPCTNL_MSG_CT_NEW: u16 = 0;
 const IPCTNL_MSG_CT_GET: u16 = 1;
 const IPCTNL_MSG_CT_DELETE: u16 = 2;
+const CTA_TUPLE_ORIG: u16 = 1;
+const CTA_TUPLE_REPLY: u16 = 2;
+const CTA_TUPLE_IP: u16 = 1;
+const CTA_TUPLE_PROTO: u16 = 2;
+const CTA_IP_V4_SRC: u16 = 1;
+const CTA_IP_V4_DST: u16 = 2;
+const CTA_IP_V6_SRC: u16 = 3;
+const CTA_IP_V6_DST: u16 = 4;
+const CTA_PROTO_NUM: u16 = 1;
+const CTA_PROTO_SRC_PORT: u16 = 2;
+const CTA_PROTO_DST_PORT: u16 = 3;
 const CTA_ID: u16 = 12;
 const CTA_ZONE: u16 = 18;
 const CTA_FILTER: u16 = 25;
@@ -130,8 +140,8 @@ pub fn list_flows() -> Result<Vec<Flow>, ConntrackError> {
 #[derive(Debug, Clone, Copy)]
 enum DumpScope {
     All,
-    /// One family's entries of one protocol, selected by the kernel (`CTA_FILTER`, Linux 5.8+):
-    /// entries of other protocols are never copied to us.
+    /// One family's entries of one protocol, selected by the kernel (`CTA_FILTER`, Linux 5.8+,
+    /// which takes a family): entries of other protocols are never copied to us.
     Filtered {
         family: IpFamily,
         /// IP protocol number.
@@ -145,35 +155,42 @@ impl DumpScope {
         let DumpScope::Filtered { family, proto } = self else {
             return (AF_UNSPEC, Vec::new());
         };
-        let orig =
-            ConntrackAttribute::CtaTupleOrig(vec![Tuple::Proto(vec![ProtoTuple::Protocol(
-                proto.into(),
-            )])]);
-        let mut bytes = vec![0u8; orig.buffer_len()];
-        orig.emit(&mut bytes);
-        // Written by hand: the attribute types this crate emits cannot carry NLA_F_NESTED, and
-        // the kernel parses CTA_FILTER strictly: it must be flagged as nested.
-        let flags = CTA_FILTER_FLAG_CTA_PROTO_NUM.to_ne_bytes();
-        let inner_len = 4 + flags.len() as u16;
-        for field in [
-            4 + inner_len,
-            CTA_FILTER | NLA_F_NESTED,
-            inner_len,
-            CTA_FILTER_ORIG_FLAGS,
-        ] {
-            bytes.extend(field.to_ne_bytes());
-        }
-        bytes.extend(flags);
-        (family.af(), bytes)
+        let mut a = AttrWriter::new();
+        a.nested(CTA_TUPLE_ORIG, |t| {
+            t.nested(CTA_TUPLE_PROTO, |p| {
+                p.u8(CTA_PROTO_NUM, proto);
+            });
+        });
+        // Host byte order: the kernel reads the flags with nla_get_u32.
+        a.nested(CTA_FILTER, |f| {
+            f.bytes(
+                CTA_FILTER_ORIG_FLAGS,
+                &CTA_FILTER_FLAG_CTA_PROTO_NUM.to_ne_bytes(),
+            );
+        });
+        (family.af(), a.buf)
     }
 }
 
 /// A dumped entry: its tuples for matching, and what identifies it exactly for deletion.
 #[derive(Debug)]
-struct Entry {
+pub(crate) struct Entry {
     flow: Flow,
     family: u8,
-    key: Vec<ConntrackAttribute>,
+    /// The attributes a delete names it by, as the kernel sent them: the original tuple, the
+    /// id (so an entry re-created with the same tuple meanwhile is spared) and the zone.
+    key: Vec<u8>,
+}
+
+/// Why a dumped entry could not be read.
+#[derive(Debug, thiserror::Error)]
+enum DecodeError {
+    #[error(transparent)]
+    Header(#[from] SocketError),
+    #[error(transparent)]
+    Attribute(#[from] AttrError),
+    #[error("conntrack entry {0}")]
+    Malformed(&'static str),
 }
 
 /// The entries a dump kept.
@@ -223,34 +240,35 @@ fn dump(
     })
 }
 
-/// Decodes one dumped entry; `None` for entries without ports (ICMP and the like).
+/// Decodes one dumped entry; `None` for entries without ports (ICMP and the like). Reads the
+/// attributes in place: at hundreds of thousands of entries per reading, decoding is most of
+/// the reconciler's own time.
 fn decode_entry(msg: &Message) -> Result<Option<Entry>, DecodeError> {
-    let (family, _, attrs) = msg.nfgen().map_err(|e| DecodeError::from(e.to_string()))?;
-    let parsed = ConntrackMessage::parse_with_param(attrs, IPCTNL_MSG_CT_NEW as u8)?;
-    let ConntrackMessage::New(attrs) = parsed else {
-        return Ok(None);
-    };
+    let (family, _, attrs) = msg.nfgen()?;
     let (mut orig, mut reply) = (None, None);
-    let mut key = Vec::new();
-    for attr in attrs {
-        match attr {
-            ConntrackAttribute::CtaTupleOrig(tuple) => orig = Some(tuple),
-            ConntrackAttribute::CtaTupleReply(tuple) => reply = Some(tuple),
-            ConntrackAttribute::Other(nla) if matches!(nla.kind(), CTA_ID | CTA_ZONE) => {
-                key.push(ConntrackAttribute::Other(nla))
+    let mut key = AttrWriter::new();
+    for attr in AttrIter::new(attrs) {
+        let attr = attr?;
+        match attr.kind {
+            CTA_TUPLE_ORIG => {
+                orig = Some(attr.value);
+                key.bytes(CTA_TUPLE_ORIG | NLA_F_NESTED, attr.value);
+            }
+            CTA_TUPLE_REPLY => reply = Some(attr.value),
+            CTA_ID | CTA_ZONE => {
+                key.bytes(attr.kind, attr.value);
             }
             _ => {}
         }
     }
     let (Some(orig), Some(reply)) = (orig, reply) else {
-        return Err(DecodeError::from("conntrack entry without both tuples"));
+        return Err(DecodeError::Malformed("without both tuples"));
     };
     let (Some((proto, orig_src, orig_dst)), Some((_, reply_src, reply_dst))) =
-        (endpoints(&orig), endpoints(&reply))
+        (endpoints(orig)?, endpoints(reply)?)
     else {
         return Ok(None);
     };
-    key.insert(0, ConntrackAttribute::CtaTupleOrig(orig));
     Ok(Some(Entry {
         flow: Flow {
             proto,
@@ -260,30 +278,47 @@ fn decode_entry(msg: &Message) -> Result<Option<Entry>, DecodeError> {
             reply_dst,
         },
         family,
-        key,
+        key: key.buf,
     }))
 }
 
 /// Protocol number, source and destination of one tuple, if it has addresses and ports.
-fn endpoints(tuple: &[Tuple]) -> Option<(u8, SocketAddr, SocketAddr)> {
+fn endpoints(tuple: &[u8]) -> Result<Option<(u8, SocketAddr, SocketAddr)>, DecodeError> {
     let (mut src, mut dst, mut proto, mut sport, mut dport) = (None, None, None, None, None);
-    for part in tuple {
-        match part {
-            Tuple::Ip(ips) => {
-                for ip in ips {
-                    match ip {
-                        IPTuple::SourceAddress(a) => src = Some(*a),
-                        IPTuple::DestinationAddress(a) => dst = Some(*a),
-                        _ => {}
+    for part in AttrIter::new(tuple) {
+        let part = part?;
+        match part.kind {
+            CTA_TUPLE_IP => {
+                for ip in AttrIter::new(part.value) {
+                    let ip = ip?;
+                    let addr = match (ip.kind, ip.value.len()) {
+                        (CTA_IP_V4_SRC | CTA_IP_V4_DST, 4) => {
+                            IpAddr::from(<[u8; 4]>::try_from(ip.value).expect("4 bytes"))
+                        }
+                        (CTA_IP_V6_SRC | CTA_IP_V6_DST, 16) => {
+                            IpAddr::from(<[u8; 16]>::try_from(ip.value).expect("16 bytes"))
+                        }
+                        (CTA_IP_V4_SRC..=CTA_IP_V6_DST, _) => {
+                            return Err(DecodeError::Malformed("address of a wrong length"));
+                        }
+                        _ => continue,
+                    };
+                    match ip.kind {
+                        CTA_IP_V4_SRC | CTA_IP_V6_SRC => src = Some(addr),
+                        _ => dst = Some(addr),
                     }
                 }
             }
-            Tuple::Proto(fields) => {
-                for field in fields {
-                    match field {
-                        ProtoTuple::Protocol(p) => proto = Some(u8::from(*p)),
-                        ProtoTuple::SourcePort(p) => sport = Some(*p),
-                        ProtoTuple::DestinationPort(p) => dport = Some(*p),
+            CTA_TUPLE_PROTO => {
+                for field in AttrIter::new(part.value) {
+                    let field = field?;
+                    match (field.kind, field.value) {
+                        (CTA_PROTO_NUM, [p]) => proto = Some(*p),
+                        (CTA_PROTO_SRC_PORT, [a, b]) => sport = Some(u16::from_be_bytes([*a, *b])),
+                        (CTA_PROTO_DST_PORT, [a, b]) => dport = Some(u16::from_be_bytes([*a, *b])),
+                        (CTA_PROTO_NUM..=CTA_PROTO_DST_PORT, _) => {
+                            return Err(DecodeError::Malformed("protocol field of a wrong length"));
+                        }
                         _ => {}
                     }
                 }
@@ -291,11 +326,18 @@ fn endpoints(tuple: &[Tuple]) -> Option<(u8, SocketAddr, SocketAddr)> {
             _ => {}
         }
     }
-    Some((
-        proto?,
-        SocketAddr::new(src?, sport?),
-        SocketAddr::new(dst?, dport?),
-    ))
+    let (Some(proto), Some(src), Some(dst)) = (proto, src, dst) else {
+        return Err(DecodeError::Malformed(
+            "tuple without addresses or protocol",
+        ));
+    };
+    Ok(sport.zip(dport).map(|(sport, dport)| {
+        (
+            proto,
+            SocketAddr::new(src, sport),
+            SocketAddr::new(dst, dport),
+        )
+    }))
 }
 
 fn delete_entries(
@@ -307,8 +349,6 @@ fn delete_entries(
         let first = sock.next_seq(chunk.len() as u32);
         let mut request = Vec::new();
         for (i, entry) in chunk.iter().enumerate() {
-            let mut attrs = vec![0u8; entry.key.as_slice().buffer_len()];
-            entry.key.as_slice().emit(&mut attrs);
             let seq = first.wrapping_add(i as u32);
             NfHeader::request(
                 NFNL_SUBSYS_CTNETLINK,
@@ -317,7 +357,7 @@ fn delete_entries(
                 entry.family,
                 seq,
             )
-            .encode(&attrs, &mut request);
+            .encode(&entry.key, &mut request);
         }
         sock.send(&request).map_err(ConntrackError::Delete)?;
         let mut answered = vec![false; chunk.len()];

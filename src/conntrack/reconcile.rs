@@ -17,7 +17,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use super::{ConntrackError, DeleteReport, DumpScope, Flow, IpFamily, delete_entries, dump};
+use super::{ConntrackError, DeleteReport, DumpScope, Entry, Flow, delete_entries, dump};
+use crate::family::IpFamily;
 use crate::netlink::NetlinkSocket;
 
 /// The protocol whose entries are reconciled. kube-proxy's reconciler handles UDP only: TCP and
@@ -47,7 +48,8 @@ pub struct Frontends<K: Ord> {
     /// Frontends and NodePorts of service ports removed since the last complete
     /// reconciliation: every flow to them is stale, unless a kept service owns them again.
     retired: HashSet<SocketAddr>,
-    retired_node_ports: HashSet<u16>,
+    /// (IPv6, port): a NodePort belongs to the families of its service's frontends.
+    retired_node_ports: HashSet<(bool, u16)>,
     /// Bumped by every change that can make a flow stale, so a reconciler can tell whether
     /// anything changed since it last read the table.
     revision: u64,
@@ -107,7 +109,10 @@ impl<K: Ord + Clone> Frontends<K> {
             return;
         };
         self.retired.extend(&old.frontends);
-        self.retired_node_ports.extend(old.node_port);
+        if let Some(port) = old.node_port {
+            let families = old.frontends.iter().map(|f| (f.is_ipv6(), port));
+            self.retired_node_ports.extend(families);
+        }
         self.revision += 1;
     }
 
@@ -145,8 +150,9 @@ impl<K: Ord> Frontends<K> {
     }
 
     /// True when `flow` must be deleted: a UDP flow addressed to a frontend (or, failing that,
-    /// to a NodePort) whose reply does not come from a serving endpoint of its owner; a flow to
-    /// a retired frontend or NodePort that no kept service owns has none.
+    /// to a NodePort of a service of the flow's family, as each of kube-proxy's per-family
+    /// proxiers judges its own family) whose reply does not come from a serving endpoint of
+    /// its owner; a flow to a retired frontend or NodePort that no kept service owns has none.
     ///
     /// Where kube-proxy differs: it also tests a flow that matched a frontend against the
     /// NodePorts, so a healthy flow to `ClusterIP:P` is deleted at every sync when another
@@ -156,18 +162,40 @@ impl<K: Ord> Frontends<K> {
         if flow.proto != RECONCILED {
             return false;
         }
-        let owners = match self.by_address.get(&flow.orig_dst) {
-            Some(owners) => owners,
+        let v6 = flow.orig_dst.is_ipv6();
+        let (owners, by_node_port) = match self.by_address.get(&flow.orig_dst) {
+            Some(owners) => (owners, false),
             None if self.retired.contains(&flow.orig_dst) => return true,
             None => match self.by_node_port.get(&flow.orig_dst.port()) {
-                Some(owners) => owners,
-                None => return self.retired_node_ports.contains(&flow.orig_dst.port()),
+                Some(owners) => (owners, true),
+                None => {
+                    return self
+                        .retired_node_ports
+                        .contains(&(v6, flow.orig_dst.port()));
+                }
             },
         };
-        !owners
+        let mut owners = owners
             .iter()
             .filter_map(|k| self.services.get(k))
-            .any(|s| s.serving.contains(&flow.reply_src))
+            .filter(|s| !by_node_port || s.frontends.iter().any(|f| f.is_ipv6() == v6))
+            .peekable();
+        if owners.peek().is_none() {
+            return self
+                .retired_node_ports
+                .contains(&(v6, flow.orig_dst.port()));
+        }
+        !owners.any(|s| s.serving.contains(&flow.reply_src))
+    }
+
+    /// The families (IPv4, IPv6) that have a frontend, kept or retired: only their flows can
+    /// be stale.
+    pub(crate) fn families(&self) -> [bool; 2] {
+        let mut families = [false; 2];
+        for frontend in self.by_address.keys().chain(&self.retired) {
+            families[usize::from(frontend.is_ipv6())] = true;
+        }
+        families
     }
 
     /// Which state of the frontends a reconciliation judged flows by.
@@ -191,26 +219,36 @@ fn forget<A: Eq + std::hash::Hash, K: Ord>(index: &mut HashMap<A, BTreeSet<K>>, 
     }
 }
 
-/// What reconciling one family's table did.
+/// What one reconciliation did: one reading of the table, both families.
 #[derive(Debug)]
-pub struct FamilyReport {
-    pub family: IpFamily,
+pub struct Reading {
     /// Dump, decisions and deletes (kube-proxy's reconciler duration).
     pub elapsed: Duration,
-    /// UDP entries read.
-    pub examined: usize,
+    /// UDP entries read: IPv4, IPv6.
+    pub examined: [usize; 2],
     /// Set when the kernel could not filter by protocol (before Linux 5.8) and every entry of
     /// the table was read.
     pub unfiltered: bool,
     /// Set when the kernel flagged the dump as interrupted: an entry may have been missed.
     pub interrupted: bool,
-    pub outcome: Result<DeleteReport, ConntrackError>,
+    /// The deletes: IPv4, IPv6.
+    pub outcome: Result<[DeleteReport; 2], ConntrackError>,
 }
 
-impl FamilyReport {
+impl Reading {
     /// Every stale entry read was deleted (or was already gone), and none can have been missed.
     fn complete(&self) -> bool {
-        !self.interrupted && self.outcome.as_ref().is_ok_and(|d| d.failed.is_empty())
+        !self.interrupted
+            && self
+                .outcome
+                .as_ref()
+                .is_ok_and(|d| d.iter().all(|d| d.failed.is_empty()))
+    }
+
+    pub fn deleted(&self) -> usize {
+        self.outcome
+            .as_ref()
+            .map_or(0, |d| d.iter().map(|d| d.deleted).sum())
     }
 }
 
@@ -238,13 +276,13 @@ impl Reconciler {
         &mut self,
         frontends: &mut Frontends<K>,
         rules_repaired: bool,
-    ) -> Option<Vec<FamilyReport>> {
+    ) -> Option<Reading> {
         if !self.must_read(frontends, rules_repaired) {
             return None;
         }
-        let reports = reconcile(frontends);
-        self.read(frontends, &reports);
-        Some(reports)
+        let reading = reconcile(frontends);
+        self.read(frontends, &reading);
+        Some(reading)
     }
 
     fn must_read<K: Ord>(&self, frontends: &Frontends<K>, rules_repaired: bool) -> bool {
@@ -252,8 +290,8 @@ impl Reconciler {
     }
 
     /// Notes what a reading of the table did: complete, it judged every flow by `frontends`.
-    fn read<K: Ord>(&mut self, frontends: &mut Frontends<K>, reports: &[FamilyReport]) {
-        if reports.iter().all(FamilyReport::complete) {
+    fn read<K: Ord>(&mut self, frontends: &mut Frontends<K>, reading: &Reading) {
+        if reading.complete() {
             frontends.forget_retired();
             self.clean_at = Some(frontends.revision());
         } else {
@@ -262,81 +300,77 @@ impl Reconciler {
     }
 }
 
-/// Reconciles the calling thread's network namespace: each family's UDP entries are read (the
-/// kernel sends no other protocol) and the stale ones deleted, each by its id. With nothing to
-/// own flows, no table is read.
-pub fn reconcile<K: Ord>(frontends: &Frontends<K>) -> Vec<FamilyReport> {
+/// Reconciles the calling thread's network namespace: the UDP entries of each family that has
+/// a frontend are read (the kernel sends no other protocol, but walks its whole table for each
+/// dump: at a million entries the walk is most of the cost, so a family without frontends is
+/// not read), and the stale ones deleted, each by its id. With nothing to own flows, no table
+/// is read.
+pub fn reconcile<K: Ord>(frontends: &Frontends<K>) -> Reading {
     let started = Instant::now();
-    if frontends.is_empty() {
-        return IpFamily::BOTH
-            .into_iter()
-            .map(|family| FamilyReport {
-                family,
-                elapsed: started.elapsed(),
-                examined: 0,
-                unfiltered: false,
-                interrupted: false,
-                outcome: Ok(DeleteReport::default()),
-            })
-            .collect();
+    let mut reading = Reading {
+        elapsed: Duration::ZERO,
+        examined: [0; 2],
+        unfiltered: false,
+        interrupted: false,
+        outcome: Ok(Default::default()),
+    };
+    if !frontends.is_empty() {
+        reading.outcome = read_and_delete(frontends, &mut reading);
     }
-    IpFamily::BOTH
-        .into_iter()
-        .map(|family| reconcile_family(family, frontends))
-        .collect()
+    reading.elapsed = started.elapsed();
+    reading
 }
 
-fn reconcile_family<K: Ord>(family: IpFamily, frontends: &Frontends<K>) -> FamilyReport {
-    let started = Instant::now();
-    let mut report = DeleteReport::default();
-    let mut examined = 0;
-    let mut unfiltered = false;
-    let filtered = DumpScope::Filtered {
-        family,
-        proto: RECONCILED,
-    };
-    let mut sock = match NetlinkSocket::open() {
-        Ok(sock) => sock,
-        Err(e) => {
-            return FamilyReport {
-                family,
-                elapsed: started.elapsed(),
-                examined: 0,
-                unfiltered: false,
-                interrupted: false,
-                outcome: Err(ConntrackError::Open(e)),
-            };
-        }
-    };
+fn read_and_delete<K: Ord>(
+    frontends: &Frontends<K>,
+    reading: &mut Reading,
+) -> Result<[DeleteReport; 2], ConntrackError> {
+    let mut sock = NetlinkSocket::open().map_err(ConntrackError::Open)?;
+    let in_use = frontends.families();
+    let mut reports: [DeleteReport; 2] = Default::default();
+    let mut stale: [Vec<Entry>; 2] = Default::default();
+    let examined = &mut reading.examined;
     let mut keep = |flow: &Flow| {
-        examined += 1;
+        let i = usize::from(flow.orig_src.is_ipv6());
+        examined[i] += 1;
         frontends.stale(flow)
     };
-    let mut entries = dump(&mut sock, filtered, &mut report.undecodable, &mut keep);
-    if let Err(ConntrackError::Dump(e)) = &entries
-        && matches!(e.errno(), Some(libc::EOPNOTSUPP | libc::EINVAL))
-    {
-        tracing::debug!(error = %e, "the kernel cannot filter conntrack dumps; filtering here");
-        unfiltered = true;
-        let v4 = family == IpFamily::V4;
-        entries = dump(&mut sock, DumpScope::All, &mut report.undecodable, |flow| {
-            flow.orig_src.is_ipv4() == v4 && flow.proto == RECONCILED && keep(flow)
-        });
+    for family in IpFamily::BOTH.into_iter().filter(|f| in_use[f.index()]) {
+        let filtered = DumpScope::Filtered {
+            family,
+            proto: RECONCILED,
+        };
+        let undecodable = &mut reports[family.index()].undecodable;
+        match dump(&mut sock, filtered, undecodable, &mut keep) {
+            Ok(dumped) => {
+                reading.interrupted |= dumped.interrupted;
+                stale[family.index()] = dumped.entries;
+            }
+            Err(ConntrackError::Dump(e))
+                if matches!(e.errno(), Some(libc::EOPNOTSUPP | libc::EINVAL)) =>
+            {
+                tracing::debug!(error = %e, "the kernel cannot filter conntrack dumps; filtering here");
+                reading.unfiltered = true;
+                let dumped = dump(&mut sock, DumpScope::All, undecodable, |flow| {
+                    flow.proto == RECONCILED
+                        && in_use[usize::from(flow.orig_src.is_ipv6())]
+                        && keep(flow)
+                })?;
+                reading.interrupted |= dumped.interrupted;
+                let (v6, v4) = dumped
+                    .entries
+                    .into_iter()
+                    .partition(|e| e.flow.orig_src.is_ipv6());
+                stale = [v4, v6];
+                break;
+            }
+            Err(e) => return Err(e),
+        }
     }
-    let mut interrupted = false;
-    let outcome = entries.and_then(|dumped| {
-        interrupted = dumped.interrupted;
-        delete_entries(&mut sock, &dumped.entries, &mut report)?;
-        Ok(report)
-    });
-    FamilyReport {
-        family,
-        elapsed: started.elapsed(),
-        examined,
-        unfiltered,
-        interrupted,
-        outcome,
+    for (entries, report) in stale.iter().zip(&mut reports) {
+        delete_entries(&mut sock, entries, report)?;
     }
+    Ok(reports)
 }
 
 #[cfg(test)]

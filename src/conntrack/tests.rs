@@ -1,16 +1,6 @@
 use super::*;
-use netlink_packet_core::DefaultNla;
-use std::net::IpAddr;
-
-fn raw_nla(kind: u16, value: &[u8]) -> DefaultNla {
-    DefaultNla::new(kind, value.to_vec())
-}
 
 fn sa(s: &str) -> SocketAddr {
-    s.parse().unwrap()
-}
-
-fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
@@ -26,31 +16,42 @@ fn udp_flow(orig_src: &str, orig_dst: &str, reply_src: &str) -> Flow {
 
 /// Bytes as the kernel dumps them: orig and reply tuples, a status, the id and a zone.
 fn dumped_entry(proto: u8, with_ports: bool) -> Message {
-    let tuple = |src: IpAddr, dst: IpAddr, sport: u16, dport: u16| {
-        let mut fields = vec![ProtoTuple::Protocol(proto.into())];
-        if with_ports {
-            fields.push(ProtoTuple::SourcePort(sport));
-            fields.push(ProtoTuple::DestinationPort(dport));
-        }
-        vec![
-            Tuple::Ip(vec![
-                IPTuple::SourceAddress(src),
-                IPTuple::DestinationAddress(dst),
-            ]),
-            Tuple::Proto(fields),
-        ]
+    let tuple = |a: &mut AttrWriter, kind: u16, src: &str, dst: &str, ports: (u16, u16)| {
+        a.nested(kind, |t| {
+            t.nested(CTA_TUPLE_IP, |ip| {
+                ip.bytes(CTA_IP_V4_SRC, &ip4(src))
+                    .bytes(CTA_IP_V4_DST, &ip4(dst));
+            });
+            t.nested(CTA_TUPLE_PROTO, |p| {
+                p.u8(CTA_PROTO_NUM, proto);
+                if with_ports {
+                    p.bytes(CTA_PROTO_SRC_PORT, &ports.0.to_be_bytes());
+                    p.bytes(CTA_PROTO_DST_PORT, &ports.1.to_be_bytes());
+                }
+            });
+        });
     };
-    let attrs = vec![
-        ConntrackAttribute::CtaTupleOrig(tuple(ip("10.2.0.1"), ip("10.96.0.10"), 40000, 53)),
-        ConntrackAttribute::CtaTupleReply(tuple(ip("10.1.0.5"), ip("10.2.0.1"), 5353, 40000)),
-        ConntrackAttribute::CtaTimeout(30),
-        ConntrackAttribute::Other(raw_nla(CTA_ID, &7u32.to_be_bytes())),
-        ConntrackAttribute::Other(raw_nla(CTA_ZONE, &3u16.to_be_bytes())),
-    ];
-    let mut body = vec![0u8; attrs.as_slice().buffer_len()];
-    attrs.as_slice().emit(&mut body);
+    let mut a = AttrWriter::new();
+    tuple(
+        &mut a,
+        CTA_TUPLE_ORIG,
+        "10.2.0.1",
+        "10.96.0.10",
+        (40000, 53),
+    );
+    tuple(
+        &mut a,
+        CTA_TUPLE_REPLY,
+        "10.1.0.5",
+        "10.2.0.1",
+        (5353, 40000),
+    );
+    a.be32(3, 0x0e) // CTA_STATUS
+        .be32(7, 30) // CTA_TIMEOUT
+        .be32(CTA_ID, 7)
+        .bytes(CTA_ZONE, &3u16.to_be_bytes());
     let mut payload = vec![2, 0, 0, 0];
-    payload.extend(body);
+    payload.extend(a.buf);
     Message {
         msg_type: (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_NEW,
         flags: 0,
@@ -58,6 +59,15 @@ fn dumped_entry(proto: u8, with_ports: bool) -> Message {
         pid: 0,
         payload,
     }
+}
+
+fn ip4(s: &str) -> [u8; 4] {
+    s.parse::<std::net::Ipv4Addr>().unwrap().octets()
+}
+
+/// The kinds of the attributes in `key`.
+fn kinds(key: &[u8]) -> Vec<u16> {
+    AttrIter::new(key).map(|a| a.unwrap().kind).collect()
 }
 
 #[test]
@@ -74,8 +84,25 @@ fn a_dumped_entry_decodes_to_its_flow_and_a_delete_key_with_id_and_zone() {
         }
     );
     assert_eq!(entry.family, 2);
-    let kinds: Vec<u16> = entry.key.iter().map(|a| a.kind()).collect();
-    assert_eq!(kinds, vec![1, CTA_ID, CTA_ZONE], "orig tuple, id, zone");
+    assert_eq!(
+        kinds(&entry.key),
+        vec![CTA_TUPLE_ORIG, CTA_ID, CTA_ZONE],
+        "orig tuple, id, zone"
+    );
+}
+
+#[test]
+fn a_truncated_or_tupleless_entry_is_an_error_not_a_panic() {
+    let mut msg = dumped_entry(17, true);
+    let whole = msg.payload.clone();
+    for cut in [4 + 3, 4 + 10, 4 + 30, whole.len() - 5] {
+        msg.payload = whole[..cut].to_vec();
+        assert!(decode_entry(&msg).is_err(), "cut at {cut}");
+    }
+    let mut a = AttrWriter::new();
+    a.be32(CTA_ID, 7);
+    msg.payload = [vec![2, 0, 0, 0], a.buf].concat();
+    assert!(decode_entry(&msg).is_err());
 }
 
 #[test]
@@ -111,19 +138,21 @@ fn a_delete_spares_an_entry_with_another_id_and_counts_a_vanished_one_as_already
             // The same tuple under another id stands for an entry re-created after the dump.
             let other_id: Vec<Entry> = entries
                 .iter()
-                .map(|e| Entry {
-                    flow: e.flow,
-                    family: e.family,
-                    key: e
-                        .key
-                        .iter()
-                        .map(|a| match a {
-                            ConntrackAttribute::Other(n) if n.kind() == CTA_ID => {
-                                ConntrackAttribute::Other(raw_nla(CTA_ID, &[0, 0, 0, 1]))
-                            }
-                            a => a.clone(),
-                        })
-                        .collect(),
+                .map(|e| {
+                    let mut key = AttrWriter::new();
+                    for a in AttrIter::new(&e.key) {
+                        let a = a.unwrap();
+                        match a.kind {
+                            CTA_ID => key.be32(CTA_ID, 1),
+                            CTA_TUPLE_ORIG => key.bytes(CTA_TUPLE_ORIG | NLA_F_NESTED, a.value),
+                            kind => key.bytes(kind, a.value),
+                        };
+                    }
+                    Entry {
+                        flow: e.flow,
+                        family: e.family,
+                        key: key.buf,
+                    }
                 })
                 .collect();
             let mut left = Vec::new();

@@ -358,6 +358,8 @@ impl SyncLoop {
                 seconds = t.seconds,
                 conntrack_read = t.conntrack.read,
                 conntrack_seconds = t.conntrack.seconds,
+                conntrack_examined = t.conntrack.examined,
+                conntrack_deleted = t.conntrack.deleted,
                 "synced; nothing to change"
             );
         }
@@ -403,49 +405,55 @@ impl SyncLoop {
     fn reconcile_conntrack(&mut self, rules_repaired: bool) -> ConntrackWork {
         let started = Instant::now();
         let (reconciler, frontends) = (&mut self.conntrack, self.after_sync.frontends_mut());
-        let reports =
+        let reading =
             tokio::task::block_in_place(|| reconciler.after_sync(frontends, rules_repaired));
         let mut work = ConntrackWork {
-            read: reports.is_some(),
+            read: reading.is_some(),
             ..ConntrackWork::default()
         };
-        for r in reports.into_iter().flatten() {
-            work.examined += r.examined;
-            let deleted = r.outcome.as_ref().map_or(0, |d| d.deleted);
-            work.deleted += deleted;
-            self.metrics.observe_conntrack_reconcile(
-                r.family.label(),
-                r.elapsed.as_secs_f64(),
-                deleted as u64,
-            );
+        if let Some(r) = reading {
+            work.examined = r.examined.iter().sum();
+            work.deleted = r.deleted();
+            // One reading covers both families: each family's histogram gets its duration.
+            for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
+                let deleted = r.outcome.as_ref().map_or(0, |d| d[i].deleted);
+                self.metrics.observe_conntrack_reconcile(
+                    family.label(),
+                    r.elapsed.as_secs_f64(),
+                    deleted as u64,
+                );
+            }
             match &r.outcome {
-                Ok(d) if d.deleted + d.failed.len() > 0 => tracing::info!(
-                    ip_family = r.family.label(),
-                    examined = r.examined,
-                    deleted = d.deleted,
-                    already_gone = d.already_gone,
-                    failed = d.failed.len(),
-                    seconds = r.elapsed.as_secs_f64(),
-                    "stale UDP conntrack entries deleted"
-                ),
-                Ok(d) => tracing::debug!(
-                    ip_family = r.family.label(),
-                    examined = r.examined,
-                    already_gone = d.already_gone,
-                    unfiltered = r.unfiltered,
-                    seconds = r.elapsed.as_secs_f64(),
-                    "conntrack reconciled; nothing stale"
-                ),
+                Ok(reports) => {
+                    let (already_gone, failed) = reports
+                        .iter()
+                        .fold((0, 0), |(g, f), d| (g + d.already_gone, f + d.failed.len()));
+                    if work.deleted + failed > 0 {
+                        tracing::info!(
+                            examined = work.examined,
+                            deleted = work.deleted,
+                            already_gone,
+                            failed,
+                            seconds = r.elapsed.as_secs_f64(),
+                            "stale UDP conntrack entries deleted"
+                        );
+                    } else {
+                        tracing::debug!(
+                            examined = work.examined,
+                            already_gone,
+                            unfiltered = r.unfiltered,
+                            seconds = r.elapsed.as_secs_f64(),
+                            "conntrack reconciled; nothing stale"
+                        );
+                    }
+                    for f in reports.iter().flat_map(|d| &d.failed) {
+                        tracing::warn!(flow = %f.flow, error = %f.error, "stale conntrack entry not deleted");
+                    }
+                }
                 Err(e) => tracing::warn!(
-                    ip_family = r.family.label(),
                     error = %e,
                     "conntrack reconciliation failed; retried at the next sync"
                 ),
-            }
-            if let Ok(d) = &r.outcome {
-                for f in &d.failed {
-                    tracing::warn!(flow = %f.flow, error = %f.error, "stale conntrack entry not deleted");
-                }
             }
         }
         work.seconds = started.elapsed().as_secs_f64();

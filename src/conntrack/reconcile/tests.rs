@@ -118,21 +118,20 @@ fn a_removed_service_ports_flows_are_stale_until_a_complete_reconciliation() {
     );
 
     let mut reconciler = Reconciler::default();
-    reconciler.read(&mut f, &[report(false, Ok(DeleteReport::default()))]);
+    reconciler.read(&mut f, &report(false, Ok(DeleteReport::default())));
     assert!(!f.stale(&udp(CLUSTER_IP, SERVING)), "forgotten once read");
     assert!(!f.stale(&udp("192.168.7.1:32000", SERVING)));
     f.remove(&"other");
     assert_eq!(f, Frontends::default());
 }
 
-fn report(interrupted: bool, outcome: Result<DeleteReport, ConntrackError>) -> FamilyReport {
-    FamilyReport {
-        family: IpFamily::V4,
+fn report(interrupted: bool, outcome: Result<DeleteReport, ConntrackError>) -> Reading {
+    Reading {
         elapsed: Duration::ZERO,
-        examined: 0,
+        examined: [0; 2],
         unfiltered: false,
         interrupted,
-        outcome,
+        outcome: outcome.map(|d| [d, DeleteReport::default()]),
     }
 }
 
@@ -143,7 +142,7 @@ fn the_table_is_read_only_when_a_flow_can_have_gone_stale_since_the_last_complet
     let mut f = upstream_like();
     let mut r = Reconciler::default();
     assert!(r.must_read(&f, false), "after a start");
-    r.read(&mut f, &[report(false, Ok(DeleteReport::default()))]);
+    r.read(&mut f, &report(false, Ok(DeleteReport::default())));
     assert!(!r.must_read(&f, false), "nothing changed");
     assert!(r.must_read(&f, true), "the rules were repaired");
 
@@ -157,10 +156,10 @@ fn the_table_is_read_only_when_a_flow_can_have_gone_stale_since_the_last_complet
     );
     f.set("b", service(&["10.96.0.12:53"], None, &["10.1.0.5:53"]));
     assert!(r.must_read(&f, false), "a service port added");
-    r.read(&mut f, &[report(false, Ok(DeleteReport::default()))]);
+    r.read(&mut f, &report(false, Ok(DeleteReport::default())));
     f.set("b", service(&["10.96.0.12:53"], None, &[]));
     assert!(r.must_read(&f, false), "its endpoint stopped serving");
-    r.read(&mut f, &[report(false, Ok(DeleteReport::default()))]);
+    r.read(&mut f, &report(false, Ok(DeleteReport::default())));
     f.remove(&"b");
     assert!(r.must_read(&f, false), "a service port removed");
 
@@ -184,7 +183,7 @@ fn the_table_is_read_only_when_a_flow_can_have_gone_stale_since_the_last_complet
         ),
     ];
     for bad in incomplete {
-        r.read(&mut f, &[report(false, Ok(DeleteReport::default())), bad]);
+        r.read(&mut f, &bad);
         assert!(
             r.must_read(&f, false),
             "read again after an incomplete reading"
@@ -194,7 +193,7 @@ fn the_table_is_read_only_when_a_flow_can_have_gone_stale_since_the_last_complet
             "the removed port stays retired"
         );
     }
-    r.read(&mut f, &[report(false, Ok(DeleteReport::default()))]);
+    r.read(&mut f, &report(false, Ok(DeleteReport::default())));
     assert!(!r.must_read(&f, false));
     assert!(!f.stale(&udp("10.96.0.12:53", "10.1.0.5:53")));
 }
@@ -262,4 +261,33 @@ fn ipv6_frontends_and_endpoints_are_matched_the_same_way() {
     assert!(!f.stale(&udp("[fd00:96::a]:53", "[fd00:1::5]:5353")));
     assert!(f.stale(&udp("[fd00:96::a]:53", "[fd00:1::6]:5353")));
     assert!(f.stale(&udp("[fd00::7]:30053", "[fd00::7]:30053")));
+}
+
+/// Each of kube-proxy's per-family proxiers judges the flows of its family against its own
+/// services: a NodePort of an IPv4-only service owns no IPv6 flow, and a family without
+/// frontends is not read at all.
+#[test]
+fn a_node_port_owns_only_flows_of_its_services_families() {
+    let mut f = Frontends::default();
+    f.set(
+        "v4",
+        service(&["10.96.0.10:53"], Some(30053), &["10.1.0.5:53"]),
+    );
+    assert_eq!(f.families(), [true, false]);
+    assert!(f.stale(&udp("192.168.7.1:30053", "10.1.0.9:53")));
+    assert!(!f.stale(&udp("[fd00::7]:30053", "[fd00::9]:53")));
+    f.remove(&"v4");
+    assert!(f.stale(&udp("192.168.7.1:30053", "10.1.0.5:53")), "retired");
+    assert!(!f.stale(&udp("[fd00::7]:30053", "[fd00::9]:53")));
+    f.set(
+        "dual",
+        service(
+            &["10.96.0.11:53", "[fd00:96::b]:53"],
+            Some(30054),
+            &["10.1.0.5:53", "[fd00:1::5]:53"],
+        ),
+    );
+    assert_eq!(f.families(), [true, true]);
+    assert!(f.stale(&udp("[fd00::7]:30054", "[fd00::9]:53")));
+    assert!(!f.stale(&udp("[fd00::7]:30054", "[fd00:1::5]:53")));
 }
