@@ -225,7 +225,7 @@ impl ApiServer {
 
     /// Adds one ready endpoint to service `index`'s EndpointSlice (a MODIFIED event, as the
     /// EndpointSlice controller makes when a pod becomes ready); returns when it was written.
-    fn add_endpoint(&self, index: usize) -> Result<SystemTime, String> {
+    pub fn add_endpoint(&self, index: usize) -> Result<SystemTime, String> {
         let n = synthetic::service_name(index);
         let name = format!("{}-x", n.name);
         let mut slice = self

@@ -17,6 +17,11 @@
 //!   change's time from the API write to the kernel, failed connections, failed syncs, memory;
 //! - data plane (`dataplane`): new-connection latency through kubenft, through iptables and to
 //!   the pod directly, with 10 to 30,000 services in the table; numgen's endpoint spread;
+//! - a busy node's conntrack table (`--conntrack 1000000`, `conntrack`): the daemon at
+//!   `--conntrack-scale` (100 of its Services UDP) in a namespace whose conntrack table holds
+//!   that many entries, made over ctnetlink: the reconciler's time, entries read and deleted
+//!   per sync for syncs that change no UDP Service, a UDP endpoint added, 100 UDP endpoints
+//!   removed and a restart, every stale entry counted, and the idle daemon's CPU;
 //! - taking over from kube-proxy (`--takeover`, `takeover`): the real `kubenft sync --once
 //!   --manifests` of each cluster on a node holding nothing, and with `--replace-kube-proxy` on
 //!   nodes holding kube-proxy's nftables-mode or iptables-mode rules for it (loaded first,
@@ -30,10 +35,12 @@
 //! `target/release/kubenft-bench [--scales 1000x10,10000x10] [--repeats 3] [--out FILE]
 //! [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000]
 //! [--nodeport-percent 0] [--consistent] [--churn 10000x10] [--churn-rate 500]
-//! [--churn-seconds 60] [--churn-min-sync-period 1s] [--takeover] [--no-iptables]
+//! [--churn-seconds 60] [--churn-min-sync-period 1s] [--conntrack 1000000]
+//! [--conntrack-scale 10000x10] [--conntrack-idle 300] [--takeover] [--no-iptables]
 //! [--no-control] [--no-daemon] [--no-dataplane]`
 
 mod churn;
+mod conntrack;
 mod control;
 mod daemon;
 mod dataplane;
@@ -70,6 +77,8 @@ struct Args {
     churn: Option<churn::Config>,
     /// With --takeover: each scale's first sync on nodes holding kube-proxy's rules.
     takeover: bool,
+    /// With --conntrack: the busy conntrack table run.
+    conntrack: Option<conntrack::Config>,
 }
 
 fn pair(s: &str) -> (usize, usize) {
@@ -79,7 +88,8 @@ fn pair(s: &str) -> (usize, usize) {
 const USAGE: &str = "usage: kubenft-bench [--scales 1000x10,10000x10] [--repeats 3] \
 [--out FILE] [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000] \
 [--nodeport-percent 0] [--consistent] [--churn 10000x10] [--churn-rate 500] \
-[--churn-seconds 60] [--churn-min-sync-period 1s] [--takeover] [--no-iptables] [--no-control] \
+[--churn-seconds 60] [--churn-min-sync-period 1s] [--conntrack 1000000] \
+[--conntrack-scale 10000x10] [--conntrack-idle 300] [--takeover] [--no-iptables] [--no-control] \
 [--no-daemon] [--no-dataplane]";
 const VALUE_OPTIONS: &[&str] = &[
     "--scales",
@@ -93,6 +103,9 @@ const VALUE_OPTIONS: &[&str] = &[
     "--churn-rate",
     "--churn-seconds",
     "--churn-min-sync-period",
+    "--conntrack",
+    "--conntrack-scale",
+    "--conntrack-idle",
 ];
 const FLAGS: &[&str] = &[
     "--consistent",
@@ -173,6 +186,19 @@ fn args() -> Args {
                 min_sync_period: value("--churn-min-sync-period").unwrap_or_else(|| "1s".into()),
             }
         }),
+        conntrack: value("--conntrack").map(|n| {
+            let (services, endpoints) =
+                pair(&value("--conntrack-scale").unwrap_or_else(|| "10000x10".into()));
+            conntrack::Config {
+                entries: n.parse().expect("--conntrack ENTRIES"),
+                services,
+                endpoints,
+                idle: std::time::Duration::from_secs(
+                    value("--conntrack-idle")
+                        .map_or(300, |s| s.parse().expect("--conntrack-idle SECONDS")),
+                ),
+            }
+        }),
     }
 }
 
@@ -186,10 +212,10 @@ fn main() {
         eprintln!("{e}");
         std::process::exit(2);
     }
-    if (a.daemon || a.churn.is_some() || a.takeover)
+    if (a.daemon || a.churn.is_some() || a.takeover || a.conntrack.is_some())
         && let Err(e) = daemon::binary()
     {
-        eprintln!("{e}; or pass --no-daemon (and no --churn, no --takeover)");
+        eprintln!("{e}; or pass --no-daemon (and no --churn, --conntrack or --takeover)");
         std::process::exit(1);
     }
 
@@ -259,6 +285,15 @@ fn main() {
             run
         })
         .collect();
+    let conntrack_run = a.conntrack.as_ref().map(|c| {
+        eprintln!(
+            "conntrack: {} entries, the daemon at {} × {} …",
+            c.entries, c.services, c.endpoints
+        );
+        let run = conntrack::measure(c);
+        eprint!("{}", report::conntrack_tables(&run));
+        run
+    });
     let mut latency_rows = Vec::new();
     if !a.latency_scales.is_empty() {
         eprintln!(
@@ -323,6 +358,13 @@ fn main() {
             results,
             "### Sustained churn\n\n{}\n",
             report::churn_tables(&churn_runs)
+        );
+    }
+    if let Some(run) = &conntrack_run {
+        let _ = write!(
+            results,
+            "### A busy node's conntrack table\n\n{}\n",
+            report::conntrack_tables(run)
         );
     }
     if !latency_rows.is_empty() {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use kubenft::cluster::ConsistentEndpoint;
 
 use crate::churn::ChurnRun;
+use crate::conntrack::ConntrackRun;
 use crate::control::{ConsistentRow, ControlRow, SHARDS};
 use crate::daemon::{DaemonRun, LoggedSync};
 use crate::dataplane::{Latency, LatencyRow, Spread};
@@ -471,6 +472,55 @@ pub fn takeover_table(rows: &[TakeoverRow]) -> String {
             r.before,
             r.removed,
         );
+    }
+    out
+}
+
+/// The busy conntrack table: one row per sync, then the targets.
+pub fn conntrack_tables(run: &Result<ConntrackRun, String>) -> String {
+    let r = match run {
+        Ok(r) => r,
+        Err(e) => return format!("not measured: {}\n", e.lines().next().unwrap_or("")),
+    };
+    let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
+    let mut out = format!(
+        "{} entries made over ctnetlink in {:.1} s ({} taken); the daemon at {} × {}, {} of the \
+         Services UDP.\n\n| sync | operations | sync to its commit | table read | conntrack work \
+         | entries read | deleted | daemon CPU |\n|---|---|---|---|---|---|---|---|\n",
+        r.entries,
+        r.fill.as_secs_f64(),
+        r.created,
+        r.services,
+        r.endpoints,
+        crate::conntrack::UDP_SERVICES,
+    );
+    for row in &r.rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            row.what,
+            row.ops,
+            ms(row.sync),
+            if row.conntrack_read { "yes" } else { "no" },
+            ms(row.conntrack),
+            row.examined,
+            row.deleted,
+            ms(row.cpu),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nAfter the removals: {} of {} UDP flows DNATed to a removed endpoint left, {} of {} \
+         to the endpoints still serving kept. The idle daemon: {} of CPU in {} s.\n",
+        r.stale_left,
+        r.stale_made,
+        r.kept_left,
+        r.kept_made,
+        ms(r.idle_cpu),
+        r.idle.as_secs(),
+    );
+    for (text, pass) in r.verdicts() {
+        let _ = writeln!(out, "- {text}: **{}**", if pass { "pass" } else { "fail" });
     }
     out
 }
