@@ -11,7 +11,7 @@ use crate::churn::ChurnRun;
 use crate::control::{ConsistentRow, ControlRow, SHARDS};
 use crate::daemon::{DaemonRun, LoggedSync};
 use crate::dataplane::{Latency, LatencyRow, Spread};
-use crate::soak::{Flow, SoakRun, schedule};
+use crate::soak::{SoakRun, Traffic, schedule};
 use crate::takeover::{Case as TakeoverCase, TakeoverRow};
 
 pub fn secs(d: Duration) -> String {
@@ -498,13 +498,13 @@ pub fn soak_tables(run: &Result<SoakRun, String>) -> String {
         r.seed
     );
     out.push_str("| measure | value | target | result |\n|---|---|---|---|\n");
-    let failed_by = |flow: Flow, repair: bool| {
+    let failed_by = |flow: Traffic, repair: bool| {
         r.failures
             .iter()
             .filter(|f| f.flow == flow && f.in_repair == repair)
             .count()
     };
-    for flow in Flow::ALL {
+    for flow in Traffic::ALL {
         let _ = writeln!(
             out,
             "| {} | {} ({} failed, {} more while a flushed table was repaired) | 0 failed | {} |",

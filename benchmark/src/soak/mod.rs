@@ -93,22 +93,27 @@ impl Config {
 
 /// Which traffic a connection or datagram belonged to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Flow {
+pub enum Traffic {
     TcpNew,
     TcpLong,
     UdpNew,
     UdpFlow,
 }
 
-impl Flow {
-    pub const ALL: [Flow; 4] = [Flow::TcpNew, Flow::TcpLong, Flow::UdpNew, Flow::UdpFlow];
+impl Traffic {
+    pub const ALL: [Traffic; 4] = [
+        Traffic::TcpNew,
+        Traffic::TcpLong,
+        Traffic::UdpNew,
+        Traffic::UdpFlow,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
-            Flow::TcpNew => "new TCP connections",
-            Flow::TcpLong => "long-lived TCP echoes",
-            Flow::UdpNew => "new UDP requests",
-            Flow::UdpFlow => "long-lived UDP flow datagrams",
+            Traffic::TcpNew => "new TCP connections",
+            Traffic::TcpLong => "long-lived TCP echoes",
+            Traffic::UdpNew => "new UDP requests",
+            Traffic::UdpFlow => "long-lived UDP flow datagrams",
         }
     }
 }
@@ -117,7 +122,7 @@ impl Flow {
 pub struct Failure {
     /// When the attempt started, from the soak's start.
     pub at: Duration,
-    pub flow: Flow,
+    pub flow: Traffic,
     pub service: SocketAddr,
     pub cause: String,
     /// Started while kubenft's table was flushed and not yet repaired.
@@ -132,7 +137,7 @@ struct Recorder {
 }
 
 impl Recorder {
-    fn record(&self, flow: Flow, started: Instant, service: SocketAddr, r: Result<(), String>) {
+    fn record(&self, flow: Traffic, started: Instant, service: SocketAddr, r: Result<(), String>) {
         self.counts[flow as usize].fetch_add(1, Ordering::Relaxed);
         if let Err(cause) = r {
             let at = started.duration_since(self.base);
@@ -540,8 +545,7 @@ fn soak(
         {
             idle(daemon, &mut faults, &mut pending, &mut crashes);
         }
-        for (i, e) in &pending {
-            let _ = e;
+        for (i, _) in &pending {
             faults[*i].problem = Some("the run ended before the entries expired".into());
         }
         let written = writer
@@ -605,6 +609,7 @@ fn soak(
     );
 
     let mut failures = std::mem::take(&mut *rec.failures.lock().unwrap());
+    failures.sort_by_key(|f| f.at);
     for f in &mut failures {
         f.in_repair = faults.iter().any(|x| {
             x.planned.kind == FaultKind::Flush
@@ -873,17 +878,36 @@ fn sample(
         if pid == 0 {
             continue;
         }
-        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count());
+        // The fewest of three reads 50 ms apart: a descriptor held for one sync (its netlink
+        // sockets, a conntrack dump) is not one the daemon keeps, and a leaked one stays.
+        let fds = (0..3)
+            .map(|i| {
+                if i > 0 {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count())
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(|v| v.into_iter().min().unwrap_or(0));
         let rss_mib = status_mib(pid, "VmRSS:");
         // A process gone between the two reads (killed by the soak) is not sampled.
         if let (Ok(fds), true) = (fds, rss_mib > 0.0) {
-            out.push(Sample {
+            let s = Sample {
                 at: base.elapsed(),
                 incarnation: (c >> 32) as usize,
                 since_start: started.lock().unwrap().elapsed(),
                 rss_mib,
                 fds,
-            });
+            };
+            eprintln!(
+                "[{:7.1} s] sample: daemon process {} (up {:.0} s): VmRSS {:.1} MiB, {} open fds",
+                s.at.as_secs_f64(),
+                s.incarnation,
+                s.since_start.as_secs_f64(),
+                s.rss_mib,
+                s.fds
+            );
+            out.push(s);
         }
     }
     out
@@ -911,14 +935,14 @@ fn paced(
 fn tcp_new(targets: Vec<SocketAddr>, rec: &Recorder, stop: &AtomicBool) {
     paced(&targets, 100, stop, |to, n| {
         let t = Instant::now();
-        rec.record(Flow::TcpNew, t, to, churn::one_connection(to, n as u8));
+        rec.record(Traffic::TcpNew, t, to, churn::one_connection(to, n as u8));
     });
 }
 
 fn udp_new(targets: Vec<SocketAddr>, rec: &Recorder, stop: &AtomicBool) {
     paced(&targets, UDP_PER_SECOND, stop, |to, n| {
         let t = Instant::now();
-        rec.record(Flow::UdpNew, t, to, udp::request(to, n));
+        rec.record(Traffic::UdpNew, t, to, udp::request(to, n));
     });
 }
 
@@ -944,7 +968,7 @@ fn tcp_long(targets: Vec<SocketAddr>, rec: &Recorder, stop: &AtomicBool) {
             if result.is_err() {
                 *conn = None;
             }
-            rec.record(Flow::TcpLong, t, to, result);
+            rec.record(Traffic::TcpLong, t, to, result);
         }
         std::thread::sleep(LONG_LIVED_EVERY);
     }
@@ -964,7 +988,7 @@ fn udp_flows(targets: Vec<SocketAddr>, rec: &Recorder, stop: &AtomicBool) {
                 .as_ref()
                 .map_err(Clone::clone)
                 .and_then(|s| udp::exchange(s, n));
-            rec.record(Flow::UdpFlow, t, to, result);
+            rec.record(Traffic::UdpFlow, t, to, result);
         }
         std::thread::sleep(LONG_LIVED_EVERY);
     }

@@ -156,7 +156,7 @@ pub struct Trend {
 impl Trend {
     /// last ≤ first × 1.05; no verdict without samples in both windows.
     pub fn passes(&self) -> Option<bool> {
-        (self.samples.0 > 0 && self.samples.1 > 0).then(|| self.last_max <= self.first_max * 1.05)
+        (self.samples.0 > 0 && self.samples.1 > 0).then_some(self.last_max <= self.first_max * 1.05)
     }
 }
 
