@@ -553,3 +553,18 @@ const METHOD: &str = "\
   with the address it reached. χ² against the uniform distribution; a p-value far below 0.01
   would mean numgen is biased.
 ";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_option_and_flag_is_in_the_usage() {
+        for o in VALUE_OPTIONS.iter().chain(FLAGS) {
+            assert!(
+                USAGE.contains(&format!("[{o} ")) || USAGE.contains(&format!("[{o}]")),
+                "{o}"
+            );
+        }
+    }
+}
