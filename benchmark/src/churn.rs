@@ -30,14 +30,14 @@ use crate::synthetic;
 /// Services that receive connections throughout; never changed.
 pub const CONNECTED: usize = 20;
 /// Their endpoints' port: an echo server on each pod.
-const BACKEND_PORT: u16 = 9000;
+pub(crate) const BACKEND_PORT: u16 = 9000;
 /// New connections per second, round-robin over the connected Services (a steady load that
 /// leaves the machine's two cores to the daemon and the writer).
 const CONNECTIONS_PER_SECOND: u64 = 100;
 /// The long-lived connections (one per connected Service) echo a byte this often.
 const LONG_LIVED_EVERY: Duration = Duration::from_millis(100);
 /// How long one connection may take to connect, or to echo its byte.
-const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
 /// After the last write, how long changes not yet seen in the kernel are waited for.
 const SETTLE: Duration = Duration::from_secs(30);
 
@@ -60,7 +60,7 @@ pub fn churn_index(addr: Ipv4Addr) -> Option<usize> {
 }
 
 /// Endpoint `e` of connected Service `j`: an address of pod 1 or 2 (alternating), from .10 up.
-fn backend_ip(j: usize, e: usize, endpoints: usize) -> Ipv4Addr {
+pub(crate) fn backend_ip(j: usize, e: usize, endpoints: usize) -> Ipv4Addr {
     let a = j * endpoints + e;
     Ipv4Addr::new(10, 244, (a % 2 + 1) as u8, (10 + a / 2) as u8)
 }
@@ -280,19 +280,19 @@ impl ChurnRun {
 }
 
 /// The echo backends' answer: each byte sent back, until the client closes.
-fn echo_until_closed(mut s: TcpStream) {
+pub(crate) fn echo_until_closed(mut s: TcpStream) {
     let mut b = [0u8; 1];
     while s.read_exact(&mut b).is_ok() && s.write_all(&b).is_ok() {}
 }
 
 /// One new connection: connect, one byte echoed, close.
-fn one_connection(to: SocketAddr, byte: u8) -> Result<(), String> {
+pub(crate) fn one_connection(to: SocketAddr, byte: u8) -> Result<(), String> {
     let mut s = TcpStream::connect_timeout(&to, CONNECTION_TIMEOUT)
         .map_err(|e| format!("{to}: connect: {e}"))?;
     echo(&mut s, byte).map_err(|e| format!("{to}: {e}"))
 }
 
-fn echo(s: &mut TcpStream, byte: u8) -> Result<(), String> {
+pub(crate) fn echo(s: &mut TcpStream, byte: u8) -> Result<(), String> {
     s.set_nodelay(true).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(CONNECTION_TIMEOUT))
         .map_err(|e| e.to_string())?;
@@ -356,7 +356,7 @@ fn long_lived_connections(targets: Vec<SocketAddr>, stop: Arc<AtomicBool>) -> Tr
 
 /// Changes seen in the kernel: for change k, nanoseconds after `base` at which the first
 /// element carrying its address was notified (0: not yet).
-type Seen = Arc<Vec<AtomicU64>>;
+pub(crate) type Seen = Arc<Vec<AtomicU64>>;
 
 /// nf_tables' notification group (`NFNLGRP_NFTABLES`, linux/netfilter/nfnetlink.h).
 const NFNLGRP_NFTABLES: u32 = 7;
@@ -364,7 +364,7 @@ const NFNLGRP_NFTABLES: u32 = 7;
 /// A socket in `ns` subscribed to nf_tables' notifications, with a large receive buffer (a
 /// sync of hundreds of changes notifies thousands of elements at once) and a short receive
 /// timeout (so the reader notices when to stop).
-fn monitor_socket(ns: &Netns) -> Result<Socket, String> {
+pub(crate) fn monitor_socket(ns: &Netns) -> Result<Socket, String> {
     ns.run(|| -> std::io::Result<Socket> {
         let mut s = Socket::new(NETLINK_NETFILTER)?;
         s.bind_auto()?;
@@ -419,7 +419,7 @@ fn change_of(e: &decode::RawElem) -> Option<usize> {
 
 /// Reads notifications until `stop`, marking each change when an element carrying its
 /// address is added; returns the overruns (ENOBUFS: notifications lost).
-fn monitor(sock: Socket, seen: Seen, base: Instant, stop: Arc<AtomicBool>) -> usize {
+pub(crate) fn monitor(sock: Socket, seen: Seen, base: Instant, stop: Arc<AtomicBool>) -> usize {
     let mut overruns = 0;
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
     while !stop.load(Ordering::Relaxed) {
@@ -457,16 +457,37 @@ fn monitor(sock: Socket, seen: Seen, base: Instant, stop: Arc<AtomicBool>) -> us
 }
 
 /// Writes the connected Services' EndpointSlices: `endpoints` addresses of the pods, port
-/// BACKEND_PORT.
-fn connect_services(api: &ApiServer, services: usize, endpoints: usize) -> Result<(), String> {
+/// BACKEND_PORT; with `udp`, the Services and their slices get a second port, UDP 53 → that
+/// port.
+pub(crate) fn connect_services(
+    api: &ApiServer,
+    services: usize,
+    endpoints: usize,
+    udp: Option<u16>,
+) -> Result<(), String> {
     for (j, s) in connected(services).into_iter().enumerate() {
         let n = synthetic::service_name(s);
+        let mut ports =
+            vec![serde_json::json!({"name": "http", "port": BACKEND_PORT, "protocol": "TCP"})];
+        if let Some(port) = udp {
+            ports.push(serde_json::json!({"name": "dns", "port": port, "protocol": "UDP"}));
+            let ip = synthetic::service_ip(s).to_string();
+            let service = serde_json::json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": n.name, "namespace": n.namespace},
+                "spec": {"clusterIP": ip, "clusterIPs": [ip], "ports": [
+                    {"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080},
+                    {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": port},
+                ]},
+            });
+            api.server.apply(&service).map_err(|e| e.to_string())?;
+        }
         let slice = serde_json::json!({
             "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
             "metadata": {"name": format!("{}-x", n.name), "namespace": n.namespace,
                          "labels": {"kubernetes.io/service-name": n.name}},
             "addressType": "IPv4",
-            "ports": [{"name": "http", "port": BACKEND_PORT, "protocol": "TCP"}],
+            "ports": ports,
             "endpoints": (0..endpoints).map(|e| serde_json::json!({
                 "addresses": [backend_ip(j, e, endpoints).to_string()],
                 "nodeName": synthetic::NODE, "conditions": {"ready": true},
@@ -479,7 +500,12 @@ fn connect_services(api: &ApiServer, services: usize, endpoints: usize) -> Resul
 
 /// Change `k`: endpoint `k / n mod endpoints` of the k-th churned Service (round-robin, so a
 /// Service changes again only after every other one did) gets the address `churn_ip(k)`.
-fn change(api: &ApiServer, churned: &[usize], endpoints: usize, k: usize) -> Result<(), String> {
+pub(crate) fn change(
+    api: &ApiServer,
+    churned: &[usize],
+    endpoints: usize,
+    k: usize,
+) -> Result<(), String> {
     let n = synthetic::service_name(churned[k % churned.len()]);
     let name = format!("{}-x", n.name);
     let mut slice = api
@@ -498,8 +524,8 @@ fn change(api: &ApiServer, churned: &[usize], endpoints: usize, k: usize) -> Res
 
 /// The lab: pods with the connected Services' endpoint addresses and an echo server each; the
 /// client routes the whole service range through the node.
-fn lab(endpoints: usize) -> Result<(Topology, Vec<Server>), String> {
-    let topo = Topology::build("chrn").map_err(|e| e.to_string())?;
+pub(crate) fn lab(tag: &str, endpoints: usize) -> Result<(Topology, Vec<Server>), String> {
+    let topo = Topology::build(tag).map_err(|e| e.to_string())?;
     sh(&topo.client, "ip route add 10.96.0.0/12 via 10.0.0.1");
     let mut backends = Vec::new();
     for (p, pod) in topo.pods.iter().enumerate() {
@@ -522,7 +548,7 @@ fn lab(endpoints: usize) -> Result<(Topology, Vec<Server>), String> {
 }
 
 /// Waits until every target answers one connection from the client.
-fn wait_answering(client: &Netns, targets: &[SocketAddr]) -> Result<(), String> {
+pub(crate) fn wait_answering(client: &Netns, targets: &[SocketAddr]) -> Result<(), String> {
     let targets = targets.to_vec();
     client
         .run(move || {
@@ -547,11 +573,11 @@ pub fn measure(config: &Config) -> Result<ChurnRun, String> {
     let min_sync_period = config.check()?;
     let (services, endpoints) = (config.services, config.endpoints);
     let bin = daemon::binary()?;
-    let (topo, backends) = lab(endpoints)?;
+    let (topo, backends) = lab("chrn", endpoints)?;
     // Every write of the churn is kept for watches to resume from.
     let api = ApiServer::start_in(&topo.node, config.changes() + 1024)?;
     api.load(services, endpoints)?;
-    connect_services(&api, services, endpoints)?;
+    connect_services(&api, services, endpoints, None)?;
     let kubeconfig = std::env::temp_dir().join(format!(
         "kubenft-bench-{}-churn-{services}x{endpoints}.kubeconfig",
         std::process::id()
@@ -561,20 +587,14 @@ pub fn measure(config: &Config) -> Result<ChurnRun, String> {
         .map_err(|e| e.to_string())?;
     let log_path = kubeconfig.with_extension("log");
     let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
-    let mut child = Daemon(
-        Command::new("ip")
-            .args(["netns", "exec", topo.node.name()])
-            .arg(&bin)
-            .args(["run", "--kubeconfig"])
-            .arg(&kubeconfig)
-            .args(["--hostname-override", synthetic::NODE])
-            .args(["--cluster-cidr", synthetic::CLUSTER_CIDR])
-            .args(["--min-sync-period", &config.min_sync_period])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("starting {}: {e}", bin.display()))?,
-    );
+    let mut child = Daemon(spawn_daemon(
+        &bin,
+        &topo.node,
+        &kubeconfig,
+        &config.min_sync_period,
+        &[],
+        log,
+    )?);
     // `ip netns exec` execs the daemon in place, so the child's pid is the daemon's.
     let pid = child.0.id();
     let result = churn(config, min_sync_period, &topo, &api, &log_path, pid, || {
@@ -588,6 +608,31 @@ pub fn measure(config: &Config) -> Result<ChurnRun, String> {
     // The evidence for the failed-sync count.
     eprintln!("the daemon's log: {}", log_path.display());
     result
+}
+
+/// `kubenft run` in `node` against the test API server of `kubeconfig`, on the synthetic
+/// cluster's node, logging to `log`.
+pub(crate) fn spawn_daemon(
+    bin: &std::path::Path,
+    node: &Netns,
+    kubeconfig: &std::path::Path,
+    min_sync_period: &str,
+    extra: &[&str],
+    log: std::fs::File,
+) -> Result<std::process::Child, String> {
+    Command::new("ip")
+        .args(["netns", "exec", node.name()])
+        .arg(bin)
+        .args(["run", "--kubeconfig"])
+        .arg(kubeconfig)
+        .args(["--hostname-override", synthetic::NODE])
+        .args(["--cluster-cidr", synthetic::CLUSTER_CIDR])
+        .args(["--min-sync-period", min_sync_period])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", bin.display()))
 }
 
 /// The daemon's process, killed when dropped (also when the bench panics).

@@ -22,6 +22,12 @@
 //!   that many entries, made over ctnetlink: the reconciler's time, entries read and deleted
 //!   per sync for syncs that change no UDP Service, a UDP endpoint added, 100 UDP endpoints
 //!   removed and a restart, every stale entry counted, and the idle daemon's CPU;
+//! - the soak (`--soak MINUTES`, `soak`): the churn stage's daemon and lab under continuous TCP
+//!   and UDP traffic for MINUTES while faults are injected on a seeded, jittered schedule (API
+//!   server restarts with compaction, daemon SIGKILLs, the table flushed, a foreign table,
+//!   200,000 conntrack entries): failed connections, failed syncs, panics, API write → kernel
+//!   latency, the daemon's RSS and open descriptors every 10 s; exits 3 when a target is
+//!   missed;
 //! - taking over from kube-proxy (`--takeover`, `takeover`): the real `kubenft sync --once
 //!   --manifests` of each cluster on a node holding nothing, and with `--replace-kube-proxy` on
 //!   nodes holding kube-proxy's nftables-mode or iptables-mode rules for it (loaded first,
@@ -36,8 +42,8 @@
 //! [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000]
 //! [--nodeport-percent 0] [--consistent] [--churn 10000x10] [--churn-rate 500]
 //! [--churn-seconds 60] [--churn-min-sync-period 1s] [--conntrack 1000000]
-//! [--conntrack-scale 10000x10] [--conntrack-idle 300] [--takeover] [--no-iptables]
-//! [--no-control] [--no-daemon] [--no-dataplane]`
+//! [--conntrack-scale 10000x10] [--conntrack-idle 300] [--soak 30] [--soak-scale 10000x10]
+//! [--soak-seed N] [--takeover] [--no-iptables] [--no-control] [--no-daemon] [--no-dataplane]`
 
 mod churn;
 mod conntrack;
@@ -46,6 +52,7 @@ mod daemon;
 mod dataplane;
 mod pod_server;
 mod report;
+mod soak;
 mod synthetic;
 mod takeover;
 
@@ -75,6 +82,8 @@ struct Args {
     nodeport_percent: usize,
     /// With --churn: the sustained-churn run.
     churn: Option<churn::Config>,
+    /// With --soak: the soak run.
+    soak: Option<soak::Config>,
     /// With --takeover: each scale's first sync on nodes holding kube-proxy's rules.
     takeover: bool,
     /// With --conntrack: the busy conntrack table run.
@@ -89,8 +98,8 @@ const USAGE: &str = "usage: kubenft-bench [--scales 1000x10,10000x10] [--repeats
 [--out FILE] [--latency-scales 10,10000,30000] [--samples 2000] [--spread 10x10000] \
 [--nodeport-percent 0] [--consistent] [--churn 10000x10] [--churn-rate 500] \
 [--churn-seconds 60] [--churn-min-sync-period 1s] [--conntrack 1000000] \
-[--conntrack-scale 10000x10] [--conntrack-idle 300] [--takeover] [--no-iptables] [--no-control] \
-[--no-daemon] [--no-dataplane]";
+[--conntrack-scale 10000x10] [--conntrack-idle 300] [--soak MINUTES] [--soak-scale 10000x10] \
+[--soak-seed N] [--takeover] [--no-iptables] [--no-control] [--no-daemon] [--no-dataplane]";
 const VALUE_OPTIONS: &[&str] = &[
     "--scales",
     "--repeats",
@@ -106,6 +115,9 @@ const VALUE_OPTIONS: &[&str] = &[
     "--conntrack",
     "--conntrack-scale",
     "--conntrack-idle",
+    "--soak",
+    "--soak-scale",
+    "--soak-seed",
 ];
 const FLAGS: &[&str] = &[
     "--consistent",
@@ -175,6 +187,23 @@ fn args() -> Args {
         spread: dataplane.then(|| pair(&value("--spread").unwrap_or_else(|| "10x10000".into()))),
         nodeport_percent: value("--nodeport-percent")
             .map_or(0, |p| p.parse().expect("--nodeport-percent N")),
+        soak: value("--soak").map(|m| {
+            let (services, endpoints) =
+                pair(&value("--soak-scale").unwrap_or_else(|| "10000x10".into()));
+            soak::Config {
+                minutes: m.parse().expect("--soak MINUTES"),
+                services,
+                endpoints,
+                seed: value("--soak-seed").map_or_else(
+                    || {
+                        std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(1, |d| d.as_secs())
+                    },
+                    |s| s.parse().expect("--soak-seed N"),
+                ),
+            }
+        }),
         churn: value("--churn").map(|c| {
             let (services, endpoints) = pair(&c);
             churn::Config {
@@ -212,10 +241,14 @@ fn main() {
         eprintln!("{e}");
         std::process::exit(2);
     }
-    if (a.daemon || a.churn.is_some() || a.takeover || a.conntrack.is_some())
+    if let Some(Err(e)) = a.soak.as_ref().map(soak::Config::check) {
+        eprintln!("{e}");
+        std::process::exit(2);
+    }
+    if (a.daemon || a.churn.is_some() || a.soak.is_some() || a.conntrack.is_some() || a.takeover)
         && let Err(e) = daemon::binary()
     {
-        eprintln!("{e}; or pass --no-daemon (and no --churn, --conntrack or --takeover)");
+        eprintln!("{e}; or pass --no-daemon (and no --churn, --soak, --conntrack or --takeover)");
         std::process::exit(1);
     }
 
@@ -294,6 +327,15 @@ fn main() {
         eprint!("{}", report::conntrack_tables(&run));
         run
     });
+    let soak_run = a.soak.as_ref().map(|c| {
+        eprintln!(
+            "soak: {} × {} for {} min, seed {} …",
+            c.services, c.endpoints, c.minutes, c.seed
+        );
+        let run = soak::measure(c);
+        eprint!("{}", report::soak_tables(&run));
+        run
+    });
     let mut latency_rows = Vec::new();
     if !a.latency_scales.is_empty() {
         eprintln!(
@@ -367,6 +409,9 @@ fn main() {
             report::conntrack_tables(run)
         );
     }
+    if let Some(run) = &soak_run {
+        let _ = write!(results, "### Soak\n\n{}\n", report::soak_tables(run));
+    }
     if !latency_rows.is_empty() {
         let _ = write!(
             results,
@@ -409,6 +454,19 @@ fn main() {
         std::fs::write(&svg_path, report::svg(&control_rows)).expect("writing the plot");
     }
     eprintln!("wrote {}", a.out);
+    // The soak is a test too: a missed target fails the run once the report is written.
+    match &soak_run {
+        Some(Ok(run)) if run.missed().is_empty() => eprintln!("soak: every target met"),
+        Some(Ok(run)) => {
+            eprintln!("soak: targets missed: {}", run.missed().join("; "));
+            std::process::exit(3);
+        }
+        Some(Err(e)) => {
+            eprintln!("soak: not run to the end: {e}");
+            std::process::exit(3);
+        }
+        None => {}
+    }
 }
 
 const METHOD: &str = "\
@@ -496,6 +554,34 @@ const METHOD: &str = "\
   Failed syncs are the daemon's `sync failed` log lines, the syncs' durations and operation
   counts its log lines of the partial syncs during the churn; RSS is read from /proc at the
   first write, after half of them, and once the last change is in the kernel.
+- **Soak** (`--soak MINUTES`, `--soak-scale SxE`, default 10000x10, `--soak-seed N`): the
+  churn stage's lab and daemon (`--min-sync-period 1s`, `-v`) for MINUTES. 20 Services have
+  TCP 80 and UDP 53 with their endpoints on the lab's pods and never change; the client keeps
+  100 new TCP connections/s (a byte echoed each), a long-lived TCP connection to each (a byte
+  echoed every 100 ms), 50 new UDP requests/s (each from a new socket, its answer checked) and
+  a long-lived UDP flow to each (one source port, a datagram every 100 ms, each answer
+  checked); each failure is printed with its time, Service and cause. The other Services'
+  endpoints change at 100/s through the API, each timed to the kernel's notification as in the
+  churn stage (the API server keeps 20,000 events of history). Faults, on a schedule drawn
+  from the seed and printed first (runs of 10 minutes or more: each kind every 2–5 minutes;
+  shorter runs: each kind once): the API server answers 503 and ends its watches for 2–8 s,
+  then its history is compacted (resumed watches get 410 Expired and re-list); the daemon is
+  SIGKILLed and started again 1–5 s later; `nft flush table ip kubenft` in the node; a
+  foreign table with a forward hook and a set added and removed 5–15 s later; 200,000 UDP
+  conntrack entries created in the node over ctnetlink (addresses no packet uses, 30 s
+  timeout), checked expired by looking 32 of them up. While the table is flushed, new
+  connections find no rules, and in this lab established flows fail too (the flush removes
+  the namespace's last rules using conntrack, so the kernel stops tracking until the repair):
+  failures that start between the flush and the daemon's full sync that repairs it are
+  counted apart, every other failure counts. Every 10 s the daemon's VmRSS and open
+  descriptors are read from /proc; the trend compares the largest value of the first 10
+  minutes (a third of shorter runs) with that of the last, leaving out each process's first
+  minute (an eighth of short runs) after it starts; the RSS trend is a target only for runs
+  of 10 minutes or more. Failed syncs are the daemon's `sync failed` lines, panics its
+  `panicked` lines, over every process's log. *API write → in the kernel* is shown over every
+  change and without the changes written from an API server restart, a daemon restart or a
+  flush until the first change written after it ended was in the kernel. A missed target
+  makes the bench exit 3 after writing the report.
 - **Latency**: the standard test lab (client → node → pod namespaces, every packet through the
   node's hooks) with N one-endpoint services programmed on the node; the measured service is
   the last in iteration order, i.e. the last rule of iptables' KUBE-SERVICES (its worst case).
@@ -509,3 +595,18 @@ const METHOD: &str = "\
   with the address it reached. χ² against the uniform distribution; a p-value far below 0.01
   would mean numgen is biased.
 ";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_option_and_flag_is_in_the_usage() {
+        for o in VALUE_OPTIONS.iter().chain(FLAGS) {
+            assert!(
+                USAGE.contains(&format!("[{o} ")) || USAGE.contains(&format!("[{o}]")),
+                "{o}"
+            );
+        }
+    }
+}

@@ -12,6 +12,7 @@ use crate::conntrack::ConntrackRun;
 use crate::control::{ConsistentRow, ControlRow, SHARDS};
 use crate::daemon::{DaemonRun, LoggedSync};
 use crate::dataplane::{Latency, LatencyRow, Spread};
+use crate::soak::{SoakRun, Traffic, schedule};
 use crate::takeover::{Case as TakeoverCase, TakeoverRow};
 
 pub fn secs(d: Duration) -> String {
@@ -522,5 +523,194 @@ pub fn conntrack_tables(run: &Result<ConntrackRun, String>) -> String {
     for (text, pass) in r.verdicts() {
         let _ = writeln!(out, "- {text}: **{}**", if pass { "pass" } else { "fail" });
     }
+    out
+}
+
+/// The soak: its targets against what it measured, each fault, the daemon's processes and
+/// every failure.
+pub fn soak_tables(run: &Result<SoakRun, String>) -> String {
+    let r = match run {
+        Ok(r) => r,
+        Err(e) => return format!("The soak did not run to the end: {e}\n"),
+    };
+    let mut out = String::new();
+    let verdict = |ok: bool| if ok { "**pass**" } else { "**fail**" };
+    let shown = |t: Option<Duration>| t.map_or("—".into(), secs);
+    let length = r.length.as_secs_f64() / 60.0;
+    let _ = writeln!(
+        out,
+        "{} × {} for {length:.0} min, {} endpoint changes/s through the API, fault schedule seed \
+         {} (`--soak-seed {}` repeats it).\n",
+        r.services,
+        r.endpoints,
+        crate::soak::RATE,
+        r.seed,
+        r.seed
+    );
+    out.push_str("| measure | value | target | result |\n|---|---|---|---|\n");
+    let failed_by = |flow: Traffic, repair: bool| {
+        r.failures
+            .iter()
+            .filter(|f| f.flow == flow && f.in_repair == repair)
+            .count()
+    };
+    for flow in Traffic::ALL {
+        let _ = writeln!(
+            out,
+            "| {} | {} ({} failed, {} more while a flushed table was repaired) | 0 failed | {} |",
+            flow.name(),
+            r.traffic[flow as usize],
+            failed_by(flow, false),
+            failed_by(flow, true),
+            verdict(failed_by(flow, false) == 0),
+        );
+    }
+    let in_repair = r.failures.iter().filter(|f| f.in_repair).count();
+    let _ = writeln!(
+        out,
+        "| failures while a flushed table was repaired (flush → the repairing full sync) | {in_repair} | reported | — |"
+    );
+    let _ = writeln!(
+        out,
+        "| syncs: partial / full / failed | {} / {} / {} | 0 failed | {} |",
+        r.syncs.partial,
+        r.syncs.full + 1,
+        r.syncs.failed,
+        verdict(r.syncs.failed == 0)
+    );
+    let _ = writeln!(
+        out,
+        "| panics in the daemon's log | {} | 0 | {} |",
+        r.panics,
+        verdict(r.panics == 0)
+    );
+    let _ = writeln!(
+        out,
+        "| daemon exits not caused by the soak | {} | 0 | {} |",
+        r.crashes.len(),
+        verdict(r.crashes.is_empty())
+    );
+    let p = |s: Option<crate::churn::Spread>| {
+        s.map_or("—".into(), |s| {
+            format!(
+                "p50 {} · p99 {} · max {}",
+                secs(s.p50),
+                secs(s.p99),
+                secs(s.max)
+            )
+        })
+    };
+    let _ = writeln!(
+        out,
+        "| API write → in the kernel, every change | {} | reported | — |",
+        p(r.programmed)
+    );
+    let _ = writeln!(
+        out,
+        "| … outside API restarts, daemon restarts and flushes (from the fault until programming caught up) | {} | reported | — |",
+        p(r.programmed_outside)
+    );
+    let _ = writeln!(
+        out,
+        "| changes written / never seen in the kernel (monitor overruns) | {} / {} ({}) | 0 unseen | {} |",
+        r.written,
+        r.unseen,
+        r.monitor_overruns,
+        verdict(r.unseen == 0)
+    );
+    let warm = schedule::warm_up(r.length).as_secs();
+    let window = schedule::window(r.length).as_secs_f64() / 60.0;
+    for (what, t, unit) in [("RSS", r.rss, " MiB"), ("open fds", r.fds, "")] {
+        let judged = what != "RSS" || r.judges_rss();
+        let _ = writeln!(
+            out,
+            "| {what}: max of the first {window:.1} min → of the last {window:.1} min (each process's first {warm} s left out; samples) | {:.1}{unit} → {:.1}{unit} ({} → {}) | {} | {} |",
+            t.first_max,
+            t.last_max,
+            t.samples.0,
+            t.samples.1,
+            if judged {
+                "last ≤ first × 1.05"
+            } else {
+                "reported (a trend needs ≥ 10 min)"
+            },
+            match t.passes() {
+                _ if !judged => "—",
+                Some(ok) => verdict(ok),
+                None => "**no samples**",
+            }
+        );
+    }
+    let missed = r.missed();
+    let _ = writeln!(
+        out,
+        "\n**Soak: {}**\n",
+        if missed.is_empty() {
+            "every target met".to_string()
+        } else {
+            format!("missed: {}", missed.join("; "))
+        }
+    );
+
+    out.push_str("| at | fault | what happened | programming caught up (first change after it) |\n|---|---|---|---|\n");
+    for f in &r.faults {
+        let _ = writeln!(
+            out,
+            "| {:.0} s | {} | {}{} | {} |",
+            f.started.as_secs_f64(),
+            f.planned.kind.name(),
+            f.detail,
+            f.problem
+                .as_deref()
+                .map(|p| format!(" **{p}**"))
+                .unwrap_or_default(),
+            shown(f.caught_up),
+        );
+    }
+
+    out.push_str("\n| daemon process | started at | samples | RSS: first → last (max) | open fds: first → last (max) |\n|---|---|---|---|---|\n");
+    let mut incarnations: Vec<usize> = r.samples.iter().map(|s| s.incarnation).collect();
+    incarnations.dedup();
+    for i in incarnations {
+        let s: Vec<_> = r.samples.iter().filter(|s| s.incarnation == i).collect();
+        let (first, last) = (s[0], s[s.len() - 1]);
+        let _ = writeln!(
+            out,
+            "| {i} | {:.0} s | {} | {:.1} → {:.1} ({:.1}) MiB | {} → {} ({}) |",
+            first.at.saturating_sub(first.since_start).as_secs_f64(),
+            s.len(),
+            first.rss_mib,
+            last.rss_mib,
+            s.iter().map(|s| s.rss_mib).fold(0.0, f64::max),
+            first.fds,
+            last.fds,
+            s.iter().map(|s| s.fds).max().unwrap_or(0),
+        );
+    }
+    if !r.failures.is_empty() {
+        out.push_str("\n| at | traffic | service | cause | while a flushed table was repaired |\n|---|---|---|---|---|\n");
+        for f in r.failures.iter().take(100) {
+            let _ = writeln!(
+                out,
+                "| {:.1} s | {} | {} | {} | {} |",
+                f.at.as_secs_f64(),
+                f.flow.name(),
+                f.service,
+                f.cause,
+                if f.in_repair { "yes" } else { "no" }
+            );
+        }
+        if r.failures.len() > 100 {
+            let _ = writeln!(
+                out,
+                "\n… and {} more (the bench's output lists all).",
+                r.failures.len() - 100
+            );
+        }
+    }
+    for c in &r.crashes {
+        let _ = writeln!(out, "\nDaemon exit: {c}");
+    }
+    let _ = writeln!(out, "\nThe daemon's log: {}", r.log);
     out
 }
