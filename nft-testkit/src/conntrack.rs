@@ -12,6 +12,7 @@ use kubenft::netlink::{NetlinkSocket, NfHeader};
 // nf_conntrack_tcp.h, named as in the headers.
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;
 const IPCTNL_MSG_CT_NEW: u16 = 0;
+const IPCTNL_MSG_CT_GET: u16 = 1;
 const CTA_TUPLE_ORIG: u16 = 1;
 const CTA_TUPLE_REPLY: u16 = 2;
 const CTA_STATUS: u16 = 3;
@@ -52,6 +53,8 @@ pub struct Entry {
     pub reply_dst: SocketAddr,
     /// Seconds until the kernel expires it.
     pub timeout: u32,
+    /// Whether it saw replies (and so is assured: a full table evicts it last).
+    pub replied: bool,
 }
 
 impl Entry {
@@ -64,6 +67,16 @@ impl Entry {
             reply_src: answered_by,
             reply_dst: client,
             timeout,
+            replied: true,
+        }
+    }
+
+    /// A UDP flow from `client` to `to` that never saw a reply: the first entry a full table
+    /// evicts.
+    pub fn udp_unreplied(client: SocketAddr, to: SocketAddr, timeout: u32) -> Entry {
+        Entry {
+            replied: false,
+            ..Entry::udp(client, to, to, timeout)
         }
     }
 
@@ -88,7 +101,12 @@ impl Entry {
         a.nested(CTA_TUPLE_REPLY, |t| {
             tuple(t, self.proto, self.reply_src, self.reply_dst)
         });
-        a.be32(CTA_STATUS, IPS_SEEN_REPLY | IPS_ASSURED | IPS_CONFIRMED);
+        let status = if self.replied {
+            IPS_SEEN_REPLY | IPS_ASSURED | IPS_CONFIRMED
+        } else {
+            IPS_CONFIRMED
+        };
+        a.be32(CTA_STATUS, status);
         a.be32(CTA_TIMEOUT, self.timeout);
         if self.proto == libc::IPPROTO_TCP as u8 {
             a.nested(CTA_PROTOINFO, |p| {
@@ -97,18 +115,37 @@ impl Entry {
                 });
             });
         }
-        let family = match self.orig_src.ip() {
-            IpAddr::V4(_) => libc::AF_INET,
-            IpAddr::V6(_) => libc::AF_INET6,
-        } as u8;
         NfHeader::request(
             NFNL_SUBSYS_CTNETLINK,
             IPCTNL_MSG_CT_NEW,
             NLM_F_CREATE | NLM_F_EXCL,
-            family,
+            self.family(),
             seq,
         )
         .encode(&a.buf, out);
+    }
+
+    /// A lookup of this entry by its original tuple.
+    fn encode_get(&self, seq: u32, out: &mut Vec<u8>) {
+        let mut a = AttrWriter::new();
+        a.nested(CTA_TUPLE_ORIG, |t| {
+            tuple(t, self.proto, self.orig_src, self.orig_dst)
+        });
+        NfHeader::request(
+            NFNL_SUBSYS_CTNETLINK,
+            IPCTNL_MSG_CT_GET,
+            0,
+            self.family(),
+            seq,
+        )
+        .encode(&a.buf, out);
+    }
+
+    fn family(&self) -> u8 {
+        match self.orig_src.ip() {
+            IpAddr::V4(_) => libc::AF_INET as u8,
+            IpAddr::V6(_) => libc::AF_INET6 as u8,
+        }
     }
 }
 
@@ -183,4 +220,26 @@ pub fn create(entries: impl IntoIterator<Item = Entry>) -> Result<Created, Strin
     }
     flush(&mut request, &mut sent)?;
     Ok(created)
+}
+
+/// How many of `entries` the calling thread's network namespace still holds (looked up one by
+/// one by their original tuple: the kernel answers with the entry, or ENOENT once it expired).
+pub fn present(entries: &[Entry]) -> Result<usize, String> {
+    let mut sock = NetlinkSocket::open().map_err(|e| e.to_string())?;
+    let mut found = 0;
+    for (i, entry) in entries.iter().enumerate() {
+        let mut request = Vec::new();
+        entry.encode_get(i as u32, &mut request);
+        sock.send(&request).map_err(|e| e.to_string())?;
+        let answer = sock.recv().map_err(|e| e.to_string())?;
+        match answer.first().map(|m| m.error()) {
+            Some(Ok(Some(err))) if err.errno == libc::ENOENT => {}
+            Some(Ok(Some(err))) if err.errno != 0 => {
+                return Err(format!("looking up {entry:?}: errno {}", err.errno));
+            }
+            Some(Err(e)) => return Err(e.to_string()),
+            _ => found += 1,
+        }
+    }
+    Ok(found)
 }
