@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use crate::conntrack::deleted;
 use harness::*;
 use kubenft::conntrack::{self, Frontends, Reading, Reconciler, UdpService};
 use kubenft::netns::{self, Netns};
@@ -79,16 +80,6 @@ fn busy_table() -> Vec<Entry> {
 
 fn examined(r: &Reading) -> usize {
     r.examined.iter().sum()
-}
-
-fn deleted(r: &Reading) -> usize {
-    match &r.outcome {
-        Ok(reports) => {
-            assert!(reports.iter().all(|d| d.failed.is_empty()), "{r:?}");
-            r.deleted()
-        }
-        Err(e) => panic!("{e}"),
-    }
 }
 
 #[test]
@@ -183,17 +174,7 @@ fn the_daemon_reads_the_table_after_udp_changes_and_repairs_but_not_after_other_
         return;
     };
     let dns = addr("10.96.0.53:53");
-    let dns_slice = |pods: &[u8]| {
-        let mut s = slice("dns", pods);
-        s["ports"] = serde_json::json!([{"name": "dns", "port": 5353, "protocol": "UDP"}]);
-        s
-    };
-    api.apply(serde_json::json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "dns", "namespace": "demo"},
-        "spec": {"clusterIP": "10.96.0.53", "clusterIPs": ["10.96.0.53"],
-                 "ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 5353}]}
-    }));
+    api.apply(dns_service());
     api.apply(dns_slice(&[1, 2]));
     api.apply(service("web", "10.96.0.10", 80));
     api.apply(slice("web", &[1]));

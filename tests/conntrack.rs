@@ -160,7 +160,7 @@ fn reconcile(ns: &Netns, frontends: Frontends<String>) -> Reading {
 }
 
 /// Entries deleted, both families; no delete may have failed.
-fn deleted(r: &Reading) -> usize {
+pub(crate) fn deleted(r: &Reading) -> usize {
     assert!(!r.unfiltered, "this kernel filters by protocol: {r:?}");
     match &r.outcome {
         Ok(reports) => {

@@ -435,17 +435,7 @@ fn stale_udp_flows_are_cleared_so_a_retrying_client_follows_the_endpoints() {
         kubenft::lab::serve_udp(&topo.pods[0], "pod-1"),
         kubenft::lab::serve_udp(&topo.pods[1], "pod-2"),
     ];
-    let dns_slice = |pods: &[u8]| {
-        let mut s = slice("dns", pods);
-        s["ports"] = serde_json::json!([{"name": "dns", "port": 5353, "protocol": "UDP"}]);
-        s
-    };
-    api.apply(serde_json::json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "dns", "namespace": "demo"},
-        "spec": {"clusterIP": "10.96.0.53", "clusterIPs": ["10.96.0.53"],
-                 "ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 5353}]}
-    }));
+    api.apply(dns_service());
     api.apply(dns_slice(&[]));
     let _daemon = start_daemon(&topo, &api, &[]);
     let client = UdpClient::new(&topo, "10.96.0.53:53");
@@ -501,17 +491,7 @@ fn a_udp_flow_to_an_endpoint_removed_while_the_daemon_was_down_is_deleted_by_its
         kubenft::lab::serve_udp(&topo.pods[0], "pod-1"),
         kubenft::lab::serve_udp(&topo.pods[1], "pod-2"),
     ];
-    let dns_slice = |pods: &[u8]| {
-        let mut s = slice("dns", pods);
-        s["ports"] = serde_json::json!([{"name": "dns", "port": 5353, "protocol": "UDP"}]);
-        s
-    };
-    api.apply(serde_json::json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "dns", "namespace": "demo"},
-        "spec": {"clusterIP": "10.96.0.53", "clusterIPs": ["10.96.0.53"],
-                 "ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 5353}]}
-    }));
+    api.apply(dns_service());
     api.apply(dns_slice(&[1]));
     let mut daemon = start_daemon(&topo, &api, &[]);
     let client = UdpClient::new(&topo, "10.96.0.53:53");

@@ -240,6 +240,23 @@ pub fn service(name: &str, ip: &str, port: u16) -> Value {
     })
 }
 
+/// The UDP Service `demo/dns` on 10.96.0.53:53 → 5353.
+pub fn dns_service() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "dns", "namespace": "demo"},
+        "spec": {"clusterIP": "10.96.0.53", "clusterIPs": ["10.96.0.53"],
+                 "ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 5353}]}
+    })
+}
+
+/// `dns`'s slice with ready endpoints `pods`, as `slice` numbers them.
+pub fn dns_slice(pods: &[u8]) -> Value {
+    let mut s = slice("dns", pods);
+    s["ports"] = json!([{"name": "dns", "port": 5353, "protocol": "UDP"}]);
+    s
+}
+
 /// A slice for `service` with ready endpoints `pods` (1 → 10.244.1.2, 2 → 10.244.2.2), stamped
 /// with the change trigger time the endpoint controller would write.
 pub fn slice(service: &str, pods: &[u8]) -> Value {
