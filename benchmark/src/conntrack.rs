@@ -13,7 +13,6 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kubenft::netns::Netns;
@@ -177,20 +176,9 @@ impl Daemon {
     fn start(ns: &Netns, kubeconfig: &Path, log: PathBuf) -> Result<Daemon, String> {
         let bin = daemon::binary()?;
         let file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
-        let child = Command::new("ip")
-            // Syncs that send nothing are logged at debug level: the periodic ones, and the
-            // first after a restart on an unchanged kernel.
-            .env("RUST_LOG", "info,kubenft::daemon::sync_loop=debug")
-            .args(["netns", "exec", ns.name()])
-            .arg(&bin)
-            .args(["run", "--kubeconfig"])
-            .arg(kubeconfig)
-            .args(["--hostname-override", synthetic::NODE])
-            .args(["--cluster-cidr", synthetic::CLUSTER_CIDR])
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .map_err(|e| format!("starting {}: {e}", bin.display()))?;
+        // -v: syncs that send nothing (the periodic ones, and the first after a restart on an
+        // unchanged kernel) are logged at debug level.
+        let child = crate::churn::spawn_daemon(&bin, ns, kubeconfig, "1s", &["-v"], file)?;
         Ok(Daemon { child, log })
     }
 
