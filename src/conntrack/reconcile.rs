@@ -198,11 +198,6 @@ impl<K: Ord> Frontends<K> {
         families
     }
 
-    /// Which state of the frontends a reconciliation judged flows by.
-    fn revision(&self) -> u64 {
-        self.revision
-    }
-
     /// After a complete reconciliation: the retired frontends' flows are gone.
     fn forget_retired(&mut self) {
         self.retired.clear();
@@ -286,14 +281,14 @@ impl Reconciler {
     }
 
     fn must_read<K: Ord>(&self, frontends: &Frontends<K>, rules_repaired: bool) -> bool {
-        rules_repaired || self.clean_at != Some(frontends.revision())
+        rules_repaired || self.clean_at != Some(frontends.revision)
     }
 
     /// Notes what a reading of the table did: complete, it judged every flow by `frontends`.
     fn read<K: Ord>(&mut self, frontends: &mut Frontends<K>, reading: &Reading) {
         if reading.complete() {
             frontends.forget_retired();
-            self.clean_at = Some(frontends.revision());
+            self.clean_at = Some(frontends.revision);
         } else {
             self.clean_at = None;
         }
