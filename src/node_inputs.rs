@@ -211,7 +211,7 @@ metadata: {name: web, namespace: shop}
         let got = ns
             .run(|| {
                 let mut c = ProxyConfig {
-                    nodeport_addresses: NodePortAddresses::Cidrs(vec![
+                    nodeport_addresses: NodePortAddresses::cidrs(vec![
                         "0.0.0.0/0".parse().unwrap(),
                     ]),
                     ..ProxyConfig::default()

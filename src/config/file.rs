@@ -304,7 +304,7 @@ fn read(doc: &Node) -> Result<FileConfig, Problem> {
         conntrack: conntrack(doc)?,
         ..FileConfig::default()
     };
-    config.nodeport_addresses = nodeport_addresses(doc, &mut ignored)?;
+    config.nodeport_addresses = nodeport_addresses(doc)?;
     config.warning = ignored_warning(&ignored);
     Ok(config)
 }
@@ -428,11 +428,8 @@ fn check_keys(
     Ok(())
 }
 
-/// The kube-proxy keywords `primary` and `all` and CIDRs, as `--nodeport-addresses` takes them.
-fn nodeport_addresses(
-    doc: &Node,
-    ignored: &mut Vec<(String, &'static str)>,
-) -> Result<Option<String>, Problem> {
+/// The kube-proxy keywords and CIDRs, as `--nodeport-addresses` takes them.
+fn nodeport_addresses(doc: &Node) -> Result<Option<String>, Problem> {
     const FIELD: &str = "nodePortAddresses";
     let Some(node) = doc.get(FIELD).filter(|n| !n.is_null()) else {
         return Ok(None);
@@ -451,14 +448,7 @@ fn nodeport_addresses(
                 format!("{FIELD}: expected strings, found {}", item.describe()),
             ));
         };
-        match s.as_str() {
-            "all" => out.extend(["0.0.0.0/0".to_string(), "::/0".to_string()]),
-            "localhost" => ignored.push((
-                format!("{FIELD}: localhost"),
-                "loopback NodePorts are not served, as in kube-proxy's nftables mode by default",
-            )),
-            other => out.push(other.to_string()),
-        }
+        out.push(s.clone());
     }
     Ok((!out.is_empty()).then(|| out.join(",")))
 }

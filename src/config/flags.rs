@@ -190,8 +190,10 @@ pub(crate) struct ProxyFlags {
     /// Service ClusterIP range(s), comma-separated.
     #[arg(long, global = true, value_name = "CIDR[,...]")]
     pub(crate) service_cidr: Option<String>,
-    /// Addresses that accept NodePort traffic: `primary` (the node IPs) or comma-separated CIDRs.
-    #[arg(long, global = true, value_name = "primary|CIDR[,...]")]
+    /// Addresses that accept NodePort traffic, comma-separated: CIDRs and the keywords
+    /// `primary` (the node IPs), `localhost` (loopback, served with the
+    /// KubeProxyNFTablesLocalhostNodePorts gate) and `all`, in any combination.
+    #[arg(long, global = true, value_name = "primary|localhost|all|CIDR[,...]")]
     pub(crate) nodeport_addresses: Option<String>,
     /// Masquerade all traffic sent to ClusterIPs.
     #[arg(long, global = true)]

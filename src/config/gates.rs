@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 
 /// What a gate means to kubenft.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 enum Gate {
-    /// Both values are honoured (see `FeatureGates`).
-    Honoured,
+    /// Both values are honoured: the setter records the value in `FeatureGates`.
+    Honoured(fn(&mut FeatureGates, bool)),
     /// kubenft always behaves as with this gate on (GA, and locked on, in the kube-proxy
     /// versions it follows); turning it off is named in the warning.
     AlwaysOn,
@@ -17,7 +17,15 @@ enum Gate {
 /// The gates kube-proxy 1.33 to 1.37 consult in nftables mode.
 const GATES: &[(&str, Gate)] = &[
     // Node hints (`forNodes`) of PreferSameNode: off, only zone hints are used.
-    ("PreferSameTrafficDistribution", Gate::Honoured),
+    (
+        "PreferSameTrafficDistribution",
+        Gate::Honoured(|g, on| g.prefer_same_traffic_distribution = on),
+    ),
+    // Loopback NodePorts served by a userspace TCP proxy (alpha in 1.37, default off).
+    (
+        "KubeProxyNFTablesLocalhostNodePorts",
+        Gate::Honoured(|g, on| g.localhost_nodeports = on),
+    ),
     ("TopologyAwareHints", Gate::AlwaysOn),
     ("ServiceTrafficDistribution", Gate::AlwaysOn),
     // ServiceCIDR objects drive the drop of unallocated ClusterIPs.
@@ -32,12 +40,15 @@ const GATES: &[(&str, Gate)] = &[
 pub(crate) struct FeatureGates {
     /// PreferSameTrafficDistribution (default on since 1.34, GA in 1.35).
     pub(crate) prefer_same_traffic_distribution: bool,
+    /// KubeProxyNFTablesLocalhostNodePorts (alpha in 1.37, default off).
+    pub(crate) localhost_nodeports: bool,
 }
 
 impl Default for FeatureGates {
     fn default() -> Self {
         FeatureGates {
             prefer_same_traffic_distribution: true,
+            localhost_nodeports: false,
         }
     }
 }
@@ -66,7 +77,7 @@ pub(super) fn resolve(settings: &BTreeMap<String, bool>) -> (FeatureGates, Optio
     let mut no_effect = Vec::new();
     for (name, &on) in settings {
         match GATES.iter().find(|(n, _)| n == name).map(|(_, g)| *g) {
-            Some(Gate::Honoured) => gates.prefer_same_traffic_distribution = on,
+            Some(Gate::Honoured(set)) => set(&mut gates, on),
             Some(Gate::AlwaysOn) if on => {}
             Some(Gate::AlwaysOn) => no_effect.push(format!(
                 "{name}=false (kubenft always behaves as with it on)"
@@ -115,6 +126,13 @@ mod tests {
         ]));
         assert!(!gates.prefer_same_traffic_distribution);
         assert_eq!(warning, None, "gates kubenft follows need no warning");
+
+        let (gates, warning) = resolve(&BTreeMap::from([(
+            "KubeProxyNFTablesLocalhostNodePorts".into(),
+            true,
+        )]));
+        assert!(gates.localhost_nodeports && gates.prefer_same_traffic_distribution);
+        assert_eq!(warning, None);
 
         let (_, warning) = resolve(&BTreeMap::from([
             ("ContextualLogging".into(), true),

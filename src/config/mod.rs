@@ -25,7 +25,7 @@ pub use flags::{Cli, LogFormat};
 pub(crate) use flags::{Command, DetectLocalMode, ProxyFlags, RunFlags};
 pub(crate) use validate::system_hostname;
 
-use crate::proxier::ProxyConfig;
+use crate::proxier::{IpFamily, ProxyConfig};
 
 /// Everything a subcommand needs, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,8 +120,13 @@ pub enum ConfigError {
         first: String,
         second: String,
     },
-    #[error("--nodeport-addresses: {value:?}: `primary` cannot be combined with CIDRs")]
-    PrimaryWithCidrs { value: String },
+    #[error(
+        "--nodeport-addresses: {entry:?} is neither a CIDR nor one of the keywords primary, \
+         localhost, all"
+    )]
+    NodePortAddress { entry: String },
+    #[error("--nodeport-addresses: the keyword {keyword} is given twice")]
+    NodePortKeywordTwice { keyword: String },
     #[error("--masquerade-bit: {value} is out of range, must be 0..=31")]
     MasqueradeBit { value: u32 },
     #[error("--detect-local-mode {mode}: needs --{flag}")]
@@ -295,6 +300,8 @@ impl Cli {
 
         let (mut proxy, proxy_warnings) = proxy_flags.validate_with(hostname)?;
         proxy.use_node_hints = feature_gates.prefer_same_traffic_distribution;
+        proxy.localhost_nodeports = feature_gates.localhost_nodeports;
+        warnings.extend(localhost_nodeports_warning(&proxy));
         warnings.splice(0..0, proxy_warnings);
         let run = flags.validate(proxy_flags.manifests.clone(), gate_settings)?;
         let task = if flags.cleanup {
@@ -487,3 +494,14 @@ fn set_some<T: Clone>(target: &mut Option<T>, value: &Option<T>, unset: bool) {
 
 #[cfg(test)]
 mod tests;
+
+/// What an operator asking for loopback NodePorts without the gate should be told.
+fn localhost_nodeports_warning(proxy: &ProxyConfig) -> Option<String> {
+    let addresses = &proxy.nodeport_addresses;
+    let names_loopback = IpFamily::BOTH.iter().any(|f| addresses.names_loopback(*f));
+    (names_loopback && !proxy.localhost_nodeports).then(|| {
+        "--nodeport-addresses names loopback addresses, which accept NodePorts only with the \
+         KubeProxyNFTablesLocalhostNodePorts feature gate; they stay closed"
+            .to_string()
+    })
+}

@@ -49,7 +49,7 @@ fn defaults_match_kube_proxy() {
     assert_eq!(p.masquerade_bit, 14);
     assert_eq!(p.masquerade_mark(), 0x4000);
     assert!(!p.masquerade_all);
-    assert_eq!(p.nodeport_addresses, NodePortAddresses::Primary);
+    assert_eq!(p.nodeport_addresses, NodePortAddresses::primary());
     assert_eq!(p.detect_local, DetectLocal::ClusterCidr);
     assert!(p.node_ips.is_empty() && p.cluster_cidrs.is_empty() && p.service_cidrs.is_empty());
     assert_eq!(c.task, Task::Cleanup);
@@ -105,7 +105,7 @@ fn every_flag_is_parsed_into_the_proxy_config() {
             net("10.100.0.0/16"),
             net("fd00:10:96::/112"),
         ],
-        nodeport_addresses: NodePortAddresses::Cidrs(vec![net("192.168.1.0/24"), net("fd00::/64")]),
+        nodeport_addresses: NodePortAddresses::cidrs(vec![net("192.168.1.0/24"), net("fd00::/64")]),
         local_addresses: vec![],
         masquerade_all: true,
         masquerade_bit: 5,
@@ -234,12 +234,9 @@ fn every_invalid_value_is_explained_with_its_flag() {
             "--node-ip: :: is an unspecified address, not a node IP",
         ),
         (
-            &["--nodeport-addresses", "primary,10.0.0.0/8"],
-            "--nodeport-addresses: \"primary,10.0.0.0/8\": `primary` cannot be combined with CIDRs",
-        ),
-        (
             &["--nodeport-addresses", "eth0"],
-            "--nodeport-addresses: \"eth0\" is not a CIDR: ",
+            "--nodeport-addresses: \"eth0\" is neither a CIDR nor one of the keywords primary, \
+             localhost, all",
         ),
         (
             &["--masquerade-bit", "32"],
@@ -674,7 +671,7 @@ logging: {verbosity: 2, format: json}
     .unwrap();
     assert_eq!(c.proxy.hostname, "from-flag");
     assert_eq!(c.proxy.node_ips, vec![ip("10.0.0.2")]);
-    assert_eq!(c.proxy.nodeport_addresses, NodePortAddresses::Primary);
+    assert_eq!(c.proxy.nodeport_addresses, NodePortAddresses::primary());
     assert!(
         !c.proxy.use_node_hints,
         "the flag's gate wins over the file's"
@@ -792,4 +789,96 @@ fn the_configuration_reference_lists_every_field_of_the_file() {
             "docs/configuration.md's table of file fields lacks {path}"
         );
     }
+}
+
+/// kube-proxy 1.37's `nodePortAddresses` validation cases (keywords alone, combined with each
+/// other and with CIDRs; a keyword twice and a keyword in the wrong case refused), and what
+/// each means here: which node addresses take NodePorts and where loopback is proxied.
+#[test]
+fn nodeport_addresses_take_keywords_and_cidrs_in_any_combination() {
+    let v4_loopback = net("127.0.0.0/8");
+    let v6_loopback = net("::1/128");
+    let accepted: [(&str, bool, Vec<IpNet>); 8] = [
+        ("primary", true, vec![]),
+        ("localhost", false, vec![v4_loopback, v6_loopback]),
+        ("all", false, vec![net("0.0.0.0/0"), net("::/0")]),
+        ("primary,localhost", true, vec![v4_loopback, v6_loopback]),
+        ("primary,127.0.0.1/32", true, vec![net("127.0.0.1/32")]),
+        (
+            "all,localhost",
+            false,
+            vec![net("0.0.0.0/0"), net("::/0"), v4_loopback, v6_loopback],
+        ),
+        ("10.0.0.0/8, primary", true, vec![net("10.0.0.0/8")]),
+        (
+            "0.0.0.0/0,127.0.0.1/32",
+            false,
+            vec![net("0.0.0.0/0"), net("127.0.0.1/32")],
+        ),
+    ];
+    for (value, primary, cidrs) in accepted {
+        let c = validate(&["cleanup", "--nodeport-addresses", value]).unwrap();
+        let want = NodePortAddresses { primary, cidrs };
+        assert_eq!(c.proxy.nodeport_addresses, want, "{value}");
+    }
+    for (value, message) in [
+        (
+            "localhost,localhost",
+            "the keyword localhost is given twice",
+        ),
+        ("primary,all,primary", "the keyword primary is given twice"),
+        (
+            "Localhost",
+            "\"Localhost\" is neither a CIDR nor one of the keywords",
+        ),
+        ("primary,", "empty entry"),
+    ] {
+        let e = error(&["cleanup", "--nodeport-addresses", value]);
+        assert!(e.contains(message), "{value}: {e}");
+    }
+}
+
+/// Loopback NodePorts are proxied in the families whose loopback range is named, and only
+/// with the gate; naming loopback without the gate is warned about.
+#[test]
+fn loopback_nodeports_need_the_gate_and_a_loopback_range_of_the_family() {
+    let gate = "--feature-gates=KubeProxyNFTablesLocalhostNodePorts=true";
+    let proxied = |args: &[&str]| {
+        let mut argv = vec!["run"];
+        argv.extend_from_slice(args);
+        let c = validate(&argv).unwrap();
+        IpFamily::BOTH.map(|f| c.proxy.localhost_proxy(f))
+    };
+    let cases: [(&[&str], [bool; 2]); 7] = [
+        (&[gate], [false, false]),
+        (&[gate, "--nodeport-addresses=primary"], [false, false]),
+        (&[gate, "--nodeport-addresses=all"], [false, false]),
+        (
+            &[gate, "--nodeport-addresses=primary,localhost"],
+            [true, true],
+        ),
+        (
+            &[gate, "--nodeport-addresses=primary,127.0.0.1/32"],
+            [true, false],
+        ),
+        (&[gate, "--nodeport-addresses=all,localhost"], [true, true]),
+        (&["--nodeport-addresses=primary,localhost"], [false, false]),
+    ];
+    for (args, want) in cases {
+        assert_eq!(proxied(args), want, "{args:?}");
+    }
+    let warned = |args: &[&str]| {
+        let mut argv = vec!["run"];
+        argv.extend_from_slice(args);
+        let c = validate(&argv).unwrap();
+        c.warnings
+            .iter()
+            .any(|w| w.contains("KubeProxyNFTablesLocalhostNodePorts"))
+    };
+    assert!(warned(&["--nodeport-addresses=primary,localhost"]));
+    assert!(!warned(&[gate, "--nodeport-addresses=primary,localhost"]));
+    assert!(
+        !warned(&[gate]),
+        "the gate alone is honoured: loopback NodePorts are rejected"
+    );
 }

@@ -48,7 +48,7 @@ impl ProxyFlags {
         };
         let nodeport_addresses = match &self.nodeport_addresses {
             Some(v) => parse_nodeport_addresses(v)?,
-            None => NodePortAddresses::Primary,
+            None => NodePortAddresses::primary(),
         };
         if self.masquerade_bit > 31 {
             return Err(ConfigError::MasqueradeBit {
@@ -303,19 +303,41 @@ fn parse_node_ips(value: &str) -> Result<Vec<IpAddr>, ConfigError> {
     Ok(ips)
 }
 
+/// `--nodeport-addresses` as kube-proxy 1.37 reads it: CIDRs and the keywords `primary`,
+/// `localhost` and `all`, in any combination, each keyword at most once.
 fn parse_nodeport_addresses(value: &str) -> Result<NodePortAddresses, ConfigError> {
     const FLAG: &str = "nodeport-addresses";
-    let list = entries(FLAG, value)?;
-    if list.contains(&"primary") {
-        return if list.len() == 1 {
-            Ok(NodePortAddresses::Primary)
-        } else {
-            Err(ConfigError::PrimaryWithCidrs {
-                value: value.to_string(),
-            })
+    let mut addresses = NodePortAddresses::cidrs(Vec::new());
+    let mut keywords = Vec::new();
+    for entry in entries(FLAG, value)? {
+        let expanded: &[&str] = match entry {
+            "primary" => &[],
+            "localhost" => &["127.0.0.0/8", "::1/128"],
+            "all" => &["0.0.0.0/0", "::/0"],
+            cidr => {
+                let net = cidr
+                    .parse::<IpNet>()
+                    .map_err(|_| ConfigError::NodePortAddress {
+                        entry: cidr.to_string(),
+                    })?;
+                addresses.cidrs.push(net.trunc());
+                continue;
+            }
         };
+        if keywords.contains(&entry) {
+            return Err(ConfigError::NodePortKeywordTwice {
+                keyword: entry.to_string(),
+            });
+        }
+        keywords.push(entry);
+        addresses.primary |= entry == "primary";
+        addresses.cidrs.extend(
+            expanded
+                .iter()
+                .map(|c| c.parse::<IpNet>().expect("a valid CIDR")),
+        );
     }
-    Ok(NodePortAddresses::Cidrs(parse_cidrs(FLAG, value)?))
+    Ok(addresses)
 }
 
 /// The interface name a detect-local mode requires, checked like the kernel checks names

@@ -134,10 +134,7 @@ pub(super) fn kube_proxy_configuration(
             .map(|c| c.to_string())
             .collect::<Vec<_>>()
             .join(","),
-        node_port_addresses: match &proxy.nodeport_addresses {
-            NodePortAddresses::Primary => vec!["primary".to_string()],
-            NodePortAddresses::Cidrs(cidrs) => cidrs.iter().map(|c| c.to_string()).collect(),
-        },
+        node_port_addresses: node_port_addresses(&proxy.nodeport_addresses),
         conntrack: Conntrack {
             max_per_core: ct.max_per_core,
             min: ct.min,
@@ -155,4 +152,13 @@ pub(super) fn kube_proxy_configuration(
          own flags\n# (--table-name, --service-cidr, --service-proxy-name, --full-sync-period, \
          --manifests) are not part of it.\n{yaml}"
     )
+}
+
+/// `nodePortAddresses` as written: `primary` first, then the CIDRs (keywords expanded).
+fn node_port_addresses(addresses: &NodePortAddresses) -> Vec<String> {
+    let primary = addresses.primary.then(|| "primary".to_string());
+    primary
+        .into_iter()
+        .chain(addresses.cidrs.iter().map(|c| c.to_string()))
+        .collect()
 }

@@ -27,8 +27,8 @@ use crate::conntrack;
 use crate::metrics::{self, Metrics, SyncResult};
 use crate::nft::kernel::Nftables;
 use crate::node_inputs::{add_local_addresses, log_nodeport_fallbacks, nodeport_fallbacks};
-use crate::proxier::{IpFamily, Planner, ProxyConfig, families};
-use crate::serve::{HealthCheckServers, HealthState};
+use crate::proxier::{IpFamily, Planner, ProxyConfig, families, localhost_listeners};
+use crate::serve::{HealthCheckServers, HealthState, LocalhostProxy};
 use crate::source::store::ClusterStore;
 use crate::sync::{Schedule, SyncKind, SyncReport, Syncer};
 use crate::takeover::watch::Say;
@@ -84,6 +84,8 @@ pub(super) struct SyncLoop {
     metrics: Metrics,
     health: HealthState,
     health_checks: HealthCheckServers,
+    /// Loopback NodePorts (KubeProxyNFTablesLocalhostNodePorts).
+    localhost_proxy: LocalhostProxy,
     store: Arc<Mutex<ClusterStore>>,
     /// UDP services and local endpoints as of the last successful sync.
     after_sync: AfterSyncFacts,
@@ -133,9 +135,10 @@ impl SyncLoop {
             planner: Planner::new(),
             proxy,
             schedule: Schedule::new(settings.periods),
-            metrics,
             health: health.clone(),
             health_checks: HealthCheckServers::new(Vec::new(), health),
+            localhost_proxy: LocalhostProxy::new(metrics.clone()),
+            metrics,
             store,
             after_sync,
             conntrack: conntrack::Reconciler::default(),
@@ -376,8 +379,8 @@ impl SyncLoop {
         self.failures_in_a_row = 0;
     }
 
-    /// What follows a successful sync: stale UDP conntrack entries, healthCheckNodePorts and
-    /// the no-local-endpoints gauges.
+    /// What follows a successful sync: stale UDP conntrack entries, healthCheckNodePorts,
+    /// loopback NodePorts and the no-local-endpoints gauges.
     async fn after_sync(&mut self, proxy: &ProxyConfig, rules_repaired: bool) -> ConntrackWork {
         self.after_sync.update(&self.live.state);
         let conntrack = self.reconcile_conntrack(rules_repaired);
@@ -388,6 +391,9 @@ impl SyncLoop {
                 .set_no_local_endpoints(family, internal, external);
         }
         let state = &self.live.state;
+        if proxy.localhost_nodeports {
+            self.localhost_proxy.sync(localhost_listeners(state, proxy));
+        }
         self.health_checks.set_addresses(
             proxy.health_check_addresses(&families(state, proxy), state.node.as_ref()),
         );

@@ -397,7 +397,7 @@ fn configurations() -> Vec<(&'static str, ProxyConfig)> {
             "interface prefix and NodePort CIDRs",
             ProxyConfig {
                 detect_local: DetectLocal::InterfaceNamePrefix("veth".into()),
-                nodeport_addresses: NodePortAddresses::Cidrs(vec!["10.0.0.0/8".parse().unwrap()]),
+                nodeport_addresses: NodePortAddresses::cidrs(vec!["10.0.0.0/8".parse().unwrap()]),
                 service_cidrs: vec!["10.96.0.0/12".parse().unwrap()],
                 ..base.clone()
             },

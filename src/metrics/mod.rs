@@ -139,6 +139,9 @@ struct Registry {
     /// kube-proxy's conntrack reconciler metrics, indexed by family as [`IP_FAMILIES`].
     conntrack_reconcile_duration: [Histogram; 2],
     conntrack_deleted: [AtomicU64; 2],
+    /// The userspace proxy's loopback NodePort listeners, by family as [`IP_FAMILIES`].
+    localhost_nodeport_listeners: [AtomicU64; 2],
+    localhost_nodeport_listener_failures: [AtomicU64; 2],
     nodeport_conflicts: AtomicU64,
     /// Indexed as [`FOREIGN_PROXY_KINDS`].
     foreign_proxy_rules: [AtomicU64; 4],
@@ -190,6 +193,8 @@ impl Metrics {
                     || Histogram::new(sync_duration_buckets()),
                 ),
                 conntrack_deleted: Default::default(),
+                localhost_nodeport_listeners: Default::default(),
+                localhost_nodeport_listener_failures: Default::default(),
                 nodeport_conflicts: AtomicU64::new(0),
                 foreign_proxy_rules: Default::default(),
                 events: Default::default(),
@@ -317,6 +322,20 @@ impl Metrics {
         };
         self.inner.conntrack_reconcile_duration[i].observe(seconds);
         self.inner.conntrack_deleted[i].fetch_add(deleted, Ordering::Relaxed);
+    }
+
+    /// Sets how many loopback NodePort listeners the userspace proxy has in `ip_family`.
+    pub(crate) fn set_localhost_nodeport_listeners(&self, ip_family: &str, n: u64) {
+        if let Some(i) = family_index(ip_family) {
+            self.inner.localhost_nodeport_listeners[i].store(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a loopback NodePort listener that could not be opened in `ip_family`.
+    pub(crate) fn inc_localhost_nodeport_listener_failures(&self, ip_family: &str) {
+        if let Some(i) = family_index(ip_family) {
+            self.inner.localhost_nodeport_listener_failures[i].fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Counts an API object that could not be turned into rules (e.g. kind "Service").

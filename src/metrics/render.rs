@@ -71,6 +71,20 @@ fn histograms(out: &mut String, r: &Registry) {
 
 /// Gauges and counters kube-proxy keeps per family.
 fn per_family_values(out: &mut String, r: &Registry) {
+    let name = "kubeproxy_nftables_localhost_nodeport_listeners";
+    header(
+        out,
+        name,
+        "gauge",
+        "Number of loopback NodePort listeners of the userspace proxy",
+    );
+    for (family, g) in IP_FAMILIES.iter().zip(&r.localhost_nodeport_listeners) {
+        let _ = writeln!(
+            out,
+            "{name}{{ip_family=\"{family}\"}} {}",
+            g.load(Ordering::Relaxed)
+        );
+    }
     for (name, help, g) in [
         (
             "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
@@ -104,6 +118,11 @@ fn per_family_values(out: &mut String, r: &Registry) {
             "kubeproxy_conntrack_reconciler_deleted_entries_total",
             "Cumulative conntrack flows deleted by conntrack reconciler",
             &r.conntrack_deleted,
+        ),
+        (
+            "kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total",
+            "Cumulative loopback NodePort listeners the userspace proxy could not open",
+            &r.localhost_nodeport_listener_failures,
         ),
     ] {
         header(out, name, "counter", help);

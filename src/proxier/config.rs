@@ -10,14 +10,58 @@ use ipnet::IpNet;
 use super::layout::IpFamily;
 use crate::cluster::NodeInfo;
 
-/// Which addresses accept NodePort traffic.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum NodePortAddresses {
-    /// The node's primary IP of each family (kube-proxy's default, `primary`).
-    #[default]
-    Primary,
-    /// Every local address inside one of these CIDRs (loopback never counts).
-    Cidrs(Vec<IpNet>),
+/// Which addresses accept NodePort traffic: kube-proxy's `nodePortAddresses`, whose keywords
+/// and CIDRs combine freely (1.37).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePortAddresses {
+    /// `primary`: the node's primary IP of each family (kube-proxy's default).
+    pub primary: bool,
+    /// Local addresses inside these accept NodePorts too; the keywords `localhost`
+    /// (127.0.0.0/8, ::1/128) and `all` (0.0.0.0/0, ::/0) stand here expanded.
+    pub cidrs: Vec<IpNet>,
+}
+
+impl Default for NodePortAddresses {
+    fn default() -> Self {
+        NodePortAddresses::primary()
+    }
+}
+
+impl NodePortAddresses {
+    /// `primary` alone.
+    pub fn primary() -> Self {
+        NodePortAddresses {
+            primary: true,
+            cidrs: Vec::new(),
+        }
+    }
+
+    /// CIDRs alone.
+    pub fn cidrs(cidrs: Vec<IpNet>) -> Self {
+        NodePortAddresses {
+            primary: false,
+            cidrs,
+        }
+    }
+
+    fn cidrs_of(&self, fam: IpFamily) -> impl Iterator<Item = &IpNet> {
+        self.cidrs
+            .iter()
+            .filter(move |c| IpFamily::of(&c.addr()) == fam)
+    }
+
+    /// Whether a zero CIDR of `fam` is listed: every address of the family accepts NodePorts
+    /// and the others listed change nothing (kube-proxy's "match all").
+    pub(crate) fn matches_all(&self, fam: IpFamily) -> bool {
+        self.cidrs_of(fam).any(|c| c.prefix_len() == 0)
+    }
+
+    /// Whether a loopback range of `fam` is listed: kube-proxy 1.37 judges a CIDR by its
+    /// network address (`127.0.0.2/32` counts although its proxy listens on 127.0.0.1 only,
+    /// kubernetes#142129).
+    pub(crate) fn names_loopback(&self, fam: IpFamily) -> bool {
+        self.cidrs_of(fam).any(|c| c.network().is_loopback())
+    }
 }
 
 /// How "traffic from a local pod" is recognised (kube-proxy's `--detect-local-mode`).
@@ -65,6 +109,10 @@ pub struct ProxyConfig {
     /// Whether endpoints' node hints (`forNodes`, written for PreferSameNode) count: the
     /// PreferSameTrafficDistribution feature gate. Off, only zone hints steer topology.
     pub use_node_hints: bool,
+    /// The KubeProxyNFTablesLocalhostNodePorts feature gate: loopback NodePorts are served by
+    /// the daemon's userspace TCP proxy where `nodeport_addresses` names loopback, and
+    /// rejected elsewhere.
+    pub localhost_nodeports: bool,
 }
 
 impl Default for ProxyConfig {
@@ -75,13 +123,14 @@ impl Default for ProxyConfig {
             node_ips: Vec::new(),
             cluster_cidrs: Vec::new(),
             service_cidrs: Vec::new(),
-            nodeport_addresses: NodePortAddresses::Primary,
+            nodeport_addresses: NodePortAddresses::primary(),
             local_addresses: Vec::new(),
             masquerade_all: false,
             masquerade_bit: 14,
             detect_local: DetectLocal::ClusterCidr,
             supported_families: vec![IpFamily::V4, IpFamily::V6],
             use_node_hints: true,
+            localhost_nodeports: false,
         }
     }
 }
@@ -113,29 +162,33 @@ impl ProxyConfig {
     }
 
     /// Why NodePorts of `fam` are accepted on every local address of the family, if they
-    /// are: `nodePortAddresses` names no address of it. kube-proxy reads `primary` as the
-    /// node IP of each family and a family without any address chosen as "all of them".
+    /// are: `nodePortAddresses` matches all of it, or names no address of it. kube-proxy reads
+    /// `primary` as the node IP of each family and a family without any address chosen as
+    /// "all of them".
     pub(crate) fn nodeport_fallback(
         &self,
         fam: IpFamily,
         node: Option<&NodeInfo>,
     ) -> Option<&'static str> {
-        match &self.nodeport_addresses {
-            NodePortAddresses::Primary if self.node_ips_of(fam, node).is_empty() => {
-                Some("this node has no IP of this family (neither --node-ip nor an InternalIP)")
-            }
-            NodePortAddresses::Cidrs(cidrs)
-                if !cidrs.iter().any(|c| IpFamily::of(&c.addr()) == fam) =>
-            {
-                Some("--nodeport-addresses has no CIDR of this family")
-            }
-            _ => None,
+        let addresses = &self.nodeport_addresses;
+        if addresses.matches_all(fam) {
+            return Some("--nodeport-addresses matches every address of this family");
         }
+        let primary = addresses.primary && !self.node_ips_of(fam, node).is_empty();
+        if primary || addresses.cidrs_of(fam).next().is_some() {
+            return None;
+        }
+        Some(if addresses.primary {
+            "this node has no IP of this family (neither --node-ip nor an InternalIP)"
+        } else {
+            "--nodeport-addresses has no CIDR of this family"
+        })
     }
 
-    /// The addresses of family `fam` that accept NodePorts: the node IP with `primary`, the
-    /// local addresses inside the CIDRs otherwise, and every local address of the family when
-    /// `nodePortAddresses` names none of it (see `nodeport_fallback`). Never loopback. The
+    /// The addresses of family `fam` that accept NodePorts: the node IP with `primary` and
+    /// the local addresses inside the CIDRs, or every local address of the family when
+    /// `nodePortAddresses` matches all of it or names none of it (see `nodeport_fallback`).
+    /// Never loopback: loopback NodePorts are the userspace proxy's (`localhost_proxy`). The
     /// fallback leaves out IPv6 link-local addresses (kube-proxy's `fib daddr type local`
     /// keeps them): every pod's host-side veth has one, so they change with each pod and would
     /// replan every service, and they serve no client beyond the link.
@@ -145,14 +198,19 @@ impl ProxyConfig {
             .iter()
             .copied()
             .filter(|ip| IpFamily::of(ip) == fam);
-        let mut ips: Vec<IpAddr> = match &self.nodeport_addresses {
-            _ if self.nodeport_fallback(fam, node).is_some() => local
+        let addresses = &self.nodeport_addresses;
+        let mut ips: Vec<IpAddr> = if self.nodeport_fallback(fam, node).is_some() {
+            local
                 .filter(|ip| !matches!(ip, IpAddr::V6(v6) if v6.is_unicast_link_local()))
-                .collect(),
-            NodePortAddresses::Primary => self.node_ips_of(fam, node),
-            NodePortAddresses::Cidrs(cidrs) => local
-                .filter(|ip| cidrs.iter().any(|c| c.contains(ip)))
-                .collect(),
+                .collect()
+        } else {
+            let mut ips: Vec<IpAddr> = local
+                .filter(|ip| addresses.cidrs_of(fam).any(|c| c.contains(ip)))
+                .collect();
+            if addresses.primary {
+                ips.extend(self.node_ips_of(fam, node));
+            }
+            ips
         };
         ips.retain(|ip| !ip.is_loopback());
         ips.sort();
@@ -163,11 +221,19 @@ impl ProxyConfig {
     /// Whether `nodeport_ips` reads `local_addresses` for some supported family, so the caller
     /// knows to fill them in.
     pub(crate) fn needs_local_addresses(&self, node: Option<&NodeInfo>) -> bool {
-        matches!(self.nodeport_addresses, NodePortAddresses::Cidrs(_))
+        !self.nodeport_addresses.cidrs.is_empty()
             || self
                 .supported_families
                 .iter()
                 .any(|f| self.nodeport_fallback(*f, node).is_some())
+    }
+
+    /// Whether loopback NodePorts of `fam` are served by the userspace proxy, as kube-proxy
+    /// 1.37.0 decides: the gate is on and `nodePortAddresses` names a loopback range of the
+    /// family. A zero CIDR beside it (`all,localhost`) does not turn it off: the KEP's draft
+    /// said it would, the released code does not look at it.
+    pub(crate) fn localhost_proxy(&self, fam: IpFamily) -> bool {
+        self.localhost_nodeports && self.nodeport_addresses.names_loopback(fam)
     }
 
     /// Where healthCheckNodePort servers listen, as kube-proxy's do: on the addresses of each

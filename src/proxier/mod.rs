@@ -5,6 +5,7 @@ pub(crate) mod consistent;
 mod endpoints;
 mod key_owners;
 mod layout;
+mod localhost;
 pub mod names;
 mod packed;
 mod plan;
@@ -15,6 +16,7 @@ pub use config::{DetectLocal, NodePortAddresses, ProxyConfig};
 pub(crate) use endpoints::local_endpoints;
 pub use layout::{EndpointBlocks, IpFamily, SlotLayouts};
 pub(crate) use layout::{build_family, families};
+pub use localhost::{LocalhostListener, localhost_listeners};
 pub use plan::{Planner, ServiceRef};
 
 use crate::cluster::ClusterState;

@@ -29,6 +29,9 @@ pub(crate) const FIREWALL_CHECK: &str = "firewall-check";
 pub(crate) const SERVICE_ENDPOINTS_CHECK: &str = "service-endpoints-check";
 pub(crate) const NODEPORT_ENDPOINTS_CHECK: &str = "nodeport-endpoints-check";
 pub(crate) const CLUSTER_IPS_CHECK: &str = "cluster-ips-check";
+/// Rejects loopback NodePort traffic no userspace proxy serves (with the
+/// KubeProxyNFTablesLocalhostNodePorts gate only).
+pub(crate) const LOCALHOST_NODEPORTS_CHECK: &str = "localhost-nodeports-check";
 
 // Sets and maps.
 pub(crate) const CLUSTER_IPS: &str = "cluster-ips";
@@ -38,6 +41,8 @@ pub(crate) const SERVICE_NODEPORTS: &str = "service-nodeports";
 pub(crate) const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
 pub(crate) const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
 pub(crate) const FIREWALL_IPS: &str = "firewall-ips";
+/// `protocol . NodePort` rejected on loopback (see `LOCALHOST_NODEPORTS_CHECK`).
+pub(crate) const LOCALHOST_NODEPORT_REJECTS: &str = "localhost-nodeport-rejects";
 /// Random slot → `address . port`: every endpoint-picking chain owns one block of slots, in
 /// the shard `service-endpoints-NN` with NN = block mod `ENDPOINT_MAP_SHARDS`.
 pub(crate) const SERVICE_ENDPOINTS: &str = "service-endpoints";

@@ -1,6 +1,7 @@
-//! The daemon's HTTP servers: `/healthz` and `/livez` (kube-proxy semantics), `/metrics`
-//! (Prometheus text), and the healthCheckNodePort servers. Every server stops accepting and
-//! drops its open connections when its shutdown future resolves; any other path is a 404.
+//! The daemon's servers: `/healthz` and `/livez` (kube-proxy semantics), `/metrics`
+//! (Prometheus text), the healthCheckNodePort servers, and the userspace proxy of loopback
+//! NodePorts. Every HTTP server stops accepting and drops its open connections when its
+//! shutdown future resolves; any other path is a 404.
 
 #[cfg(feature = "daemon")]
 pub(crate) mod health;
@@ -8,6 +9,8 @@ pub(crate) mod health;
 pub(crate) mod healthcheck;
 #[cfg(feature = "daemon")]
 mod http;
+#[cfg(feature = "daemon")]
+mod localhost_proxy;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -17,6 +20,8 @@ pub(crate) use health::HealthState;
 pub(crate) use healthcheck::{HealthCheckServers, ServiceHealth};
 #[cfg(feature = "daemon")]
 pub(crate) use http::*;
+#[cfg(feature = "daemon")]
+pub(crate) use localhost_proxy::LocalhostProxy;
 
 /// Failures of the health and metrics servers.
 #[derive(Debug, thiserror::Error)]

@@ -353,9 +353,9 @@ impl Run {
             },
             service_cidrs: vec![self.service_cidr()],
             nodeport_addresses: match &settings.nodeport_addresses {
-                None => NodePortAddresses::Primary,
+                None => NodePortAddresses::primary(),
                 Some(cidrs) => {
-                    NodePortAddresses::Cidrs(cidrs.iter().map(|c| self.net(c)).collect())
+                    NodePortAddresses::cidrs(cidrs.iter().map(|c| self.net(c)).collect())
                 }
             },
             local_addresses: self.node_addresses(),

@@ -243,11 +243,10 @@ nodePortAddresses: [all, localhost]
             "accepted and not applied: iptables.masqueradeBit, iptables.syncPeriod, \
              ipvs.scheduler (another proxy mode's setting); enableProfiling (kubenft serves \
              no /debug/pprof); configSyncPeriod (watches keep the state current; nothing is \
-             re-listed on a timer); nodePortAddresses: localhost (loopback NodePorts are not \
-             served, as in kube-proxy's nftables mode by default)"
+             re-listed on a timer)"
         )
     );
-    assert_eq!(c.nodeport_addresses.as_deref(), Some("0.0.0.0/0,::/0"));
+    assert_eq!(c.nodeport_addresses.as_deref(), Some("all,localhost"));
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 use super::pick::SlotCounts;
 use super::*;
+use crate::cluster::Protocol;
 
 /// What the parts of one service port's rules share: its endpoints by traffic policy, the
 /// names of its chains, and the values its map elements are made of.
@@ -106,6 +107,7 @@ impl Builder<'_> {
         if !sp.has_external() {
             return;
         }
+        self.localhost_node_port(&p);
         self.external_rules(&p);
         self.source_ranges(&p);
     }
@@ -177,6 +179,23 @@ impl Builder<'_> {
                 Element::map(key, verdict.clone()).with_comment(format!("{} {why}", p.label)),
             );
         }
+    }
+
+    /// The NodePort on loopback, with the KubeProxyNFTablesLocalhostNodePorts gate: TCP is
+    /// the userspace proxy's where it serves this family (`ProxyConfig::localhost_proxy`),
+    /// anything else is rejected.
+    fn localhost_node_port(&mut self, p: &PortRules) {
+        let Some(np) = p.sp.node_port.filter(|_| self.config.localhost_nodeports) else {
+            return;
+        };
+        if p.sp.name.protocol == Protocol::Tcp && self.config.localhost_proxy(self.fam) {
+            return;
+        }
+        self.out.push_element(
+            LOCALHOST_NODEPORT_REJECTS,
+            Element::new(vec![p.proto.clone(), Value::Port(np)])
+                .with_comment(format!("{} NodePort", p.label)),
+        );
     }
 
     /// External traffic (NodePorts, external IPs, load-balancer IPs): through a shared

@@ -112,6 +112,12 @@ impl Builder<'_> {
                     .with_rules(rules),
             );
         }
+        if self.config.localhost_nodeports {
+            let check = Rule::new(vec![Stmt::ct_new(), Stmt::jump(LOCALHOST_NODEPORTS_CHECK)]);
+            if let Some(output) = self.out.chains.iter_mut().find(|c| c.name == FILTER_OUTPUT) {
+                output.rules.push(check);
+            }
+        }
     }
 
     /// `mark-for-masquerade` and `masquerading`: packets are marked on the way in and
@@ -206,6 +212,42 @@ impl Builder<'_> {
             );
         }
         self.chain(Chain::new(CLUSTER_IPS_CHECK).with_rules(checks));
+        if self.config.localhost_nodeports {
+            self.localhost_nodeports_check();
+        }
+    }
+
+    /// With the KubeProxyNFTablesLocalhostNodePorts gate, loopback NodePorts that the
+    /// userspace proxy does not serve (every protocol but TCP, and TCP too where
+    /// `nodePortAddresses` names no loopback range of this family) are rejected and counted,
+    /// as kube-proxy 1.37 does, so a client learns at once that nothing answers there.
+    fn localhost_nodeports_check(&mut self) {
+        let f = self.fam;
+        let loopback: IpNet = match f {
+            IpFamily::V4 => "127.0.0.0/8",
+            IpFamily::V6 => "::1/128",
+        }
+        .parse()
+        .expect("a valid CIDR");
+        self.out.declare(
+            Set::new(
+                LOCALHOST_NODEPORT_REJECTS,
+                vec![DataType::InetProto, DataType::InetService],
+            )
+            .with_comment("NodePorts rejected on loopback: no userspace proxy serves them"),
+        );
+        self.chain(Chain::new(LOCALHOST_NODEPORTS_CHECK).with_rules(vec![
+                Rule::new(vec![
+                    Stmt::match_eq(f.daddr(), net_value(loopback)),
+                    Stmt::in_set(
+                        vec![Selector::L4Proto, Selector::ThDport],
+                        LOCALHOST_NODEPORT_REJECTS,
+                    ),
+                    Stmt::Counter,
+                    Stmt::Reject(RejectKind::Default),
+                ])
+                .with_comment("loopback NodePorts without a userspace proxy"),
+            ]));
     }
 
     /// The sets and maps every service shares (the pick chains' own are declared with them).

@@ -157,7 +157,7 @@ fn a_node_ip_of_each_family_keeps_nodeports_on_the_node_ips() {
 #[test]
 fn nodeport_cidrs_of_one_family_leave_the_other_family_on_every_local_address() {
     let c = ProxyConfig {
-        nodeport_addresses: NodePortAddresses::Cidrs(vec!["10.0.0.0/24".parse().unwrap()]),
+        nodeport_addresses: NodePortAddresses::cidrs(vec!["10.0.0.0/24".parse().unwrap()]),
         local_addresses: addrs(&["10.0.0.10", "192.168.7.1", "fd00::1"]),
         ..dual_stack_config()
     };
@@ -219,7 +219,7 @@ fn health_checks_listen_where_kube_proxy_listens() {
     );
     // CIDRs: the local addresses inside them, per family.
     let cidrs = ProxyConfig {
-        nodeport_addresses: NodePortAddresses::Cidrs(vec![
+        nodeport_addresses: NodePortAddresses::cidrs(vec![
             "10.0.0.0/24".parse().unwrap(),
             "fd00::/64".parse().unwrap(),
         ]),

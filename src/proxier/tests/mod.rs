@@ -2,6 +2,7 @@
 
 mod consistent;
 mod families;
+mod localhost;
 mod picks;
 mod policies;
 mod services;

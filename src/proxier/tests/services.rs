@@ -156,7 +156,7 @@ fn headless_and_external_name_services_are_not_proxied() {
 #[test]
 fn nodeports_never_listen_on_loopback_even_inside_the_configured_cidrs() {
     let mut c = config();
-    c.nodeport_addresses = NodePortAddresses::Cidrs(vec!["0.0.0.0/0".parse().unwrap()]);
+    c.nodeport_addresses = NodePortAddresses::cidrs(vec!["0.0.0.0/0".parse().unwrap()]);
     c.local_addresses = vec![
         "127.0.0.1".parse().unwrap(),
         "10.0.0.10".parse().unwrap(),
