@@ -37,6 +37,7 @@ mod image;
 mod kernel_probe;
 mod kube_proxy_config;
 mod least_privilege;
+mod localhost_nodeports;
 mod metrics_parity;
 mod nft_netlink;
 mod nft_traffic;

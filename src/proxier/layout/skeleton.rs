@@ -112,10 +112,12 @@ impl Builder<'_> {
                     .with_rules(rules),
             );
         }
+        // On the input hook, as the no-endpoint NodePort verdicts: the client's packet has
+        // looped back, so it sees a refusal rather than a send error of its own hook.
         if self.config.localhost_nodeports {
             let check = Rule::new(vec![Stmt::ct_new(), Stmt::jump(LOCALHOST_NODEPORTS_CHECK)]);
-            if let Some(output) = self.out.chains.iter_mut().find(|c| c.name == FILTER_OUTPUT) {
-                output.rules.push(check);
+            if let Some(input) = self.out.chains.iter_mut().find(|c| c.name == FILTER_INPUT) {
+                input.rules.push(check);
             }
         }
     }

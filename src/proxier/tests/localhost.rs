@@ -167,13 +167,13 @@ fn loopback_node_ports_no_proxy_serves_are_rejected() {
     assert_eq!(without_loopback, vec![(6, 30080), (17, 30053)]);
 
     let t = table(&gated("primary"));
-    let output = &t.chains["filter-output"];
+    let input = &t.chains["filter-input"];
     assert!(
-        output
+        input
             .rules
             .iter()
             .any(|r| r.stmts.contains(&Stmt::jump("localhost-nodeports-check"))),
-        "{output:?}"
+        "{input:?}"
     );
     assert!(t.chains.contains_key("localhost-nodeports-check"));
 }
