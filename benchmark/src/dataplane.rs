@@ -42,7 +42,7 @@ pub struct Latency {
     pub p99: Duration,
 }
 
-fn percentiles(mut v: Vec<Duration>) -> Latency {
+pub(crate) fn percentiles(mut v: Vec<Duration>) -> Latency {
     v.sort();
     let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
     Latency {

@@ -28,6 +28,10 @@
 //!   200,000 conntrack entries): failed connections, failed syncs, panics, API write → kernel
 //!   latency, the daemon's RSS and open descriptors every 10 s; exits 3 when a target is
 //!   missed;
+//! - loopback NodePorts (`--localhost-nodeports`, `localhost`): the daemon with the
+//!   KubeProxyNFTablesLocalhostNodePorts gate; new-connection latency, connections per second
+//!   and round trips from the node to the pod directly, to the NodePort on the node IP and to
+//!   it on 127.0.0.1 (the userspace proxy), interleaved;
 //! - taking over from kube-proxy (`--takeover`, `takeover`): the real `kubenft sync --once
 //!   --manifests` of each cluster on a node holding nothing, and with `--replace-kube-proxy` on
 //!   nodes holding kube-proxy's nftables-mode or iptables-mode rules for it (loaded first,
@@ -43,13 +47,15 @@
 //! [--nodeport-percent 0] [--consistent] [--churn 10000x10] [--churn-rate 500]
 //! [--churn-seconds 60] [--churn-min-sync-period 1s] [--conntrack 1000000]
 //! [--conntrack-scale 10000x10] [--conntrack-idle 300] [--soak 30] [--soak-scale 10000x10]
-//! [--soak-seed N] [--takeover] [--no-iptables] [--no-control] [--no-daemon] [--no-dataplane]`
+//! [--soak-seed N] [--localhost-nodeports] [--takeover] [--no-iptables] [--no-control]
+//! [--no-daemon] [--no-dataplane]`
 
 mod churn;
 mod conntrack;
 mod control;
 mod daemon;
 mod dataplane;
+mod localhost;
 mod pod_server;
 mod report;
 mod soak;
@@ -86,6 +92,8 @@ struct Args {
     soak: Option<soak::Config>,
     /// With --takeover: each scale's first sync on nodes holding kube-proxy's rules.
     takeover: bool,
+    /// With --localhost-nodeports: loopback NodePorts through the userspace proxy.
+    localhost_nodeports: bool,
     /// With --conntrack: the busy conntrack table run.
     conntrack: Option<conntrack::Config>,
 }
@@ -99,7 +107,8 @@ const USAGE: &str = "usage: kubenft-bench [--scales 1000x10,10000x10] [--repeats
 [--nodeport-percent 0] [--consistent] [--churn 10000x10] [--churn-rate 500] \
 [--churn-seconds 60] [--churn-min-sync-period 1s] [--conntrack 1000000] \
 [--conntrack-scale 10000x10] [--conntrack-idle 300] [--soak MINUTES] [--soak-scale 10000x10] \
-[--soak-seed N] [--takeover] [--no-iptables] [--no-control] [--no-daemon] [--no-dataplane]";
+[--soak-seed N] [--localhost-nodeports] [--takeover] [--no-iptables] [--no-control] \
+[--no-daemon] [--no-dataplane]";
 const VALUE_OPTIONS: &[&str] = &[
     "--scales",
     "--repeats",
@@ -121,6 +130,7 @@ const VALUE_OPTIONS: &[&str] = &[
 ];
 const FLAGS: &[&str] = &[
     "--consistent",
+    "--localhost-nodeports",
     "--takeover",
     "--no-iptables",
     "--no-control",
@@ -173,6 +183,7 @@ fn args() -> Args {
         control: !flag("--no-control"),
         consistent: flag("--consistent"),
         takeover: flag("--takeover"),
+        localhost_nodeports: flag("--localhost-nodeports"),
         latency_scales: if dataplane {
             value("--latency-scales")
                 .unwrap_or_else(|| DEFAULT_LATENCY_SCALES.into())
@@ -245,10 +256,18 @@ fn main() {
         eprintln!("{e}");
         std::process::exit(2);
     }
-    if (a.daemon || a.churn.is_some() || a.soak.is_some() || a.conntrack.is_some() || a.takeover)
+    if (a.daemon
+        || a.churn.is_some()
+        || a.soak.is_some()
+        || a.conntrack.is_some()
+        || a.takeover
+        || a.localhost_nodeports)
         && let Err(e) = daemon::binary()
     {
-        eprintln!("{e}; or pass --no-daemon (and no --churn, --soak, --conntrack or --takeover)");
+        eprintln!(
+            "{e}; or pass --no-daemon (and no --churn, --soak, --conntrack, --takeover or \
+             --localhost-nodeports)"
+        );
         std::process::exit(1);
     }
 
@@ -336,6 +355,15 @@ fn main() {
         eprint!("{}", report::soak_tables(&run));
         run
     });
+    let localhost_run = a.localhost_nodeports.then(|| {
+        eprintln!("loopback NodePorts: {} samples per path …", a.samples);
+        let run = localhost::measure(a.samples).unwrap_or_else(|e| {
+            eprintln!("loopback NodePorts: {e}");
+            std::process::exit(1);
+        });
+        eprint!("{}", localhost::table(&run));
+        run
+    });
     let mut latency_rows = Vec::new();
     if !a.latency_scales.is_empty() {
         eprintln!(
@@ -411,6 +439,13 @@ fn main() {
     }
     if let Some(run) = &soak_run {
         let _ = write!(results, "### Soak\n\n{}\n", report::soak_tables(run));
+    }
+    if let Some(run) = &localhost_run {
+        let _ = write!(
+            results,
+            "### Loopback NodePorts\n\n{}\n",
+            localhost::table(run)
+        );
     }
     if !latency_rows.is_empty() {
         let _ = write!(
