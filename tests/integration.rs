@@ -44,6 +44,7 @@ mod nft_traffic;
 mod no_shell_outs;
 mod nodeport_conflicts;
 mod parity;
+mod parity_newest;
 mod partial_sync;
 mod planner_props;
 mod render;

@@ -1,7 +1,8 @@
 //! Every kube-proxy metric that applies to nftables mode is served by a running daemon with
 //! kube-proxy's name, type and labels (the list restated from upstream's
-//! pkg/proxy/metrics/metrics.go and the Kubernetes metrics reference, 1.33 onwards); the
-//! metrics of other modes are listed with the reason they do not apply.
+//! pkg/proxy/metrics/metrics.go and the Kubernetes metrics reference, last checked against the
+//! reference for v1.36); the metrics of other modes are listed with the reason they do not
+//! apply.
 
 use crate::harness;
 

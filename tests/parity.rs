@@ -975,7 +975,7 @@ fn terminating_endpoints_traffic_policy_cluster() {
 
 /// Three LoadBalancer Services, each with an endpoint here and one elsewhere: svc1 plain, svc2
 /// with externalTrafficPolicy Local, svc3 with internalTrafficPolicy Local.
-const INTERNAL_EXTERNAL_CLUSTER: &str = r#"
+pub(crate) const INTERNAL_EXTERNAL_CLUSTER: &str = r#"
 apiVersion: v1
 kind: Service
 metadata: {name: svc1, namespace: ns1}
@@ -1032,7 +1032,7 @@ ports: [{name: p80, port: 80, protocol: TCP}]
 
 /// The flows of every variant, for a node with a working local detector and no
 /// `--masquerade-all`.
-fn internal_external_flows() -> Vec<Flow> {
+pub(crate) fn internal_external_flows() -> Vec<Flow> {
     const SVC1: &[&str] = &["10.180.0.1:80", "10.180.1.1:80"];
     const SVC2: &[&str] = &["10.180.0.2:80", "10.180.1.2:80"];
     const SVC2_LOCAL: &[&str] = &["10.180.0.2:80"];
@@ -1278,7 +1278,7 @@ fn internal_external_masquerade() {
                 node: NodeSettings {
                     masquerade_all,
                     no_local_detector,
-                    nodeport_addresses: None,
+                    ..NodeSettings::default()
                 },
                 flows: overridden(internal_external_flows(), o),
             }

@@ -228,7 +228,11 @@ pub(crate) fn run(flags: &ExplainFlags, default_table: &str) -> Result<Answer, E
         daddr,
         proto,
         dport,
-        iif: flags.iif.clone(),
+        // A connection this node sends arrives on no interface: `iifname` reads empty.
+        iif: flags
+            .iif
+            .clone()
+            .or_else(|| (entry == Entry::Output).then(String::new)),
     };
     explain_table(&table, &host, &packet, entry).map(|e| Answer::Connection(Box::new(e)))
 }

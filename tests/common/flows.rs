@@ -31,7 +31,7 @@ use kubenft::cluster::ClusterState;
 use kubenft::netns::Netns;
 use kubenft::nft::kernel::Nftables;
 use kubenft::nft::model::{MapData, Table, Value};
-use kubenft::proxier::{NodePortAddresses, ProxyConfig};
+use kubenft::proxier::{DetectLocal, NodePortAddresses, ProxyConfig};
 use kubenft::source::manifests::{Manifests, parse_file};
 use kubenft::sync::{Observed, reconcile_transaction};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -165,7 +165,15 @@ pub struct NodeSettings {
     pub no_local_detector: bool,
     /// `--nodeport-addresses` CIDRs as written; None is the default (the node's primary IP).
     pub nodeport_addresses: Option<Vec<&'static str>>,
+    /// `--detect-local-mode InterfaceNamePrefix` with `POD_INTERFACE_PREFIX`: pod traffic is
+    /// what arrives on a pod's veth, whatever its source address.
+    pub detect_local_by_interface: bool,
 }
+
+/// The node's veths towards addresses inside the cluster CIDR are named with this prefix (the
+/// others `h…`), so a table can tell pods apart by interface as a CNI's naming lets
+/// kube-proxy do.
+pub const POD_INTERFACE_PREFIX: &str = "pod";
 
 /// A cluster and the flows to send through it.
 #[derive(Debug, Clone)]
@@ -360,6 +368,11 @@ impl Run {
             },
             local_addresses: self.node_addresses(),
             masquerade_all: settings.masquerade_all,
+            detect_local: if settings.detect_local_by_interface {
+                DetectLocal::InterfaceNamePrefix(POD_INTERFACE_PREFIX.into())
+            } else {
+                DetectLocal::ClusterCidr
+            },
             ..ProxyConfig::default()
         };
         kubenft::proxier::build(&state, &config)
@@ -411,6 +424,8 @@ struct Lab {
     run: Run,
     node: Netns,
     hosts: BTreeMap<IpAddr, Netns>,
+    /// The node's veth towards each host: the interface its packets arrive on.
+    host_devices: BTreeMap<IpAddr, String>,
     _upstream: Netns,
     runtime: tokio::runtime::Runtime,
 }
@@ -480,8 +495,20 @@ impl Lab {
             cmds.push("addr add 100.64.0.1/30 dev to-up".into());
             cmds.push("route add default via 100.64.0.2".into());
         }
-        for (i, (a, host)) in hosts.iter().enumerate() {
-            let dev = format!("h{i}");
+        let host_devices: BTreeMap<IpAddr, String> = hosts
+            .keys()
+            .enumerate()
+            .map(|(i, a)| {
+                let prefix = if run.cluster_cidr().contains(a) {
+                    POD_INTERFACE_PREFIX
+                } else {
+                    "h"
+                };
+                (*a, format!("{prefix}{i}"))
+            })
+            .collect();
+        for (a, host) in &hosts {
+            let dev = &host_devices[a];
             cmds.push(format!(
                 "link add {dev} type veth peer name eth0 netns {}",
                 host.name()
@@ -568,6 +595,7 @@ impl Lab {
             run,
             node,
             hosts,
+            host_devices,
             _upstream: upstream,
             runtime,
         };
@@ -901,11 +929,15 @@ impl Case {
             Proto::Udp => "udp",
             Proto::Sctp => "sctp",
         };
+        // Where the connection arrives, for rules that tell pods apart by interface; the
+        // node's own connections arrive on none.
+        let iif = lab.host_devices.get(&self.from);
+        let extra: Vec<&str> = iif.map_or_else(Vec::new, |dev| vec!["--iif", dev.as_str()]);
         explain_harness::try_explain(
             &lab.node,
             &format!("{}/{proto}", self.to),
             Some(&self.from.to_string()),
-            &[],
+            &extra,
         )
     }
 

@@ -303,3 +303,45 @@ fn an_address_a_service_is_reached_at_twice_yields_its_elements_once() {
     assert_eq!(fragment.elements_of("pick-fallback").len(), 3);
     assert_eq!(fragment.elements_of("pick-2-slots").len(), 3 * 2);
 }
+
+/// kube-proxy 1.36 (kubernetes#135800, #136499): the masquerade mark is cleared once it has done
+/// its work, so a packet the node forwards again (a VXLAN tunnel reusing the buffer) is not
+/// masqueraded twice, and hairpin connections are found by their (source, destination) pair
+/// after DNAT rather than marked on the way in.
+#[test]
+fn the_masquerading_chain_masquerades_hairpins_and_marked_packets_and_clears_the_mark() {
+    let tables = plan(
+        &[service(WEB_NODEPORT)],
+        &[slice("web", "IPv4", 8080, TWO_ELSEWHERE)],
+        &config(),
+    );
+    let rules = &v4(&tables).chains["masquerading"].rules;
+    let stmts: Vec<&[Stmt]> = rules.iter().map(|r| &r.stmts[..]).collect();
+    let [hairpin, unmarked, clear, masquerade] = stmts[..] else {
+        panic!("masquerading has {} rules: {stmts:?}", stmts.len())
+    };
+    assert!(
+        hairpin.contains(&Stmt::in_set(
+            vec![Selector::IpSaddr, Selector::IpDaddr],
+            "hairpin-endpoints"
+        )) && hairpin.last() == Some(&Stmt::jump("mark-for-masquerade")),
+        "{hairpin:?}"
+    );
+    assert_eq!(
+        unmarked,
+        [
+            Stmt::Match {
+                left: Selector::Mark,
+                mask: Some(0x4000),
+                op: CmpOp::Eq,
+                right: Value::Mark(0)
+            },
+            Stmt::Verdict(Verdict::Return)
+        ]
+    );
+    assert_eq!(
+        clear,
+        [Stmt::SetMark(crate::nft::model::MarkOp::Xor(0x4000))]
+    );
+    assert_eq!(masquerade, [Stmt::Masquerade { fully_random: true }]);
+}
