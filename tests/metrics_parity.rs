@@ -90,6 +90,17 @@ const NFTABLES_MODE: &[(&str, &str, &[&str])] = &[
         "counter",
         &["ip_family"],
     ),
+    // 1.37, KubeProxyNFTablesLocalhostNodePorts (served whatever the gate: zero without it).
+    (
+        "kubeproxy_nftables_localhost_nodeport_listeners",
+        "gauge",
+        &["ip_family"],
+    ),
+    (
+        "kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total",
+        "counter",
+        &["ip_family"],
+    ),
 ];
 
 /// kube-proxy metrics of other modes, and why kubenft does not serve them.
@@ -116,7 +127,8 @@ const OTHER_MODES: &[(&str, &str)] = &[
     ),
     (
         "kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
-        "iptables mode: NodePorts on localhost, which nftables mode does not serve",
+        "iptables mode: NodePorts on localhost through route_localnet; nftables mode serves \
+         them with a userspace proxy and metrics of its own",
     ),
 ];
 
