@@ -34,6 +34,30 @@ fn dns_node_port() -> Value {
     svc
 }
 
+/// `demo/web6`: an IPv6 NodePort Service (NodePort 30086 → 8080) served by pod-1's IPv6
+/// address, and its slice.
+fn web6_node_port() -> [Value; 2] {
+    [
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web6", "namespace": "demo"},
+            "spec": {"type": "NodePort", "clusterIP": "fd00:96::6", "clusterIPs": ["fd00:96::6"],
+                     "ipFamilies": ["IPv6"],
+                     "ports": [{"name": "http", "port": 80, "protocol": "TCP",
+                                "targetPort": 8080, "nodePort": 30086}]}
+        }),
+        json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "web6-1", "namespace": "demo",
+                         "labels": {"kubernetes.io/service-name": "web6"}},
+            "addressType": "IPv6",
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            "endpoints": [{"addresses": ["fd00:244:1::2"], "nodeName": NODE,
+                           "conditions": {"ready": true}}]
+        }),
+    ]
+}
+
 /// What a connection from the node's namespace to `to` gets.
 fn from_node(topo: &Topology, to: &str) -> Outcome {
     try_request(&topo.node, addr(to))
@@ -107,6 +131,9 @@ fn loopback_node_ports_are_refused_rejected_or_proxied_as_kube_proxy_1_37_does()
     api.apply(slice("web", &[1]));
     api.apply(dns_node_port());
     api.apply(dns_slice(&[1]));
+    for object in web6_node_port() {
+        api.apply(object);
+    }
 
     // Without the gate: the node IP's NodePort works, loopback is refused by the kernel (the
     // daemon warns that naming loopback changes nothing without the gate).
@@ -146,6 +173,12 @@ fn loopback_node_ports_are_refused_rejected_or_proxied_as_kube_proxy_1_37_does()
     );
     assert!(!reject_set(&topo).contains("tcp . 30080"));
     assert!(udp_rejected(&topo, addr("127.0.0.1:30053")));
+    // `localhost` names IPv6 loopback too: [::1] reaches the IPv6 Service's endpoint.
+    let outcome = wait_served_by(&topo, "[::1]:30086", "pod-1");
+    assert!(
+        matches!(&outcome, Outcome::Answered { source, .. } if source == "fd00:244:1::1"),
+        "{outcome:?}"
+    );
     wait_served_by(&topo, "10.0.0.1:30080", "pod-1");
     let metrics = eventually(Duration::from_secs(10), "listener gauge", || {
         let (_, page) = http_get(&topo.node, addr("127.0.0.1:10249"), "/metrics")?;
