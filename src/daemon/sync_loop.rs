@@ -504,6 +504,9 @@ impl SyncLoop {
         let store = self.store.clone();
         let mut store = lock(&store);
         let changed = store.update_model(&mut self.live, &self.proxy.hostname);
+        if !self.proxy.serve_external_ips {
+            self.live.state.withhold_external_ips(&changed);
+        }
         self.converted.extend(changed);
         self.unconverted_since = None;
         self.health

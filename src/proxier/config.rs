@@ -65,6 +65,11 @@ pub struct ProxyConfig {
     /// Whether endpoints' node hints (`forNodes`, written for PreferSameNode) count: the
     /// PreferSameTrafficDistribution feature gate. Off, only zone hints steer topology.
     pub use_node_hints: bool,
+    /// Whether Services' `externalIPs` are proxied: the AllowServiceExternalIPs feature gate
+    /// (KEP-5707). Off, the model drops them as the Services are converted
+    /// (`ClusterState::withhold_external_ips`), so nothing downstream (rules, conntrack
+    /// cleanup, traffic-policy choices) sees them, as kube-proxy's service ports do not.
+    pub serve_external_ips: bool,
 }
 
 impl Default for ProxyConfig {
@@ -82,6 +87,7 @@ impl Default for ProxyConfig {
             detect_local: DetectLocal::ClusterCidr,
             supported_families: vec![IpFamily::V4, IpFamily::V6],
             use_node_hints: true,
+            serve_external_ips: true,
         }
     }
 }
