@@ -1,7 +1,8 @@
 //! Events, as the real daemon writes them through kube-rs to the test API server (which
 //! validates them as a kube-apiserver does): kube-proxy's `Starting` event on the Node, a
-//! Warning for a skipped object, one rate-limited Warning for syncs that keep failing, and
-//! syncs that go on when events cannot be written at all.
+//! Warning for a skipped object, kube-proxy's Warning for a port that cannot be bound, one
+//! rate-limited Warning for syncs that keep failing, and syncs that go on when events cannot
+//! be written at all.
 
 use crate::common;
 use crate::harness;
@@ -96,6 +97,55 @@ fn the_daemon_records_kube_proxys_start_event_and_a_warning_for_a_skipped_object
         "written to events.k8s.io/v1"
     );
     drop(daemon);
+}
+
+/// kube-proxy with `bindAddressHardFail` records a Warning on the Node when its healthz or
+/// metrics server cannot start, then exits; kubenft always fails hard, so it always does.
+#[test]
+fn a_port_that_cannot_be_bound_raises_kube_proxys_warning_before_the_daemon_exits() {
+    let Some((topo, api)) = lab("evB") else {
+        return;
+    };
+    for (flag, address, reason) in [
+        (
+            "--healthz-bind-address",
+            "127.0.0.1:10256",
+            "FailedToStartProxierHealthcheck",
+        ),
+        (
+            "--metrics-bind-address",
+            "127.0.0.1:10249",
+            "FailedToStartMetricServer",
+        ),
+    ] {
+        let taken = topo
+            .node
+            .run(move || std::net::TcpListener::bind(address).unwrap())
+            .unwrap();
+        let mut daemon = start_daemon(&topo, &api, &[flag, address]);
+        let code = daemon.wait_exit(Duration::from_secs(20));
+        assert!(
+            code.is_some_and(|c| c != 0),
+            "exits with an error: {code:?}"
+        );
+        let warning = events(&api, reason)
+            .pop()
+            .unwrap_or_else(|| panic!("no {reason} event:\n{}", daemon.log()));
+        assert_eq!(warning["type"], "Warning");
+        assert_eq!(warning["action"], "StartKubeProxy");
+        assert_eq!(warning["regarding"]["kind"], "Node");
+        assert_eq!(warning["regarding"]["name"], NODE);
+        let note = warning["note"].as_str().unwrap();
+        assert!(
+            note.contains(address),
+            "the note says which address: {note}"
+        );
+        assert!(
+            events(&api, "Starting").is_empty(),
+            "it never started, so no birth cry"
+        );
+        drop(taken);
+    }
 }
 
 #[test]

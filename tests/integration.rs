@@ -33,6 +33,7 @@ mod deploy;
 mod dual_stack;
 mod events;
 mod explain;
+mod external_ips;
 mod image;
 mod kernel_probe;
 mod kube_proxy_config;

@@ -388,6 +388,27 @@ impl ClusterState {
         self.endpoints = endpoints.into_iter().collect();
     }
 
+    /// Drops the external IPs of every port of `services`, as kube-proxy's service ports hold
+    /// none with the AllowServiceExternalIPs gate off: no rule, no conntrack cleanup and no
+    /// traffic-policy choice sees them. The policies stay as converted (kube-proxy reads
+    /// `externalTrafficPolicy` from the spec), but a port without NodePort or load-balancer
+    /// IPs is no longer reachable from outside (`ServicePort::has_external`).
+    pub(crate) fn withhold_external_ips<'a>(
+        &mut self,
+        services: impl IntoIterator<Item = &'a ServiceRef>,
+    ) {
+        for service in services {
+            let lowest = ServicePortName::lowest_of(service);
+            for (_, port) in self
+                .services
+                .range_mut::<ServicePortName, _>(&lowest..)
+                .take_while(|(name, _)| name.is_port_of(service))
+            {
+                port.external_ips.clear();
+            }
+        }
+    }
+
     /// Replaces the service CIDRs with those `objects` (every ServiceCIDR object) declare;
     /// returns the CIDRs skipped and why. As kube-proxy does, every object counts whatever its
     /// status: one being deleted keeps its range until it is gone, as the API server keeps

@@ -250,3 +250,64 @@ fn ports_with_endpoints_finds_each_ports_endpoints() {
         ]
     );
 }
+
+/// With the AllowServiceExternalIPs gate off, kube-proxy's service ports hold no external IPs:
+/// only the named services lose theirs, on every port, and a ClusterIP Service reachable from
+/// outside through them alone no longer is; NodePorts and load-balancer IPs stay.
+#[test]
+fn withheld_external_ips_leave_only_the_named_services_other_addresses() {
+    let service = |name: &str, spec: serde_json::Value| -> Service {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "a"},
+            "spec": spec,
+        }))
+        .unwrap()
+    };
+    let services = [
+        service(
+            "ext",
+            serde_json::json!({"clusterIP": "10.96.0.10", "externalIPs": ["192.0.2.30"],
+                "externalTrafficPolicy": "Local",
+                "ports": [{"name": "http", "port": 80}, {"name": "https", "port": 443}]}),
+        ),
+        service(
+            "np",
+            serde_json::json!({"type": "NodePort", "clusterIP": "10.96.0.11",
+                "externalIPs": ["192.0.2.31"],
+                "ports": [{"port": 80, "nodePort": 30080}]}),
+        ),
+        service(
+            "kept",
+            serde_json::json!({"clusterIP": "10.96.0.12", "externalIPs": ["192.0.2.32"],
+                "ports": [{"port": 80}]}),
+        ),
+    ];
+    let (mut state, rejected) = ClusterState::from_objects(&services, &[], None);
+    assert!(rejected.is_empty(), "{rejected:?}");
+    let withheld = [
+        ("a".to_string(), "ext".to_string()),
+        ("a".to_string(), "np".to_string()),
+    ];
+    state.withhold_external_ips(&withheld);
+    let ports: Vec<_> = state.services.values().collect();
+    assert_eq!(ports.len(), 4);
+    for sp in &ports {
+        let external: Vec<String> = sp.external_ips.iter().map(|ip| ip.to_string()).collect();
+        match sp.name.name.as_str() {
+            "ext" => {
+                assert!(external.is_empty(), "{}", sp.name);
+                assert!(!sp.has_external(), "its external IP was its only way in");
+                assert_eq!(
+                    sp.external_policy,
+                    TrafficPolicy::Local,
+                    "read from the spec"
+                );
+            }
+            "np" => {
+                assert!(external.is_empty());
+                assert!(sp.has_external(), "the NodePort stays");
+            }
+            _ => assert_eq!(external, ["192.0.2.32"], "a service not named keeps them"),
+        }
+    }
+}

@@ -1,14 +1,21 @@
 //! kube-proxy's feature gates (`featureGates` in the file, `--feature-gates` on the command
 //! line): the ones that change what kube-proxy's nftables mode does are honoured, or are
-//! behaviour kubenft always has; any other is named in one warning.
+//! behaviour kubenft always has; any other is named in one warning. A deprecated gate that is
+//! set gets a warning of its own, as in kube-proxy.
 
 use std::collections::BTreeMap;
+
+/// Records a gate's value in `FeatureGates`.
+type Apply = fn(&mut FeatureGates, bool);
 
 /// What a gate means to kubenft.
 #[derive(Clone, Copy)]
 enum Gate {
-    /// Both values are honoured: the setter records the value in `FeatureGates`.
-    Honoured(fn(&mut FeatureGates, bool)),
+    /// Both values are honoured: `Apply` records the value (see `FeatureGates`).
+    Honoured(Apply),
+    /// Honoured too, but deprecated in kube-proxy: setting it, either way, gets a warning of
+    /// its own, as kube-proxy logs one for every deprecated gate that is set.
+    Deprecated(Apply),
     /// kubenft always behaves as with this gate on (GA, and locked on, in the kube-proxy
     /// versions it follows); turning it off is named in the warning.
     AlwaysOn,
@@ -26,6 +33,11 @@ const GATES: &[(&str, Gate)] = &[
         "KubeProxyNFTablesLocalhostNodePorts",
         Gate::Honoured(|g, on| g.localhost_nodeports = on),
     ),
+    // KEP-5707 (deprecated since 1.36, default on): off, Services' externalIPs are not proxied.
+    (
+        "AllowServiceExternalIPs",
+        Gate::Deprecated(|g, on| g.allow_service_external_ips = on),
+    ),
     ("TopologyAwareHints", Gate::AlwaysOn),
     ("ServiceTrafficDistribution", Gate::AlwaysOn),
     // ServiceCIDR objects drive the drop of unallocated ClusterIPs.
@@ -42,6 +54,8 @@ pub(crate) struct FeatureGates {
     pub(crate) prefer_same_traffic_distribution: bool,
     /// KubeProxyNFTablesLocalhostNodePorts (alpha in 1.37, default off).
     pub(crate) localhost_nodeports: bool,
+    /// AllowServiceExternalIPs (deprecated, default on, in 1.36 and 1.37).
+    pub(crate) allow_service_external_ips: bool,
 }
 
 impl Default for FeatureGates {
@@ -49,6 +63,7 @@ impl Default for FeatureGates {
         FeatureGates {
             prefer_same_traffic_distribution: true,
             localhost_nodeports: false,
+            allow_service_external_ips: true,
         }
     }
 }
@@ -70,14 +85,22 @@ pub(super) fn parse_flag(value: &str) -> Result<BTreeMap<String, bool>, String> 
     Ok(gates)
 }
 
-/// The planner's gates from the merged settings, and the one warning naming those that change
-/// nothing here.
-pub(super) fn resolve(settings: &BTreeMap<String, bool>) -> (FeatureGates, Option<String>) {
+/// The planner's gates from the merged settings, and the warnings: one per deprecated gate set,
+/// then one naming every gate that changes nothing here.
+pub(super) fn resolve(settings: &BTreeMap<String, bool>) -> (FeatureGates, Vec<String>) {
     let mut gates = FeatureGates::default();
+    let mut warnings = Vec::new();
     let mut no_effect = Vec::new();
     for (name, &on) in settings {
         match GATES.iter().find(|(n, _)| n == name).map(|(_, g)| *g) {
-            Some(Gate::Honoured(set)) => set(&mut gates, on),
+            Some(Gate::Honoured(apply)) => apply(&mut gates, on),
+            Some(Gate::Deprecated(apply)) => {
+                apply(&mut gates, on);
+                warnings.push(format!(
+                    "feature gate {name}={on} is deprecated: kube-proxy will remove it in a \
+                     future release"
+                ));
+            }
             Some(Gate::AlwaysOn) if on => {}
             Some(Gate::AlwaysOn) => no_effect.push(format!(
                 "{name}=false (kubenft always behaves as with it on)"
@@ -85,13 +108,13 @@ pub(super) fn resolve(settings: &BTreeMap<String, bool>) -> (FeatureGates, Optio
             None => no_effect.push(format!("{name}={on}")),
         }
     }
-    let warning = (!no_effect.is_empty()).then(|| {
-        format!(
+    if !no_effect.is_empty() {
+        warnings.push(format!(
             "feature gates that change nothing in kubenft: {}",
             no_effect.join(", ")
-        )
-    });
-    (gates, warning)
+        ));
+    }
+    (gates, warnings)
 }
 
 #[cfg(test)]
@@ -116,35 +139,71 @@ mod tests {
 
     #[test]
     fn the_traffic_distribution_gate_is_honoured_and_the_rest_named_in_one_warning() {
-        let (gates, warning) = resolve(&BTreeMap::new());
+        let (gates, warnings) = resolve(&BTreeMap::new());
         assert!(gates.prefer_same_traffic_distribution);
-        assert_eq!(warning, None);
+        assert!(warnings.is_empty());
 
-        let (gates, warning) = resolve(&BTreeMap::from([
+        let (gates, warnings) = resolve(&BTreeMap::from([
             ("PreferSameTrafficDistribution".into(), false),
             ("TopologyAwareHints".into(), true),
         ]));
         assert!(!gates.prefer_same_traffic_distribution);
-        assert_eq!(warning, None, "gates kubenft follows need no warning");
+        assert!(warnings.is_empty(), "gates kubenft follows need no warning");
 
-        let (gates, warning) = resolve(&BTreeMap::from([(
+        let (gates, warnings) = resolve(&BTreeMap::from([(
             "KubeProxyNFTablesLocalhostNodePorts".into(),
             true,
         )]));
         assert!(gates.localhost_nodeports && gates.prefer_same_traffic_distribution);
-        assert_eq!(warning, None);
+        assert!(warnings.is_empty());
 
-        let (_, warning) = resolve(&BTreeMap::from([
+        let (_, warnings) = resolve(&BTreeMap::from([
             ("ContextualLogging".into(), true),
             ("LoadBalancerIPMode".into(), false),
             ("WinDSR".into(), true),
         ]));
         assert_eq!(
-            warning.as_deref(),
-            Some(
+            warnings,
+            [
                 "feature gates that change nothing in kubenft: ContextualLogging=true, \
                  LoadBalancerIPMode=false (kubenft always behaves as with it on), WinDSR=true"
-            )
+            ]
         );
+    }
+
+    #[test]
+    fn service_external_ips_are_allowed_unless_the_deprecated_gate_is_set_off() {
+        let (gates, warnings) = resolve(&BTreeMap::new());
+        assert!(
+            gates.allow_service_external_ips,
+            "on by default, as in 1.36 and 1.37"
+        );
+        assert!(
+            warnings.is_empty(),
+            "an unset deprecated gate is not mentioned"
+        );
+
+        for on in [false, true] {
+            let (gates, warnings) = resolve(&BTreeMap::from([
+                ("AllowServiceExternalIPs".into(), on),
+                ("WinDSR".into(), true),
+            ]));
+            assert_eq!(gates.allow_service_external_ips, on);
+            assert!(
+                gates.prefer_same_traffic_distribution,
+                "other gates keep their defaults"
+            );
+            assert_eq!(
+                warnings,
+                [
+                    format!(
+                        "feature gate AllowServiceExternalIPs={on} is deprecated: kube-proxy \
+                         will remove it in a future release"
+                    ),
+                    "feature gates that change nothing in kubenft: WinDSR=true".to_string(),
+                ],
+                "set either way, it is warned about as kube-proxy does"
+            );
+        }
     }
 }

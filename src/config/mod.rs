@@ -293,8 +293,8 @@ impl Cli {
         if let Some(value) = &flags.feature_gates {
             gate_settings.extend(gates::parse_flag(value).map_err(ConfigError::FeatureGates)?);
         }
-        let (feature_gates, gate_warning) = gates::resolve(&gate_settings);
-        warnings.extend(gate_warning);
+        let (feature_gates, gate_warnings) = gates::resolve(&gate_settings);
+        warnings.extend(gate_warnings);
 
         apply_bind_address(&mut flags, &mut proxy_flags)?;
 
@@ -302,6 +302,7 @@ impl Cli {
         proxy.use_node_hints = feature_gates.prefer_same_traffic_distribution;
         proxy.localhost_nodeports = feature_gates.localhost_nodeports;
         warnings.extend(localhost_nodeports_warning(&proxy));
+        proxy.serve_external_ips = feature_gates.allow_service_external_ips;
         warnings.splice(0..0, proxy_warnings);
         let run = flags.validate(proxy_flags.manifests.clone(), gate_settings)?;
         let task = if flags.cleanup {

@@ -882,3 +882,41 @@ fn loopback_nodeports_need_the_gate_and_a_loopback_range_of_the_family() {
         "the gate alone is honoured: loopback NodePorts are rejected"
     );
 }
+
+/// AllowServiceExternalIPs reaches the planner from the file or the flag (the flag winning),
+/// and setting it, either way, is warned about as a deprecated gate.
+#[test]
+fn the_external_ips_gate_reaches_the_planner_with_its_deprecation_warning() {
+    let c = validate(&["run", "--cluster-cidr=10.244.0.0/16"]).unwrap();
+    assert!(c.proxy.serve_external_ips, "on by default");
+    assert_eq!(c.warnings, Vec::<String>::new());
+
+    let f = config_file(
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clusterCIDR: 10.244.0.0/16
+featureGates: {AllowServiceExternalIPs: false}
+",
+    );
+    let path = f.path().to_str().unwrap();
+    let c = validate(&["run", "--config", path]).unwrap();
+    assert!(!c.proxy.serve_external_ips);
+    assert_eq!(
+        c.warnings,
+        [
+            "feature gate AllowServiceExternalIPs=false is deprecated: kube-proxy will remove it \
+          in a future release"
+        ]
+    );
+    let c = validate(&[
+        "run",
+        "--config",
+        path,
+        "--feature-gates=AllowServiceExternalIPs=true",
+    ])
+    .unwrap();
+    assert!(
+        c.proxy.serve_external_ips,
+        "the flag's gate wins over the file's"
+    );
+}

@@ -1,6 +1,7 @@
 //! Events (events.k8s.io/v1) recorded as kube-proxy records them: a Normal `Starting` event on
 //! the Node when the daemon starts (kube-proxy's "birth cry"), and Warnings for objects it had
-//! to skip, for syncs that keep failing, and for a kernel that cannot run the ruleset.
+//! to skip, for syncs that keep failing, for a healthz or metrics server that cannot start,
+//! and for a kernel that cannot run the ruleset.
 //!
 //! Guarantees: recording never blocks and never fails the caller. Events go through a bounded
 //! queue to a writer task of their own; a full queue drops the event, a refused or failed
@@ -34,6 +35,10 @@ pub(crate) const REASON_REJECTED: &str = "RejectedObject";
 pub(crate) const REASON_KERNEL_UNSUPPORTED: &str = "KernelUnsupported";
 /// Several syncs in a row failed; the previous rules stay in place.
 pub(crate) const REASON_SYNC_FAILING: &str = "SyncProxyRulesFailed";
+/// kube-proxy's reasons (with `bindAddressHardFail`, which kubenft always has) for a healthz
+/// or metrics server that cannot start; the daemon exits.
+pub(crate) const REASON_HEALTHZ_FAILED: &str = "FailedToStartProxierHealthcheck";
+pub(crate) const REASON_METRICS_FAILED: &str = "FailedToStartMetricServer";
 /// kubenft's own: kube-proxy's rules removed with the first sync (`--replace-kube-proxy`).
 pub(crate) const REASON_KUBE_PROXY_REPLACED: &str = "KubeProxyReplaced";
 /// kubenft's own: another proxy's rules are on the node (back after the takeover, or where
@@ -169,6 +174,21 @@ impl Occurrence {
             reason: REASON_FOREIGN_PROXY_RULES,
             action: ACTION_SYNC,
             note,
+        }
+    }
+
+    /// The `/healthz` (`healthz`) or `/metrics` server could not start, for `error`.
+    pub(crate) fn server_failed(node: &str, healthz: bool, error: &str) -> Occurrence {
+        Occurrence {
+            regarding: Regarding::node(node),
+            event_type: EventType::Warning,
+            reason: if healthz {
+                REASON_HEALTHZ_FAILED
+            } else {
+                REASON_METRICS_FAILED
+            },
+            action: ACTION_START,
+            note: error.to_string(),
         }
     }
 

@@ -6,7 +6,9 @@
 //! Guarantees: nothing is programmed before the kernel passed the start-up probe
 //! (`kernel_support`): on a kernel that refuses it the daemon answers `/healthz` and `/livez`
 //! with 503 and the reason, records a Warning Event on the Node, waits for that write (at most
-//! `REFUSAL_EVENT_LIMIT`) and exits with an error; nothing is programmed before every kind was
+//! `REFUSAL_EVENT_LIMIT`) and exits with an error; a `/healthz` or `/metrics` address that
+//! cannot be bound stops the start the same way, with kube-proxy's Warning Event for it (as
+//! with its `bindAddressHardFail`); nothing is programmed before every kind was
 //! listed completely once; a failed sync leaves the previous rules, is logged and counted, and
 //! is retried as a full sync; API outages never clear the rules; stopping (SIGTERM, SIGINT)
 //! leaves the rules in place, so a restart drops no connection.
@@ -139,7 +141,18 @@ async fn run_async(
     let health = HealthState::new(2 * settings.periods.sync_period);
     let (stop_tx, stop_rx) = watch::channel(false);
     // Bind before anything else so a taken port fails the start, not a later probe.
-    let servers = start_servers(&settings, &health, &metrics, &stop_rx).await?;
+    let servers = match start_servers(&settings, &health, &metrics, &stop_rx).await {
+        Ok(servers) => servers,
+        Err(e) => {
+            // kube-proxy with bindAddressHardFail says so on the Node before it exits.
+            if let DaemonError::Serve { what, .. } = &e {
+                let failed =
+                    Occurrence::server_failed(&proxy.hostname, *what == HEALTHZ, &with_causes(&e));
+                record_before_exit(failed, &proxy, &source, &metrics).await;
+            }
+            return Err(e);
+        }
+    };
 
     let probed = tokio::task::block_in_place(|| {
         crate::kernel_support::check_at_start(&proxy, &proxy.supported_families)
@@ -178,6 +191,10 @@ async fn run_async(
     result
 }
 
+/// `DaemonError::Serve`'s names for the two servers.
+const HEALTHZ: &str = "healthz";
+const METRICS: &str = "metrics";
+
 /// Binds and starts the `/healthz` and `/metrics` servers the settings ask for; each stops
 /// once `stop` says so.
 async fn start_servers(
@@ -188,7 +205,7 @@ async fn start_servers(
 ) -> Result<Vec<JoinHandle<Result<(), serve::ServeError>>>, DaemonError> {
     let mut servers = Vec::new();
     if let Some(addr) = settings.healthz_bind_address {
-        let listener = listen(addr, "healthz").await?;
+        let listener = listen(addr, HEALTHZ).await?;
         tracing::info!(%addr, "serving /healthz and /livez");
         servers.push(tokio::spawn(serve::serve_healthz_on(
             listener,
@@ -198,7 +215,7 @@ async fn start_servers(
         )));
     }
     if let Some(addr) = settings.metrics_bind_address {
-        let listener = listen(addr, "metrics").await?;
+        let listener = listen(addr, METRICS).await?;
         tracing::info!(%addr, "serving /metrics");
         servers.push(tokio::spawn(serve::serve_metrics_on(
             listener,
@@ -227,6 +244,19 @@ async fn report_unsupported_kernel(
     let reason = unsupported.to_string();
     tracing::error!(kernel = %unsupported.kernel, "{reason}");
     health.kernel_unsupported(&reason);
+    let refused = Occurrence::kernel_unsupported(&proxy.hostname, &reason);
+    record_before_exit(refused, proxy, source, metrics).await;
+}
+
+/// Records `occurrence` (with the API as source) and waits for the write, at most
+/// `REFUSAL_EVENT_LIMIT`: the daemon exits next, and the Event is the one place a cluster
+/// operator sees why the pod keeps restarting.
+async fn record_before_exit(
+    occurrence: Occurrence,
+    proxy: &ProxyConfig,
+    source: &Source,
+    metrics: &Metrics,
+) {
     let Source::Api { kubeconfig, .. } = source else {
         return;
     };
@@ -238,10 +268,21 @@ async fn report_unsupported_kernel(
         }
     };
     let events = Recorder::spawn(client, &proxy.hostname, metrics.clone(), Limits::default());
-    events.record(Occurrence::kernel_unsupported(&proxy.hostname, &reason));
+    events.record(occurrence);
     if !events.flush(REFUSAL_EVENT_LIMIT).await {
         tracing::warn!(limit = ?REFUSAL_EVENT_LIMIT, "the Warning event was not written in time");
     }
+}
+
+/// `e` and each of its causes, joined by ": " (an Event's note has no other way to them).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text = format!("{text}: {c}");
+        cause = c.source();
+    }
+    text
 }
 
 async fn listen(addr: SocketAddr, what: &'static str) -> Result<TcpListener, DaemonError> {

@@ -208,8 +208,9 @@ impl SyncLoop {
     /// One sync; returns whether it was (or fell back to) a full one.
     async fn sync_once(&mut self) -> SyncKind {
         // The duration covers the whole sync: bringing the model up to date too. The schedule
-        // counts `min_sync_period` from here, where the sync takes its changes, so the model
-        // update does not lengthen the period between two syncs.
+        // counts `min_sync_period` from the sync's end, after the after-sync steps, as
+        // kube-proxy counts it from the end of its sync function (conntrack cleanup and the
+        // health-check servers included).
         let started = Instant::now();
         let force_full = self.schedule.start(started);
         let (changed, triggers) = self.update_model();
@@ -510,6 +511,9 @@ impl SyncLoop {
         let store = self.store.clone();
         let mut store = lock(&store);
         let changed = store.update_model(&mut self.live, &self.proxy.hostname);
+        if !self.proxy.serve_external_ips {
+            self.live.state.withhold_external_ips(&changed);
+        }
         self.converted.extend(changed);
         self.unconverted_since = None;
         self.health

@@ -113,6 +113,11 @@ pub struct ProxyConfig {
     /// the daemon's userspace TCP proxy where `nodeport_addresses` names loopback, and
     /// rejected elsewhere.
     pub localhost_nodeports: bool,
+    /// Whether Services' `externalIPs` are proxied: the AllowServiceExternalIPs feature gate
+    /// (KEP-5707). Off, the model drops them as the Services are converted
+    /// (`ClusterState::withhold_external_ips`), so nothing downstream (rules, conntrack
+    /// cleanup, traffic-policy choices) sees them, as kube-proxy's service ports do not.
+    pub serve_external_ips: bool,
 }
 
 impl Default for ProxyConfig {
@@ -131,6 +136,7 @@ impl Default for ProxyConfig {
             supported_families: vec![IpFamily::V4, IpFamily::V6],
             use_node_hints: true,
             localhost_nodeports: false,
+            serve_external_ips: true,
         }
     }
 }

@@ -1,11 +1,17 @@
 //! When to sync: kube-proxy's rate limits as a pure state machine over `Instant`s, so the
 //! daemon's loop only sleeps until `next_sync` and tests need no clock.
 //!
-//! Guarantees: two syncs never start less than `min_sync_period` apart (bursts of changes are
-//! coalesced into one sync); a change is never forgotten (it waits at most `min_sync_period`);
-//! after a failure the next attempt comes `sync_period` later; with no change at all a sync
-//! still runs every `sync_period` (cheap: it notices a foreign change to the ruleset through
-//! the generation and repairs it); and a full sync is forced every `full_sync_period`.
+//! Guarantees: a sync never starts less than `min_sync_period` after the previous one finished
+//! (bursts of changes are coalesced into one sync), however long that one took; a change is
+//! never forgotten (it waits at most `min_sync_period` after the running sync ends); after a
+//! failure the next attempt comes `sync_period` later; with no change at all a sync still runs
+//! every `sync_period` (cheap: it notices a foreign change to the ruleset through the
+//! generation and repairs it); and a full sync is forced every `full_sync_period`.
+//!
+//! Every period counts from the end of the previous sync, as kube-proxy's sync runner counts
+//! them since 1.34 (kubernetes#131615: it re-arms its timers once the work function returns).
+//! Counted from the start instead, a sync longer than `min_sync_period` would be followed at
+//! once by the next, and a node busy with long syncs would never rest between them.
 
 use std::time::Duration;
 #[cfg(feature = "daemon")]
@@ -17,9 +23,10 @@ use super::engine::SyncKind;
 /// kube-proxy's timing settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Periods {
-    /// `--min-sync-period`: minimum time between two syncs.
+    /// `--min-sync-period`: minimum time from the end of a sync to the start of the next.
     pub(crate) min_sync_period: Duration,
-    /// `--sync-period`: retry delay after a failure, and the longest time without a sync.
+    /// `--sync-period`: retry delay after a failure, and the longest time without a sync
+    /// (both counted from the end of the last one).
     pub(crate) sync_period: Duration,
     /// `--full-sync-period`: longest time without a full sync (one that reads the kernel).
     pub(crate) full_sync_period: Duration,
@@ -39,7 +46,8 @@ impl Default for Periods {
 #[derive(Debug, Clone)]
 pub(crate) struct Schedule {
     periods: Periods,
-    last_start: Option<Instant>,
+    /// When the last sync finished (successfully or not).
+    last_end: Option<Instant>,
     last_full: Option<Instant>,
     /// A change arrived that no started sync has taken yet.
     pending: bool,
@@ -52,7 +60,7 @@ impl Schedule {
     pub(crate) fn new(periods: Periods) -> Self {
         Schedule {
             periods,
-            last_start: None,
+            last_end: None,
             last_full: None,
             pending: true,
             failed_at: None,
@@ -82,7 +90,7 @@ impl Schedule {
 
     /// When the next sync should start (possibly in the past: start now).
     pub(crate) fn next_sync(&self, now: Instant) -> Instant {
-        let Some(last) = self.last_start else {
+        let Some(last) = self.last_end else {
             return now;
         };
         let earliest = last + self.periods.min_sync_period;
@@ -99,13 +107,13 @@ impl Schedule {
     /// A sync starts at `now`; returns whether it must be a full one.
     pub(crate) fn start(&mut self, now: Instant) -> bool {
         self.pending = false;
-        self.last_start = Some(now);
         self.last_full
             .is_none_or(|t| now.duration_since(t) >= self.periods.full_sync_period)
     }
 
     /// The sync started last finished at `now`; `kind` is set when it succeeded.
     pub(crate) fn finished(&mut self, now: Instant, kind: Option<SyncKind>) {
+        self.last_end = Some(now);
         match kind {
             Some(kind) => {
                 self.failed_at = None;
@@ -147,9 +155,9 @@ mod tests {
         s.finished(t0 + 10 * MS, Some(SyncKind::Full));
         for i in 1..50 {
             s.changed();
-            assert_eq!(s.next_sync(t0 + i * MS), t0 + 1000 * MS);
+            assert_eq!(s.next_sync(t0 + i * MS), t0 + 1010 * MS);
         }
-        assert!(!s.start(t0 + 1000 * MS), "a partial sync");
+        assert!(!s.start(t0 + 1010 * MS), "a partial sync");
         assert!(!s.pending(), "the burst was taken by that one sync");
     }
 
@@ -180,7 +188,7 @@ mod tests {
         assert_eq!(s.next_sync(t0 + 200 * MS), t0 + 30_100 * MS);
         s.start(t0 + 30_100 * MS);
         s.finished(t0 + 30_200 * MS, Some(SyncKind::Full));
-        assert_eq!(s.next_sync(t0 + 30_200 * MS), t0 + 60_100 * MS);
+        assert_eq!(s.next_sync(t0 + 30_200 * MS), t0 + 60_200 * MS);
     }
 
     #[test]
@@ -189,7 +197,26 @@ mod tests {
         s.start(t0);
         s.finished(t0 + 100 * MS, None);
         s.retry_soon();
-        assert_eq!(s.next_sync(t0 + 200 * MS), t0 + 1000 * MS);
+        assert_eq!(s.next_sync(t0 + 200 * MS), t0 + 1100 * MS);
+    }
+
+    /// kubernetes#138073 saw kube-proxy's older runner start the next sync as soon as a sync
+    /// longer than `minSyncPeriod` ended (it counted from the start). Since 1.34 the period
+    /// counts from the end, and so does kubenft's: a node busy with long syncs still rests.
+    #[test]
+    fn a_sync_longer_than_the_minimum_period_is_still_followed_by_the_whole_period() {
+        let (mut s, t0) = schedule();
+        s.start(t0);
+        s.changed(); // during the sync
+        s.finished(t0 + 2500 * MS, Some(SyncKind::Full));
+        assert_eq!(s.next_sync(t0 + 2500 * MS), t0 + 3500 * MS);
+        s.start(t0 + 3500 * MS);
+        s.finished(t0 + 3600 * MS, Some(SyncKind::Partial));
+        assert_eq!(
+            s.next_sync(t0 + 3600 * MS),
+            t0 + 33_600 * MS,
+            "without changes, sync_period after the end too"
+        );
     }
 
     #[test]
