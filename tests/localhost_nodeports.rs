@@ -190,9 +190,24 @@ fn loopback_node_ports_are_refused_rejected_or_proxied_as_kube_proxy_1_37_does()
     });
     assert!(metrics.contains("kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total{ip_family=\"IPv4\"} 0"));
 
-    // An endpoint change is followed.
+    // An endpoint change is followed; the sync that programs it also reads the reject rules'
+    // counters: the UDP datagrams rejected above are in the metric, and so are the TCP
+    // connections rejected under the previous daemon (the rules, and their counters, stayed).
     api.apply(slice("web", &[2]));
     wait_served_by(&topo, LOOPBACK_NODEPORT, "pod-2");
+    eventually(Duration::from_secs(10), "rejected UDP counted", || {
+        let (_, page) = http_get(&topo.node, addr("127.0.0.1:10249"), "/metrics")?;
+        let name = "kubeproxy_nftables_localhost_nodeport_rejected_packets_total";
+        let udp = metric(
+            &page,
+            &format!("{name}{{ip_family=\"IPv4\",protocol=\"UDP\"}}"),
+        )?;
+        let tcp = metric(
+            &page,
+            &format!("{name}{{ip_family=\"IPv4\",protocol=\"TCP\"}}"),
+        )?;
+        (udp >= 1.0 && tcp >= 1.0).then_some(())
+    });
 
     // A restart serves again (the listener is the process's; the rules stay in the kernel).
     let mut daemon = daemon;

@@ -101,6 +101,11 @@ const NFTABLES_MODE: &[(&str, &str, &[&str])] = &[
         "counter",
         &["ip_family"],
     ),
+    (
+        "kubeproxy_nftables_localhost_nodeport_rejected_packets_total",
+        "counter",
+        &["ip_family", "protocol"],
+    ),
 ];
 
 /// kube-proxy metrics of other modes, and why kubenft does not serve them.

@@ -19,6 +19,7 @@
 pub mod after_sync;
 mod events;
 pub mod full_sync;
+mod localhost_nodeports;
 mod memory;
 mod sources;
 mod sync_loop;

@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 use super::after_sync::AfterSyncFacts;
 use super::events::{Occurrence, Recorder};
 use super::full_sync;
+use super::localhost_nodeports::LocalhostNodePorts;
 use super::lock;
 use super::memory::release_freed_memory;
 use crate::cluster::{LiveState, ServiceRef};
@@ -27,8 +28,8 @@ use crate::conntrack;
 use crate::metrics::{self, Metrics, SyncResult};
 use crate::nft::kernel::Nftables;
 use crate::node_inputs::{add_local_addresses, log_nodeport_fallbacks, nodeport_fallbacks};
-use crate::proxier::{IpFamily, Planner, ProxyConfig, families, localhost_listeners};
-use crate::serve::{HealthCheckServers, HealthState, LocalhostProxy};
+use crate::proxier::{IpFamily, Planner, ProxyConfig, families};
+use crate::serve::{HealthCheckServers, HealthState};
 use crate::source::store::ClusterStore;
 use crate::sync::{Schedule, SyncKind, SyncReport, Syncer};
 use crate::takeover::watch::Say;
@@ -85,7 +86,7 @@ pub(super) struct SyncLoop {
     health: HealthState,
     health_checks: HealthCheckServers,
     /// Loopback NodePorts (KubeProxyNFTablesLocalhostNodePorts).
-    localhost_proxy: LocalhostProxy,
+    localhost_nodeports: LocalhostNodePorts,
     store: Arc<Mutex<ClusterStore>>,
     /// UDP services and local endpoints as of the last successful sync.
     after_sync: AfterSyncFacts,
@@ -137,7 +138,7 @@ impl SyncLoop {
             schedule: Schedule::new(settings.periods),
             health: health.clone(),
             health_checks: HealthCheckServers::new(Vec::new(), health),
-            localhost_proxy: LocalhostProxy::new(metrics.clone()),
+            localhost_nodeports: LocalhostNodePorts::new(metrics.clone()),
             metrics,
             store,
             after_sync,
@@ -392,9 +393,7 @@ impl SyncLoop {
                 .set_no_local_endpoints(family, internal, external);
         }
         let state = &self.live.state;
-        if proxy.localhost_nodeports {
-            self.localhost_proxy.sync(localhost_listeners(state, proxy));
-        }
+        self.localhost_nodeports.after_sync(state, proxy);
         self.health_checks.set_addresses(
             proxy.health_check_addresses(&families(state, proxy), state.node.as_ref()),
         );

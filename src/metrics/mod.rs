@@ -41,6 +41,9 @@ impl SyncResult {
     }
 }
 
+/// The `protocol` label values of the loopback NodePort rejections, as Services spell them.
+pub(crate) const LOCALHOST_REJECT_PROTOCOLS: [&str; 3] = ["TCP", "UDP", "SCTP"];
+
 /// kube-proxy's `ip_family` label values, in the order of the per-family arrays.
 pub(crate) const IP_FAMILIES: [&str; 2] = ["IPv4", "IPv6"];
 
@@ -142,6 +145,8 @@ struct Registry {
     /// The userspace proxy's loopback NodePort listeners, by family as [`IP_FAMILIES`].
     localhost_nodeport_listeners: [AtomicU64; 2],
     localhost_nodeport_listener_failures: [AtomicU64; 2],
+    /// By family, then protocol as [`LOCALHOST_REJECT_PROTOCOLS`].
+    localhost_nodeport_rejected: [[AtomicU64; 3]; 2],
     nodeport_conflicts: AtomicU64,
     /// Indexed as [`FOREIGN_PROXY_KINDS`].
     foreign_proxy_rules: [AtomicU64; 4],
@@ -195,6 +200,7 @@ impl Metrics {
                 conntrack_deleted: Default::default(),
                 localhost_nodeport_listeners: Default::default(),
                 localhost_nodeport_listener_failures: Default::default(),
+                localhost_nodeport_rejected: Default::default(),
                 nodeport_conflicts: AtomicU64::new(0),
                 foreign_proxy_rules: Default::default(),
                 events: Default::default(),
@@ -335,6 +341,22 @@ impl Metrics {
     pub(crate) fn inc_localhost_nodeport_listener_failures(&self, ip_family: &str) {
         if let Some(i) = family_index(ip_family) {
             self.inner.localhost_nodeport_listener_failures[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Sets the loopback NodePort packets of `protocol` (one of [`LOCALHOST_REJECT_PROTOCOLS`])
+    /// rejected in `ip_family`, as the reject rule's counter holds them.
+    pub(crate) fn set_localhost_nodeport_rejected(
+        &self,
+        ip_family: &str,
+        protocol: &str,
+        packets: u64,
+    ) {
+        let p = LOCALHOST_REJECT_PROTOCOLS
+            .iter()
+            .position(|p| *p == protocol);
+        if let (Some(i), Some(p)) = (family_index(ip_family), p) {
+            self.inner.localhost_nodeport_rejected[i][p].store(packets, Ordering::Relaxed);
         }
     }
 

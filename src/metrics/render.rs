@@ -85,6 +85,22 @@ fn per_family_values(out: &mut String, r: &Registry) {
             g.load(Ordering::Relaxed)
         );
     }
+    let name = "kubeproxy_nftables_localhost_nodeport_rejected_packets_total";
+    header(
+        out,
+        name,
+        "counter",
+        "Loopback NodePort packets rejected because no userspace proxy serves them",
+    );
+    for (family, counts) in IP_FAMILIES.iter().zip(&r.localhost_nodeport_rejected) {
+        for (protocol, n) in LOCALHOST_REJECT_PROTOCOLS.iter().zip(counts) {
+            let _ = writeln!(
+                out,
+                "{name}{{ip_family=\"{family}\",protocol=\"{protocol}\"}} {}",
+                n.load(Ordering::Relaxed)
+            );
+        }
+    }
     for (name, help, g) in [
         (
             "kubeproxy_sync_proxy_rules_last_timestamp_seconds",

@@ -41,6 +41,14 @@ pub(crate) const SERVICE_NODEPORTS: &str = "service-nodeports";
 pub(crate) const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
 pub(crate) const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
 pub(crate) const FIREWALL_IPS: &str = "firewall-ips";
+/// The comment of the rule of `LOCALHOST_NODEPORTS_CHECK` that rejects (and counts) `protocol`:
+/// the daemon reads each rule's counter by it for the rejected-packets metric.
+pub(crate) fn localhost_reject_comment(protocol: crate::cluster::Protocol) -> String {
+    format!(
+        "loopback {} NodePorts without a userspace proxy",
+        protocol.as_str()
+    )
+}
 /// `protocol . NodePort` rejected on loopback (see `LOCALHOST_NODEPORTS_CHECK`).
 pub(crate) const LOCALHOST_NODEPORT_REJECTS: &str = "localhost-nodeport-rejects";
 /// Random slot → `address . port`: every endpoint-picking chain owns one block of slots, in

@@ -96,6 +96,17 @@ impl Nftables {
         requests::generation(&mut self.sock)
     }
 
+    /// The packets counted by each rule of one chain that has a `counter`, with the rule's
+    /// comment, in the kernel's order; empty if there is no such chain.
+    pub fn rule_counters(
+        &mut self,
+        family: Family,
+        table: &str,
+        chain: &str,
+    ) -> Result<Vec<(Option<String>, u64)>, DumpError> {
+        super::dump::rule_counters(&mut self.sock, family, table, chain)
+    }
+
     pub fn dump_table(&mut self, family: Family, name: &str) -> Result<Option<Table>, DumpError> {
         self.dump_table_without_elements_of(family, name, &BTreeSet::new())
     }

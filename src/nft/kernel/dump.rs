@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::decode::{self, DecodeError, RawData, RawElem, RawSet};
+use super::decode::{self, DecodeError, Expr, RawData, RawElem, RawSet};
 use super::lift::{LiftError, SetInfo, lift_rule};
 use super::requests;
 use super::sys::*;
@@ -250,6 +250,38 @@ fn read_rules(
         }
     }
     Ok(())
+}
+
+/// The packets counted so far by each rule of `chain` in table `table` that has a `counter`,
+/// with the rule's comment, in the kernel's order; empty if the chain does not exist.
+pub(crate) fn rule_counters(
+    sock: &mut NetlinkSocket,
+    family: Family,
+    table: &str,
+    chain: &str,
+) -> Result<Vec<(Option<String>, u64)>, DumpError> {
+    let mut w = AttrWriter::new();
+    w.string(NFTA_RULE_TABLE, table);
+    w.string(NFTA_RULE_CHAIN, chain);
+    let replies = match requests::dump(sock, "GETRULE", NFT_MSG_GETRULE, nfproto(family), &w.buf) {
+        Ok(replies) => replies,
+        Err(e) if e.errno() == Some(libc::ENOENT) => return Ok(Vec::new()),
+        Err(e) => return Err(DumpError::Rules(e)),
+    };
+    let mut counted = Vec::new();
+    for m in replies {
+        let (_, _, attrs) = m.nfgen().map_err(DumpError::Rules)?;
+        let raw = decode::rule(attrs).map_err(dec("rule"))?;
+        if raw.table != table || raw.chain != chain {
+            continue;
+        }
+        let packets = raw.exprs.iter().find_map(|e| match e {
+            Expr::Counter { packets } => Some(*packets),
+            _ => None,
+        });
+        counted.extend(packets.map(|p| (raw.comment, p)));
+    }
+    Ok(counted)
 }
 
 /// The spelling in which `dump_table` returns `t` once nft (or an encoder producing nft's

@@ -583,7 +583,7 @@ impl Lowerer<'_> {
                     flags: 0,
                 });
             }
-            Stmt::Counter => self.out.exprs.push(Expr::Counter),
+            Stmt::Counter => self.out.exprs.push(Expr::Counter { packets: 0 }),
             Stmt::Verdict(v) => self.out.exprs.push(verdict_imm(v)),
         }
         Ok(())

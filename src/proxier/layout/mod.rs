@@ -19,7 +19,7 @@ use super::config::{DetectLocal, ProxyConfig};
 use super::endpoints::categorize;
 use super::names::*;
 use super::set_sizes;
-use crate::cluster::{ClusterState, Endpoint, ServicePort, TrafficPolicy};
+use crate::cluster::{ClusterState, Endpoint, Protocol, ServicePort, TrafficPolicy};
 use crate::nft::model::*;
 
 pub(crate) use blocks::BlockAllocator;

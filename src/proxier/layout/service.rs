@@ -2,7 +2,6 @@
 
 use super::pick::SlotCounts;
 use super::*;
-use crate::cluster::Protocol;
 
 /// What the parts of one service port's rules share: its endpoints by traffic policy, the
 /// names of its chains, and the values its map elements are made of.

@@ -238,9 +238,12 @@ impl Builder<'_> {
             )
             .with_comment("NodePorts rejected on loopback: no userspace proxy serves them"),
         );
-        self.chain(Chain::new(LOCALHOST_NODEPORTS_CHECK).with_rules(vec![
+        // One rule per protocol, so each protocol's count is its rule's counter.
+        let rules = [Protocol::Tcp, Protocol::Udp, Protocol::Sctp]
+            .map(|protocol| {
                 Rule::new(vec![
                     Stmt::match_eq(f.daddr(), net_value(loopback)),
+                    Stmt::match_eq(Selector::L4Proto, Value::Proto(protocol.number())),
                     Stmt::in_set(
                         vec![Selector::L4Proto, Selector::ThDport],
                         LOCALHOST_NODEPORT_REJECTS,
@@ -248,8 +251,10 @@ impl Builder<'_> {
                     Stmt::Counter,
                     Stmt::Reject(RejectKind::Default),
                 ])
-                .with_comment("loopback NodePorts without a userspace proxy"),
-            ]));
+                .with_comment(localhost_reject_comment(protocol))
+            })
+            .to_vec();
+        self.chain(Chain::new(LOCALHOST_NODEPORTS_CHECK).with_rules(rules));
     }
 
     /// The sets and maps every service shares (the pick chains' own are declared with them).

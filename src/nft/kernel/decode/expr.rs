@@ -74,7 +74,10 @@ pub(crate) enum Expr {
         flags: u32,
         proto_min: Option<u32>,
     },
-    Counter,
+    /// `counter`; `packets` is what the kernel has counted (0 in what we send).
+    Counter {
+        packets: u64,
+    },
     Byteorder {
         sreg: u32,
         dreg: u32,
@@ -176,7 +179,7 @@ impl fmt::Display for Expr {
             ),
             Expr::Nat { kind, flags, .. } => write!(f, "nat type {kind} flags {flags:#x}"),
             Expr::Masq { flags, .. } => write!(f, "masq flags {flags:#x}"),
-            Expr::Counter => write!(f, "counter"),
+            Expr::Counter { .. } => write!(f, "counter"),
             Expr::Byteorder {
                 sreg,
                 dreg,
@@ -413,7 +416,9 @@ fn expr(buf: &[u8]) -> Result<Expr, DecodeError> {
             flags: f.u32(NFTA_MASQ_FLAGS)?.unwrap_or(0),
             proto_min: f.u32(NFTA_MASQ_REG_PROTO_MIN)?,
         },
-        "counter" => Expr::Counter,
+        "counter" => Expr::Counter {
+            packets: f.u64(NFTA_COUNTER_PACKETS)?.unwrap_or(0),
+        },
         "byteorder" => Expr::Byteorder {
             sreg: f.need32("NFTA_BYTEORDER_SREG", NFTA_BYTEORDER_SREG)?,
             dreg: f.need32("NFTA_BYTEORDER_DREG", NFTA_BYTEORDER_DREG)?,

@@ -23,7 +23,7 @@ pub(super) fn expr_attrs(w: &mut AttrWriter, e: &Expr, anon: &BTreeMap<String, u
         Expr::Hash { .. } => "hash",
         Expr::Nat { .. } => "nat",
         Expr::Masq { .. } => "masq",
-        Expr::Counter => "counter",
+        Expr::Counter { .. } => "counter",
         Expr::Byteorder { .. } => "byteorder",
         Expr::Reject { .. } => "reject",
         Expr::Fib { .. } => "fib",
@@ -176,7 +176,7 @@ pub(super) fn expr_attrs(w: &mut AttrWriter, e: &Expr, anon: &BTreeMap<String, u
                 w.be32(NFTA_MASQ_REG_PROTO_MIN, *r);
             }
         }
-        Expr::Counter => {
+        Expr::Counter { .. } => {
             w.be64(NFTA_COUNTER_BYTES, 0).be64(NFTA_COUNTER_PACKETS, 0);
         }
         Expr::Byteorder {

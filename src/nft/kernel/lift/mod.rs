@@ -360,7 +360,7 @@ impl Lifter<'_> {
                 flags,
                 proto_min: None,
             } => self.masquerade(e, *flags),
-            Expr::Counter => {
+            Expr::Counter { .. } => {
                 self.stmts.push(Stmt::Counter);
                 Ok(())
             }
