@@ -47,8 +47,8 @@
 //! [--nodeport-percent 0] [--consistent] [--churn 10000x10] [--churn-rate 500]
 //! [--churn-seconds 60] [--churn-min-sync-period 1s] [--conntrack 1000000]
 //! [--conntrack-scale 10000x10] [--conntrack-idle 300] [--soak 30] [--soak-scale 10000x10]
-//! [--soak-seed N] [--localhost-nodeports] [--takeover] [--no-iptables] [--no-control]
-//! [--no-daemon] [--no-dataplane]`
+//! [--soak-seed N] [--soak-faults api,kill,flush,foreign,conntrack] [--localhost-nodeports]
+//! [--takeover] [--no-iptables] [--no-control] [--no-daemon] [--no-dataplane]`
 
 mod churn;
 mod conntrack;
@@ -107,7 +107,8 @@ const USAGE: &str = "usage: kubenft-bench [--scales 1000x10,10000x10] [--repeats
 [--nodeport-percent 0] [--consistent] [--churn 10000x10] [--churn-rate 500] \
 [--churn-seconds 60] [--churn-min-sync-period 1s] [--conntrack 1000000] \
 [--conntrack-scale 10000x10] [--conntrack-idle 300] [--soak MINUTES] [--soak-scale 10000x10] \
-[--soak-seed N] [--localhost-nodeports] [--takeover] [--no-iptables] [--no-control] \
+[--soak-seed N] [--soak-faults api,kill,flush,foreign,conntrack] \
+[--localhost-nodeports] [--takeover] [--no-iptables] [--no-control] \
 [--no-daemon] [--no-dataplane]";
 const VALUE_OPTIONS: &[&str] = &[
     "--scales",
@@ -127,6 +128,7 @@ const VALUE_OPTIONS: &[&str] = &[
     "--soak",
     "--soak-scale",
     "--soak-seed",
+    "--soak-faults",
 ];
 const FLAGS: &[&str] = &[
     "--consistent",
@@ -212,6 +214,15 @@ fn args() -> Args {
                             .map_or(1, |d| d.as_secs())
                     },
                     |s| s.parse().expect("--soak-seed N"),
+                ),
+                faults: value("--soak-faults").map_or_else(
+                    || soak::schedule::KINDS.to_vec(),
+                    |list| {
+                        soak::schedule::FaultKind::parse_list(&list).unwrap_or_else(|e| {
+                            eprintln!("{e}");
+                            std::process::exit(2);
+                        })
+                    },
                 ),
             }
         }),

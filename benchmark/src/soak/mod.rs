@@ -62,6 +62,8 @@ pub struct Config {
     pub services: usize,
     pub endpoints: usize,
     pub seed: u64,
+    /// The kinds of fault injected (`--soak-faults`; all of them by default).
+    pub faults: Vec<schedule::FaultKind>,
 }
 
 impl Config {
@@ -443,7 +445,7 @@ fn soak(
         .collect();
     churn::wait_answering(&topo.client, &tcp)?;
 
-    let plan = schedule::plan(config.seed, length);
+    let plan = schedule::plan(config.seed, length, &config.faults);
     eprintln!(
         "soak: {services} × {endpoints} for {:.0} s, seed {}; faults:",
         length.as_secs_f64(),

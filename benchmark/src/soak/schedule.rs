@@ -38,6 +38,31 @@ impl FaultKind {
         }
     }
 
+    /// Its name in `--soak-faults`.
+    pub fn flag(self) -> &'static str {
+        match self {
+            FaultKind::ApiRestart => "api",
+            FaultKind::DaemonKill => "kill",
+            FaultKind::Flush => "flush",
+            FaultKind::ForeignTable => "foreign",
+            FaultKind::Conntrack => "conntrack",
+        }
+    }
+
+    /// The kinds `--soak-faults` names (comma-separated `flag`s).
+    pub fn parse_list(list: &str) -> Result<Vec<FaultKind>, String> {
+        list.split(',')
+            .map(str::trim)
+            .filter(|f| !f.is_empty())
+            .map(|f| {
+                KINDS.into_iter().find(|k| k.flag() == f).ok_or_else(|| {
+                    let known: Vec<&str> = KINDS.iter().map(|k| k.flag()).collect();
+                    format!("--soak-faults: {f:?} is not one of {}", known.join(", "))
+                })
+            })
+            .collect()
+    }
+
     /// How long the fault lasts, drawn from this range: the API server's outage, the daemon's
     /// downtime, the foreign table's life.
     fn hold(self) -> (Duration, Duration) {
@@ -90,15 +115,15 @@ pub struct Planned {
 /// slice) inject each fault once, in a shuffled order, one per slot of the run's middle.
 pub const LONG_RUN: Duration = Duration::from_secs(600);
 
-/// The faults of a run of `length`, in time order. Every fault starts at least `tail` before
-/// the end, so its recovery is inside the run.
-pub fn plan(seed: u64, length: Duration) -> Vec<Planned> {
+/// The faults of `kinds` in a run of `length`, in time order. Every fault starts at least
+/// `tail` before the end, so its recovery is inside the run.
+pub fn plan(seed: u64, length: Duration, kinds: &[FaultKind]) -> Vec<Planned> {
     let mut rng = Rng::new(seed);
     let s = Duration::from_secs;
     let mut out = Vec::new();
     if length >= LONG_RUN {
         let last = length - s(90);
-        for kind in KINDS {
+        for &kind in kinds {
             let mut at = rng.between(s(20), s(150));
             while at < last {
                 let (lo, hi) = kind.hold();
@@ -111,13 +136,13 @@ pub fn plan(seed: u64, length: Duration) -> Vec<Planned> {
             }
         }
     } else {
-        let mut kinds = KINDS.to_vec();
+        let mut kinds = kinds.to_vec();
         for i in (1..kinds.len()).rev() {
             kinds.swap(i, rng.next() as usize % (i + 1));
         }
         // The middle of the run: after a short warm-up, before a tail left for recovery.
         let (from, to) = (length / 8, length.saturating_sub(length / 4));
-        let slot = to.saturating_sub(from) / kinds.len() as u32;
+        let slot = to.saturating_sub(from) / kinds.len().max(1) as u32;
         for (i, kind) in kinds.into_iter().enumerate() {
             let (lo, hi) = kind.hold();
             let start = from + slot * i as u32;
@@ -205,9 +230,9 @@ mod tests {
     #[test]
     fn a_long_run_repeats_every_fault_two_to_five_minutes_apart_and_ends_early() {
         let length = S(1800);
-        let p = plan(7, length);
-        assert_eq!(p, plan(7, length), "seeded");
-        assert_ne!(p, plan(8, length));
+        let p = plan(7, length, &KINDS);
+        assert_eq!(p, plan(7, length, &KINDS), "seeded");
+        assert_ne!(p, plan(8, length, &KINDS));
         for kind in KINDS {
             let at: Vec<Duration> = p.iter().filter(|f| f.kind == kind).map(|f| f.at).collect();
             assert!(at.len() >= 5, "{kind:?}: {at:?}");
@@ -222,7 +247,7 @@ mod tests {
 
     #[test]
     fn a_short_run_has_each_fault_once_inside_its_middle() {
-        let p = plan(1, S(120));
+        let p = plan(1, S(120), &KINDS);
         let mut kinds: Vec<FaultKind> = p.iter().map(|f| f.kind).collect();
         kinds.sort();
         assert_eq!(kinds, KINDS.to_vec());
@@ -232,6 +257,22 @@ mod tests {
         );
         let kill = p.iter().find(|f| f.kind == FaultKind::DaemonKill).unwrap();
         assert!(kill.hold >= S(1));
+    }
+
+    #[test]
+    fn faults_can_be_chosen_by_name_and_the_default_plan_is_unchanged() {
+        let chosen = FaultKind::parse_list("api, flush,foreign,conntrack").unwrap();
+        assert!(!chosen.contains(&FaultKind::DaemonKill) && chosen.len() == 4);
+        let p = plan(7, S(1800), &chosen);
+        assert!(p.iter().all(|f| f.kind != FaultKind::DaemonKill), "{p:?}");
+        assert!(
+            FaultKind::parse_list("kill,reboot")
+                .unwrap_err()
+                .contains("\"reboot\"")
+        );
+        // Every kind named is the same schedule as before the option, so a seed reproduces it.
+        let all = FaultKind::parse_list("api,kill,flush,foreign,conntrack").unwrap();
+        assert_eq!(plan(7, S(1800), &all), plan(7, S(1800), &KINDS));
     }
 
     #[test]
