@@ -14,7 +14,10 @@
 //! Feature gates assumed on, as in Kubernetes 1.35: TopologyAwareHints (GA 1.33) and
 //! PreferSameTrafficDistribution (alpha 1.33, beta 1.34, GA 1.35).
 
+use std::borrow::Cow;
+
 use crate::cluster::{Endpoint, ServicePort, TrafficPolicy};
+use crate::family::IpFamily;
 
 /// One service port's endpoints as this node sees them.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -47,6 +50,30 @@ impl Categorized {
         };
         list.as_deref().unwrap_or_default()
     }
+}
+
+/// A port's endpoints of family `fam` as the node reads them: without their node hints when
+/// those do not count (the PreferSameTrafficDistribution gate off, as kube-proxy then ignores
+/// them). Borrowed when nothing differs, which is most ports.
+pub(crate) fn of_family(
+    endpoints: &[Endpoint],
+    fam: IpFamily,
+    use_node_hints: bool,
+) -> Cow<'_, [Endpoint]> {
+    let as_read =
+        |e: &Endpoint| IpFamily::of(&e.ip) == fam && (use_node_hints || e.hint_nodes.is_empty());
+    if endpoints.iter().all(as_read) {
+        return Cow::Borrowed(endpoints);
+    }
+    let mut read: Vec<Endpoint> = endpoints
+        .iter()
+        .filter(|e| IpFamily::of(&e.ip) == fam)
+        .cloned()
+        .collect();
+    if !use_node_hints {
+        read.iter_mut().for_each(|e| e.hint_nodes.clear());
+    }
+    Cow::Owned(read)
 }
 
 /// Which endpoints topology lets this node use.

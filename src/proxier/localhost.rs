@@ -6,9 +6,9 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use super::endpoints::categorize;
+use super::endpoints::{categorize, of_family};
 use super::{IpFamily, ProxyConfig, families};
-use crate::cluster::{ClusterState, Endpoint, Protocol};
+use crate::cluster::{ClusterState, Protocol};
 
 /// One loopback NodePort listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,18 +48,8 @@ pub fn localhost_listeners(state: &ClusterState, config: &ProxyConfig) -> Vec<Lo
             if sp.name.protocol != Protocol::Tcp || !sp.cluster_ips.iter().any(of_fam) {
                 continue;
             }
-            let of_family: Vec<Endpoint> = endpoints
-                .iter()
-                .filter(|e| of_fam(&e.ip))
-                .cloned()
-                .map(|mut e| {
-                    if !config.use_node_hints {
-                        e.hint_nodes.clear();
-                    }
-                    e
-                })
-                .collect();
-            let categorized = categorize(sp, &of_family, &config.hostname, zone);
+            let endpoints = of_family(endpoints, fam, config.use_node_hints);
+            let categorized = categorize(sp, &endpoints, &config.hostname, zone);
             let targets: Vec<SocketAddr> = categorized
                 .external(sp)
                 .iter()

@@ -9,14 +9,13 @@ mod service;
 mod skeleton;
 mod slots;
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
 use ipnet::IpNet;
 
 use super::config::{DetectLocal, ProxyConfig};
-use super::endpoints::categorize;
+use super::endpoints::{categorize, of_family};
 use super::names::*;
 use super::set_sizes;
 use crate::cluster::{ClusterState, Endpoint, Protocol, ServicePort, TrafficPolicy};

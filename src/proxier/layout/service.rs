@@ -60,20 +60,7 @@ impl Builder<'_> {
         if cluster_ips.is_empty() {
             return; // a single-stack service of the other family
         }
-        // As kube-proxy with the PreferSameTrafficDistribution gate off: node hints unread.
-        let hints_unread = !self.config.use_node_hints;
-        let as_read = |e: &Endpoint| f.has(&e.ip) && (e.hint_nodes.is_empty() || !hints_unread);
-        // Copied only when some differ from what is read: of another family, or hinted.
-        let all: Cow<[Endpoint]> = if endpoints.iter().all(as_read) {
-            Cow::Borrowed(endpoints)
-        } else {
-            let mut all: Vec<Endpoint> =
-                endpoints.iter().filter(|e| f.has(&e.ip)).cloned().collect();
-            if hints_unread {
-                all.iter_mut().for_each(|e| e.hint_nodes.clear());
-            }
-            Cow::Owned(all)
-        };
+        let all = of_family(endpoints, f, self.config.use_node_hints);
         let node = self.state.node.as_ref();
         let hostname = self.config.hostname.as_str();
         let eps = categorize(sp, &all, hostname, node.and_then(|n| n.zone.as_deref()));
