@@ -71,20 +71,6 @@ fn histograms(out: &mut String, r: &Registry) {
 
 /// Gauges and counters kube-proxy keeps per family.
 fn per_family_values(out: &mut String, r: &Registry) {
-    let name = "kubeproxy_nftables_localhost_nodeport_listeners";
-    header(
-        out,
-        name,
-        "gauge",
-        "Number of loopback NodePort listeners of the userspace proxy",
-    );
-    for (family, g) in IP_FAMILIES.iter().zip(&r.localhost_nodeport_listeners) {
-        let _ = writeln!(
-            out,
-            "{name}{{ip_family=\"{family}\"}} {}",
-            g.load(Ordering::Relaxed)
-        );
-    }
     let name = "kubeproxy_nftables_localhost_nodeport_rejected_packets_total";
     header(
         out,
@@ -119,29 +105,39 @@ fn per_family_values(out: &mut String, r: &Registry) {
         }
     }
 
-    for (name, help, c) in [
+    for (name, kind, help, c) in [
         (
             "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+            "counter",
             "Cumulative proxy nftables sync failures",
             &r.nftables_sync_failures,
         ),
         (
             "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
+            "counter",
             "Cumulative proxy nftables cleanup failures",
             &r.nftables_cleanup_failures,
         ),
         (
             "kubeproxy_conntrack_reconciler_deleted_entries_total",
+            "counter",
             "Cumulative conntrack flows deleted by conntrack reconciler",
             &r.conntrack_deleted,
         ),
         (
+            "kubeproxy_nftables_localhost_nodeport_listeners",
+            "gauge",
+            "Number of loopback NodePort listeners of the userspace proxy",
+            &r.localhost_nodeport_listeners,
+        ),
+        (
             "kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total",
+            "counter",
             "Cumulative loopback NodePort listeners the userspace proxy could not open",
             &r.localhost_nodeport_listener_failures,
         ),
     ] {
-        header(out, name, "counter", help);
+        header(out, name, kind, help);
         for (family, n) in IP_FAMILIES.iter().zip(c) {
             let _ = writeln!(
                 out,

@@ -16,7 +16,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinHandle;
 
 use crate::metrics::{IP_FAMILIES, Metrics};
-use crate::proxier::LocalhostListener;
+use crate::proxier::{IpFamily, LocalhostListener};
 
 /// How long a connection to an endpoint may take, as upstream's proxy allows.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -166,11 +166,7 @@ impl LocalhostProxy {
 }
 
 fn family_label(address: &SocketAddr) -> &'static str {
-    if address.is_ipv4() {
-        IP_FAMILIES[0]
-    } else {
-        IP_FAMILIES[1]
-    }
+    IpFamily::of(&address.ip()).label()
 }
 
 fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
