@@ -28,24 +28,26 @@ endpoints: {endpoints}"
     .unwrap()
 }
 
+/// The gate on, with `nodePortAddresses` of `primary` and/or CIDRs (keywords other than
+/// `primary` are the config's to expand).
 fn gated(nodeport_addresses: &str) -> ProxyConfig {
-    let mut primary = false;
-    let mut cidrs: Vec<ipnet::IpNet> = Vec::new();
-    for entry in nodeport_addresses.split(',') {
-        match entry {
-            "primary" => primary = true,
-            "localhost" => {
-                cidrs.extend(["127.0.0.0/8", "::1/128"].map(|c| c.parse::<ipnet::IpNet>().unwrap()))
-            }
-            cidr => cidrs.push(cidr.parse().unwrap()),
-        }
-    }
+    let entries: Vec<&str> = nodeport_addresses.split(',').collect();
     ProxyConfig {
         localhost_nodeports: true,
-        nodeport_addresses: NodePortAddresses { primary, cidrs },
+        nodeport_addresses: NodePortAddresses {
+            primary: entries.contains(&"primary"),
+            cidrs: entries
+                .iter()
+                .filter(|e| **e != "primary")
+                .map(|c| c.parse().unwrap())
+                .collect(),
+        },
         ..config()
     }
 }
+
+/// `localhost` as the config expands it.
+const LOOPBACK: &str = "127.0.0.0/8,::1/128";
 
 fn listeners(
     services: &[Service],
@@ -78,7 +80,11 @@ fn rejected(t: &Table) -> Option<Vec<(u8, u16)>> {
 #[test]
 fn a_tcp_node_port_with_endpoints_gets_a_loopback_listener_per_named_family() {
     let web_slice = [slice("web", "IPv4", 8080, TWO_ENDPOINTS)];
-    let got = listeners(&[service(WEB)], &web_slice, &gated("primary,localhost"));
+    let got = listeners(
+        &[service(WEB)],
+        &web_slice,
+        &gated(&format!("primary,{LOOPBACK}")),
+    );
     assert_eq!(
         got,
         vec![LocalhostListener {
@@ -92,7 +98,7 @@ fn a_tcp_node_port_with_endpoints_gets_a_loopback_listener_per_named_family() {
     // Without the gate, or without a loopback range, nothing listens.
     let off = ProxyConfig {
         localhost_nodeports: false,
-        ..gated("primary,localhost")
+        ..gated(&format!("primary,{LOOPBACK}"))
     };
     assert!(listeners(&[service(WEB)], &web_slice, &off).is_empty());
     assert!(listeners(&[service(WEB)], &web_slice, &gated("primary")).is_empty());
@@ -102,7 +108,7 @@ fn a_tcp_node_port_with_endpoints_gets_a_loopback_listener_per_named_family() {
 
 #[test]
 fn no_listener_without_endpoints_or_for_other_protocols() {
-    let config = gated("localhost");
+    let config = gated(LOOPBACK);
     assert!(listeners(&[service(WEB)], &[], &config).is_empty());
     let dns_slice = udp_slice("dns", 5353, TWO_ENDPOINTS);
     assert!(listeners(&[service(DNS)], &[dns_slice], &config).is_empty());
@@ -114,7 +120,7 @@ fn external_traffic_policy_local_proxies_to_local_endpoints_only() {
         "type: NodePort,",
         "type: NodePort, externalTrafficPolicy: Local,",
     );
-    let config = gated("primary,localhost");
+    let config = gated(&format!("primary,{LOOPBACK}"));
     let got = listeners(
         &[service(&local)],
         &[slice("web", "IPv4", 8080, TWO_ENDPOINTS)],
@@ -140,7 +146,7 @@ fn client_ip_affinity_is_carried_to_the_listener() {
     let got = listeners(
         &[service(&sticky)],
         &[slice("web", "IPv4", 8080, TWO_ENDPOINTS)],
-        &gated("localhost"),
+        &gated(LOOPBACK),
     );
     assert_eq!(got[0].affinity, Some(Duration::from_secs(60)));
 }
@@ -159,7 +165,7 @@ fn loopback_node_ports_no_proxy_serves_are_rejected() {
 
     assert_eq!(rejected(&table(&config())), None, "no gate, no set");
     assert_eq!(
-        rejected(&table(&gated("primary,localhost"))),
+        rejected(&table(&gated(&format!("primary,{LOOPBACK}")))),
         Some(vec![(17, 30053)])
     );
     let mut without_loopback = rejected(&table(&gated("primary"))).unwrap();
