@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use kubenft::lab::Topology;
 use kubenft::netns::Netns;
 
-use crate::churn::{echo_until_closed, spawn_daemon};
+use crate::churn::{CONNECTION_TIMEOUT, echo_until_closed, one_connection, spawn_daemon};
 use crate::daemon::{self, ApiServer};
 use crate::dataplane::{Latency, percentiles};
 use crate::pod_server::{Answering, Server};
@@ -174,22 +174,11 @@ fn wait_answering(to: SocketAddr) -> Result<(), String> {
     }
 }
 
-/// One new connection: connect, send a byte, read it back, close.
+/// One new connection (connect, a byte echoed, close), timed.
 fn connect_and_echo(to: SocketAddr) -> Result<Duration, String> {
     let start = Instant::now();
-    let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(2))
-        .map_err(|e| format!("connecting to {to}: {e}"))?;
-    s.set_nodelay(true).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(2)))
-        .map_err(|e| e.to_string())?;
-    echo(&mut s)?;
+    one_connection(to, 7)?;
     Ok(start.elapsed())
-}
-
-fn echo(s: &mut TcpStream) -> Result<(), String> {
-    s.write_all(&[7]).map_err(|e| e.to_string())?;
-    let mut b = [0u8; 1];
-    s.read_exact(&mut b).map_err(|e| e.to_string())
 }
 
 /// New connections per second that `clients` threads complete back to back on each path, in
@@ -230,15 +219,20 @@ fn per_second(paths: &[SocketAddr], clients: usize) -> Vec<f64> {
 
 /// `samples` 1-byte round trips on one connection.
 fn round_trips(to: SocketAddr, samples: usize) -> Result<Latency, String> {
-    let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(2))
+    let mut s = TcpStream::connect_timeout(&to, CONNECTION_TIMEOUT)
         .map_err(|e| format!("connecting to {to}: {e}"))?;
     s.set_nodelay(true).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(2)))
+    s.set_read_timeout(Some(CONNECTION_TIMEOUT))
         .map_err(|e| e.to_string())?;
     let mut times = Vec::with_capacity(samples);
+    let mut b = [7u8];
     for _ in 0..samples {
+        // The socket options are set once, above: `churn::echo` sets them per call, which
+        // would time two more system calls per round trip.
         let start = Instant::now();
-        echo(&mut s)?;
+        s.write_all(&b).map_err(|e| format!("{to}: write: {e}"))?;
+        s.read_exact(&mut b)
+            .map_err(|e| format!("{to}: echo: {e}"))?;
         times.push(start.elapsed());
     }
     Ok(percentiles(times))
