@@ -32,6 +32,11 @@
 //!   KubeProxyNFTablesLocalhostNodePorts gate; new-connection latency, connections per second
 //!   and round trips from the node to the pod directly, to the NodePort on the node IP and to
 //!   it on 127.0.0.1 (the userspace proxy), interleaved;
+//! - issue 44's flowtable fast path (`--flowtable`, `flowtable`): TCP throughput (1 and 8
+//!   streams), CPU per GB and 64-byte round trips, pod → ClusterIP → pod and external →
+//!   NodePort → pod, directly (no rules), through `kubenft sync --once`'s ruleset, and through
+//!   it plus a bench-owned flowtable PROTOTYPE, in rotating turns; a kernel without
+//!   flowtables is reported as such;
 //! - taking over from kube-proxy (`--takeover`, `takeover`): the real `kubenft sync --once
 //!   --manifests` of each cluster on a node holding nothing, and with `--replace-kube-proxy` on
 //!   nodes holding kube-proxy's nftables-mode or iptables-mode rules for it (loaded first,
@@ -48,13 +53,15 @@
 //! [--churn-seconds 60] [--churn-min-sync-period 1s] [--conntrack 1000000]
 //! [--conntrack-scale 10000x10] [--conntrack-idle 300] [--soak 30] [--soak-scale 10000x10]
 //! [--soak-seed N] [--soak-faults api,kill,flush,foreign,conntrack] [--localhost-nodeports]
-//! [--takeover] [--no-iptables] [--no-control] [--no-daemon] [--no-dataplane]`
+//! [--takeover] [--flowtable] [--flowtable-turns 5] [--flowtable-seconds 2] [--no-iptables]
+//! [--no-control] [--no-daemon] [--no-dataplane]`
 
 mod churn;
 mod conntrack;
 mod control;
 mod daemon;
 mod dataplane;
+mod flowtable;
 mod localhost;
 mod pod_server;
 mod report;
@@ -96,6 +103,8 @@ struct Args {
     localhost_nodeports: bool,
     /// With --conntrack: the busy conntrack table run.
     conntrack: Option<conntrack::Config>,
+    /// With --flowtable: issue 44's fast path against kubenft's slow path.
+    flowtable: Option<flowtable::Config>,
 }
 
 fn pair(s: &str) -> (usize, usize) {
@@ -108,7 +117,8 @@ const USAGE: &str = "usage: kubenft-bench [--scales 1000x10,10000x10] [--repeats
 [--churn-seconds 60] [--churn-min-sync-period 1s] [--conntrack 1000000] \
 [--conntrack-scale 10000x10] [--conntrack-idle 300] [--soak MINUTES] [--soak-scale 10000x10] \
 [--soak-seed N] [--soak-faults api,kill,flush,foreign,conntrack] \
-[--localhost-nodeports] [--takeover] [--no-iptables] [--no-control] \
+[--localhost-nodeports] [--takeover] [--flowtable] [--flowtable-turns 5] \
+[--flowtable-seconds 2] [--no-iptables] [--no-control] \
 [--no-daemon] [--no-dataplane]";
 const VALUE_OPTIONS: &[&str] = &[
     "--scales",
@@ -129,11 +139,14 @@ const VALUE_OPTIONS: &[&str] = &[
     "--soak-scale",
     "--soak-seed",
     "--soak-faults",
+    "--flowtable-turns",
+    "--flowtable-seconds",
 ];
 const FLAGS: &[&str] = &[
     "--consistent",
     "--localhost-nodeports",
     "--takeover",
+    "--flowtable",
     "--no-iptables",
     "--no-control",
     "--no-daemon",
@@ -237,6 +250,13 @@ fn args() -> Args {
                 min_sync_period: value("--churn-min-sync-period").unwrap_or_else(|| "1s".into()),
             }
         }),
+        flowtable: flag("--flowtable").then(|| flowtable::Config {
+            turns: value("--flowtable-turns")
+                .map_or(5, |n| n.parse().expect("--flowtable-turns N")),
+            seconds: value("--flowtable-seconds")
+                .map_or(2.0, |s| s.parse().expect("--flowtable-seconds S")),
+            samples: value("--samples").map_or(400, |r| r.parse().expect("--samples N")),
+        }),
         conntrack: value("--conntrack").map(|n| {
             let (services, endpoints) =
                 pair(&value("--conntrack-scale").unwrap_or_else(|| "10000x10".into()));
@@ -263,6 +283,10 @@ fn main() {
         eprintln!("{e}");
         std::process::exit(2);
     }
+    if let Some(Err(e)) = a.flowtable.as_ref().map(flowtable::Config::check) {
+        eprintln!("{e}");
+        std::process::exit(2);
+    }
     if let Some(Err(e)) = a.soak.as_ref().map(soak::Config::check) {
         eprintln!("{e}");
         std::process::exit(2);
@@ -272,12 +296,13 @@ fn main() {
         || a.soak.is_some()
         || a.conntrack.is_some()
         || a.takeover
-        || a.localhost_nodeports)
+        || a.localhost_nodeports
+        || a.flowtable.is_some())
         && let Err(e) = daemon::binary()
     {
         eprintln!(
-            "{e}; or pass --no-daemon (and no --churn, --soak, --conntrack, --takeover or \
-             --localhost-nodeports)"
+            "{e}; or pass --no-daemon (and no --churn, --soak, --conntrack, --takeover, \
+             --localhost-nodeports or --flowtable)"
         );
         std::process::exit(1);
     }
@@ -375,6 +400,18 @@ fn main() {
         eprint!("{}", localhost::table(&run));
         run
     });
+    let flowtable_run = a.flowtable.as_ref().map(|c| {
+        eprintln!(
+            "flowtable fast path (issue 44): {} turns of {} s transfers …",
+            c.turns, c.seconds
+        );
+        let run = flowtable::measure(c).unwrap_or_else(|e| {
+            eprintln!("flowtable: {e}");
+            std::process::exit(1);
+        });
+        eprint!("{}", flowtable::table(&run));
+        run
+    });
     let mut latency_rows = Vec::new();
     if !a.latency_scales.is_empty() {
         eprintln!(
@@ -456,6 +493,13 @@ fn main() {
             results,
             "### Loopback NodePorts\n\n{}\n",
             localhost::table(run)
+        );
+    }
+    if let Some(run) = &flowtable_run {
+        let _ = write!(
+            results,
+            "### Flowtable fast path (issue 44)\n\n{}\n",
+            flowtable::table(run)
         );
     }
     if !latency_rows.is_empty() {
@@ -637,6 +681,22 @@ const METHOD: &str = "\
   translation), so the service's cost over it is the translation alone. All labs of all table
   sizes are built first (one *direct* lab serves every row), then every path of every size
   runs in interleaved batches of 100, so the paths and the sizes share the machine's noise.
+- **Flowtable fast path** (`--flowtable`, issue 44): three copies of the standard test lab,
+  side by side: (a) a node without rules, reached at the pod's address (the ceiling); (b) the
+  node programmed by the real `kubenft sync --once --manifests` with a ClusterIP and a
+  NodePort Service (two ports each: a bulk sink and a 64-byte echo) whose endpoint is the
+  first pod; (c) the same plus a PROTOTYPE of issue 44's opt-in fast path in a table the bench
+  owns (a flowtable on the node's client- and pod-facing veths, `ct state established meta
+  l4proto tcp flow add @ft` in a forward chain), not a kubenft feature. Paths: the second pod
+  to the ClusterIP, the external client to the NodePort on the node's address. Per turn, path
+  and node, the nodes' order rotating each turn: one TCP stream and 8 writing as fast as they
+  can for `--flowtable-seconds` (each receiver confirms the bytes it read; throughput is
+  those bytes over the time to the last confirmation), then `--samples` 64-byte requests on a
+  long-lived connection opened and warmed before the first turn (checked `[OFFLOAD]` in the
+  node's conntrack). CPU per GB is the whole machine's busy time (user + system + irq +
+  softirq of /proc/stat) during the transfer over the bytes: all namespaces share one kernel,
+  so the node's forwarding is not separable from the endpoints' work. Medians of the turns. A
+  kernel refusing the flowtable gets (c) reported as not supported, with the errno.
 - **Spread**: one service whose endpoints are addresses of one pod; each connection is answered
   with the address it reached. χ² against the uniform distribution; a p-value far below 0.01
   would mean numgen is biased.
