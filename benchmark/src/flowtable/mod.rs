@@ -49,7 +49,8 @@ pub struct Config {
 
 impl Config {
     pub fn check(&self) -> Result<(), String> {
-        if self.turns == 0 || !(self.seconds > 0.0) || self.samples == 0 {
+        if self.turns == 0 || !self.seconds.is_finite() || self.seconds <= 0.0 || self.samples == 0
+        {
             return Err("--flowtable-turns, --flowtable-seconds and --samples must be > 0".into());
         }
         Ok(())
