@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use kubenft::conntrack::{self, Frontends, Reading, UdpService};
 use kubenft::netns::{self, Netns};
+use kubenft_nft_testkit::conntrack::{Entry, create, present};
 use kubenft_nft_testkit::inspect::apply_script;
 
 fn can_run() -> bool {
@@ -602,4 +603,52 @@ fn init_only_sets_the_namespaces_conntrack_timeouts_and_exits() {
     assert!(!log.contains("nf_conntrack_max"), "left alone: {log}");
     let host_after: Vec<String> = names.iter().map(|n| netfilter_sysctl(None, n)).collect();
     assert_eq!(host_after, host_before, "the host's values are untouched");
+}
+
+#[test]
+fn tcp_flows_to_a_frontend_that_were_never_dnated_are_deleted_and_no_other() {
+    if !can_run() {
+        return;
+    }
+    let ns = lab("ctNoDnat");
+    let client = |port: u16| sa(&format!("10.2.0.1:{port}"));
+    let web = sa(&format!("{SERVICE4}:80"));
+    let web6 = sa(&format!("[{SERVICE6}]:80"));
+    let endpoint = sa("10.1.0.5:8080");
+    let never_dnated = vec![
+        Entry::tcp_established(client(40_001), web, web, 120),
+        Entry::tcp_established(sa("[fd00:2::1]:40001"), web6, web6, 120),
+    ];
+    let kept = vec![
+        // DNATed to its endpoint, as every flow that began under the rules.
+        Entry::tcp_established(client(40_002), web, endpoint, 3600),
+        // Not DNATed, but to an address no service answers on.
+        Entry::tcp_established(client(40_003), sa("10.96.9.9:80"), sa("10.96.9.9:80"), 3600),
+        // Not DNATed, to the service's address on a port it does not serve.
+        Entry::tcp_established(
+            client(40_004),
+            sa(&format!("{SERVICE4}:81")),
+            sa(&format!("{SERVICE4}:81")),
+            3600,
+        ),
+        // UDP: the reconciler's to judge.
+        Entry::udp(
+            client(40_005),
+            sa(&format!("{SERVICE4}:80")),
+            sa(&format!("{SERVICE4}:80")),
+            3600,
+        ),
+    ];
+    let all: Vec<Entry> = never_dnated.iter().chain(&kept).copied().collect();
+    ns.run(move || create(all)).unwrap().unwrap();
+
+    let frontends: std::collections::HashSet<SocketAddr> = [web, web6].into();
+    let reading = ns
+        .run(move || conntrack::delete_never_dnated(&frontends))
+        .unwrap();
+    assert_eq!(deleted(&reading), 2, "{reading:?}");
+    assert_eq!(reading.examined, [4, 1], "only TCP entries are read");
+    let (gone, stay) = (never_dnated.clone(), kept.clone());
+    assert_eq!(ns.run(move || present(&gone)).unwrap().unwrap(), 0);
+    assert_eq!(ns.run(move || present(&stay)).unwrap().unwrap(), 4);
 }

@@ -120,3 +120,91 @@ fn a_flushed_or_deleted_table_is_repaired_by_the_next_periodic_sync() {
         "and repaired without a failure:\n{log}"
     );
 }
+
+/// One connection from `port` of the client to `to`: the backend's answer line, or why not.
+fn connect_from_port(topo: &kubenft::lab::Topology, port: u16, to: &str) -> Result<String, String> {
+    let to: std::net::SocketAddr = to.parse().unwrap();
+    topo.client
+        .run(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            runtime.block_on(async move {
+                use tokio::io::AsyncBufReadExt;
+                let socket = tokio::net::TcpSocket::new_v4().map_err(|e| e.to_string())?;
+                socket.set_reuseaddr(true).map_err(|e| e.to_string())?;
+                socket
+                    .bind(([0, 0, 0, 0], port).into())
+                    .map_err(|e| format!("bind: {e}"))?;
+                let stream = tokio::time::timeout(Duration::from_secs(1), socket.connect(to))
+                    .await
+                    .map_err(|_| "connect: timed out".to_string())?
+                    .map_err(|e| format!("connect: {e}"))?;
+                let mut line = String::new();
+                tokio::time::timeout(
+                    Duration::from_secs(2),
+                    tokio::io::BufReader::new(stream).read_line(&mut line),
+                )
+                .await
+                .map_err(|_| "read: timed out".to_string())?
+                .map_err(|e| format!("read: {e}"))?;
+                Ok(line)
+            })
+        })
+        .map_err(|e| e.to_string())?
+}
+
+#[test]
+fn a_connection_tried_while_the_table_was_flushed_is_served_after_the_repair() {
+    let Some((topo, api)) = lab("fltCt") else {
+        return;
+    };
+    api.apply(service("web", "10.96.0.10", 80));
+    api.apply(slice("web", &[1]));
+    // Repairs come with the periodic sync: long enough to try a connection in between.
+    let daemon = start_daemon(&topo, &api, &["--sync-period", "4s"]);
+    wait_for_backends(&topo, WEB, &["pod-1"], Duration::from_secs(20));
+    // Another agent's rule keeps conntrack tracking the node's flows while kubenft's table is
+    // empty, as a CNI's does on a real node.
+    topo.node
+        .exec_with_stdin(
+            &["nft", "-f", "-"],
+            "table ip other-agent {\n  chain forward {\n    type filter hook forward priority 10;\n    ct state invalid counter\n  }\n}\n",
+        )
+        .unwrap();
+
+    // Tried while the rules are gone: the SYN leaves the node un-NATed, toward the upstream
+    // router, and conntrack keeps that flow (SYN_SENT, 120 s).
+    const PORT: u16 = 47_001;
+    let mut tried = false;
+    for _ in 0..5 {
+        topo.node
+            .exec(&["nft", "flush", "table", "ip", "kubenft"])
+            .unwrap();
+        if connect_from_port(&topo, PORT, WEB).is_err() {
+            tried = true;
+            break;
+        }
+    }
+    assert!(
+        tried,
+        "no connection attempt fell between a flush and its repair"
+    );
+    wait_for_backends(&topo, WEB, &["pod-1"], Duration::from_secs(15));
+    // The repair's cleanup follows its commit; the rules may answer a moment before.
+    let cleaned = "TCP conntrack entries begun while the rules were missing deleted";
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !daemon.log().contains(cleaned) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // The same client port again, well within that entry's lifetime: DNATed like any other.
+    let answer = connect_from_port(&topo, PORT, WEB);
+    assert!(
+        answer.as_deref().is_ok_and(|a| a.contains("pod-1")),
+        "from the port tried during the flush: {answer:?}\n{}",
+        daemon.log()
+    );
+    assert!(daemon.log().contains(cleaned), "{}", daemon.log());
+}

@@ -11,7 +11,7 @@
 pub(crate) mod reconcile;
 pub(crate) mod tuning;
 
-pub use reconcile::{Frontends, Reading, Reconciler, UdpService, reconcile};
+pub use reconcile::{Frontends, Reading, Reconciler, UdpService, delete_never_dnated, reconcile};
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};

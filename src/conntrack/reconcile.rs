@@ -219,7 +219,7 @@ fn forget<A: Eq + std::hash::Hash, K: Ord>(index: &mut HashMap<A, BTreeSet<K>>, 
 pub struct Reading {
     /// Dump, decisions and deletes (kube-proxy's reconciler duration).
     pub elapsed: Duration,
-    /// UDP entries read: IPv4, IPv6.
+    /// Entries of the protocol read: IPv4, IPv6.
     pub examined: [usize; 2],
     /// Set when the kernel could not filter by protocol (before Linux 5.8) and every entry of
     /// the table was read.
@@ -301,6 +301,39 @@ impl Reconciler {
 /// not read), and the stale ones deleted, each by its id. With nothing to own flows, no table
 /// is read.
 pub fn reconcile<K: Ord>(frontends: &Frontends<K>) -> Reading {
+    read_and_delete(
+        (!frontends.is_empty()).then(|| frontends.families()),
+        RECONCILED,
+        |flow| frontends.stale(flow),
+    )
+}
+
+/// Deletes the TCP entries addressed to one of `frontends` (a TCP service port's ClusterIP,
+/// external IP or load-balancer IP) that were never DNATed: their reply comes from the
+/// frontend itself. Only a flow that began while kubenft's rules were missing (before its
+/// first sync, or between someone flushing its table and the repair) is one, and conntrack
+/// keeps it so: a client that reuses its source port while the entry lives (120 s after an
+/// unanswered SYN) is not DNATed either and is refused at the cluster-IP check. kube-proxy
+/// cleans up UDP only; its rules are not flushed behind its back as often as they are read.
+pub fn delete_never_dnated(frontends: &HashSet<SocketAddr>) -> Reading {
+    let mut families = [false; 2];
+    for frontend in frontends {
+        families[usize::from(frontend.is_ipv6())] = true;
+    }
+    read_and_delete(
+        (!frontends.is_empty()).then_some(families),
+        libc::IPPROTO_TCP as u8,
+        |flow| flow.reply_src == flow.orig_dst && frontends.contains(&flow.orig_dst),
+    )
+}
+
+/// Reads the `proto` entries of the families set in `families` (none: nothing is read) and
+/// deletes those `stale` picks.
+fn read_and_delete(
+    families: Option<[bool; 2]>,
+    proto: u8,
+    stale: impl Fn(&Flow) -> bool,
+) -> Reading {
     let started = Instant::now();
     let mut reading = Reading {
         elapsed: Duration::ZERO,
@@ -309,37 +342,35 @@ pub fn reconcile<K: Ord>(frontends: &Frontends<K>) -> Reading {
         interrupted: false,
         outcome: Ok(Default::default()),
     };
-    if !frontends.is_empty() {
-        reading.outcome = read_and_delete(frontends, &mut reading);
+    if let Some(families) = families {
+        reading.outcome = dump_and_delete(families, proto, &stale, &mut reading);
     }
     reading.elapsed = started.elapsed();
     reading
 }
 
-fn read_and_delete<K: Ord>(
-    frontends: &Frontends<K>,
+fn dump_and_delete(
+    in_use: [bool; 2],
+    proto: u8,
+    stale: &impl Fn(&Flow) -> bool,
     reading: &mut Reading,
 ) -> Result<[DeleteReport; 2], ConntrackError> {
     let mut sock = NetlinkSocket::open().map_err(ConntrackError::Open)?;
-    let in_use = frontends.families();
     let mut reports: [DeleteReport; 2] = Default::default();
-    let mut stale: [Vec<Entry>; 2] = Default::default();
+    let mut picked: [Vec<Entry>; 2] = Default::default();
     let examined = &mut reading.examined;
     let mut keep = |flow: &Flow| {
         let i = usize::from(flow.orig_src.is_ipv6());
         examined[i] += 1;
-        frontends.stale(flow)
+        stale(flow)
     };
     for family in IpFamily::BOTH.into_iter().filter(|f| in_use[f.index()]) {
-        let filtered = DumpScope::Filtered {
-            family,
-            proto: RECONCILED,
-        };
+        let filtered = DumpScope::Filtered { family, proto };
         let undecodable = &mut reports[family.index()].undecodable;
         match dump(&mut sock, filtered, undecodable, &mut keep) {
             Ok(dumped) => {
                 reading.interrupted |= dumped.interrupted;
-                stale[family.index()] = dumped.entries;
+                picked[family.index()] = dumped.entries;
             }
             Err(ConntrackError::Dump(e))
                 if matches!(e.errno(), Some(libc::EOPNOTSUPP | libc::EINVAL)) =>
@@ -347,7 +378,7 @@ fn read_and_delete<K: Ord>(
                 tracing::debug!(error = %e, "the kernel cannot filter conntrack dumps; filtering here");
                 reading.unfiltered = true;
                 let dumped = dump(&mut sock, DumpScope::All, undecodable, |flow| {
-                    flow.proto == RECONCILED
+                    flow.proto == proto
                         && in_use[usize::from(flow.orig_src.is_ipv6())]
                         && keep(flow)
                 })?;
@@ -356,13 +387,13 @@ fn read_and_delete<K: Ord>(
                     .entries
                     .into_iter()
                     .partition(|e| e.flow.orig_src.is_ipv6());
-                stale = [v4, v6];
+                picked = [v4, v6];
                 break;
             }
             Err(e) => return Err(e),
         }
     }
-    for (entries, report) in stale.iter().zip(&mut reports) {
+    for (entries, report) in picked.iter().zip(&mut reports) {
         delete_entries(&mut sock, entries, report)?;
     }
     Ok(reports)

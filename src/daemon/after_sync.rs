@@ -6,7 +6,7 @@
 //! that service only: at 10,000 services, deriving everything again took longer than the sync.
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::SocketAddr;
 
 use crate::cluster::{
@@ -221,6 +221,24 @@ fn local_facts(sp: &ServicePort, all: &[Endpoint], hostname: &str) -> Option<Loc
             (port, name, local)
         }),
     })
+}
+
+/// The addresses TCP service ports answer on (ClusterIPs, external IPs and load-balancer IPs,
+/// each with the service port): where a flow that was never DNATed can only have begun while
+/// the rules were missing ([`crate::conntrack::delete_never_dnated`]).
+pub fn tcp_frontends(state: &ClusterState) -> HashSet<SocketAddr> {
+    state
+        .services
+        .values()
+        .filter(|sp| sp.name.protocol == Protocol::Tcp)
+        .flat_map(|sp| {
+            sp.cluster_ips
+                .iter()
+                .chain(&sp.external_ips)
+                .chain(&sp.load_balancer_ips)
+                .map(|ip| SocketAddr::new(*ip, sp.port))
+        })
+        .collect()
 }
 
 /// The UDP frontends of `state`: what [`AfterSyncFacts::frontends`] keeps, derived from scratch.

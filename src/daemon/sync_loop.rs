@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::Node;
 use tokio::sync::Notify;
 
-use super::after_sync::AfterSyncFacts;
+use super::after_sync::{AfterSyncFacts, tcp_frontends};
 use super::events::{Occurrence, Recorder};
 use super::full_sync;
 use super::localhost_nodeports::LocalhostNodePorts;
@@ -462,8 +462,37 @@ impl SyncLoop {
                 ),
             }
         }
+        if rules_repaired {
+            self.delete_never_dnated(&mut work);
+        }
         work.seconds = started.elapsed().as_secs_f64();
         work
+    }
+
+    /// After a sync that (re)wrote rules the kernel lacked: TCP flows that began meanwhile
+    /// were never DNATed, and would keep a client reusing their source port from its service
+    /// until they expire (`conntrack::delete_never_dnated`).
+    fn delete_never_dnated(&mut self, work: &mut ConntrackWork) {
+        let frontends = tcp_frontends(&self.live.state);
+        let r = tokio::task::block_in_place(|| conntrack::delete_never_dnated(&frontends));
+        work.read = true;
+        work.examined += r.examined.iter().sum::<usize>();
+        work.deleted += r.deleted();
+        match &r.outcome {
+            Ok(_) if r.deleted() > 0 => tracing::info!(
+                deleted = r.deleted(),
+                seconds = r.elapsed.as_secs_f64(),
+                "TCP conntrack entries begun while the rules were missing deleted"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                error = %e,
+                "TCP conntrack entries begun while the rules were missing not read; they expire by themselves"
+            ),
+        }
+        for f in r.outcome.iter().flatten().flat_map(|d| &d.failed) {
+            tracing::warn!(flow = %f.flow, error = %f.error, "stale conntrack entry not deleted");
+        }
     }
 
     /// After a full sync: what kube-proxy has on the node, counted in the gauge, each kind of
