@@ -1,6 +1,7 @@
 //! Conntrack, as a service proxy needs it: the [`reconcile`]r that deletes UDP entries which no
-//! longer follow the rules, over ctnetlink in the calling thread's network namespace, and the
-//! node's conntrack sysctls ([`tuning`]).
+//! longer follow the rules, the TCP entries that began while the rules were missing
+//! ([`delete_never_dnated`]), both over ctnetlink in the calling thread's network namespace,
+//! and the node's conntrack sysctls ([`tuning`]).
 //!
 //! UDP has no connection teardown, so a conntrack entry lives as long as packets keep coming.
 //! A DNS client that retries every second against a ClusterIP that had no endpoints (rejected)
