@@ -191,11 +191,7 @@ impl<K: Ord> Frontends<K> {
     /// The families (IPv4, IPv6) that have a frontend, kept or retired: only their flows can
     /// be stale.
     pub(crate) fn families(&self) -> [bool; 2] {
-        let mut families = [false; 2];
-        for frontend in self.by_address.keys().chain(&self.retired) {
-            families[usize::from(frontend.is_ipv6())] = true;
-        }
-        families
+        families_of(self.by_address.keys().chain(&self.retired))
     }
 
     /// After a complete reconciliation: the retired frontends' flows are gone.
@@ -203,6 +199,15 @@ impl<K: Ord> Frontends<K> {
         self.retired.clear();
         self.retired_node_ports.clear();
     }
+}
+
+/// Which families (IPv4, IPv6) `addresses` has.
+fn families_of<'a>(addresses: impl IntoIterator<Item = &'a SocketAddr>) -> [bool; 2] {
+    let mut families = [false; 2];
+    for address in addresses {
+        families[usize::from(address.is_ipv6())] = true;
+    }
+    families
 }
 
 fn forget<A: Eq + std::hash::Hash, K: Ord>(index: &mut HashMap<A, BTreeSet<K>>, at: &A, key: &K) {
@@ -316,12 +321,8 @@ pub fn reconcile<K: Ord>(frontends: &Frontends<K>) -> Reading {
 /// unanswered SYN) is not DNATed either and is refused at the cluster-IP check. kube-proxy
 /// cleans up UDP only; its rules are not flushed behind its back as often as they are read.
 pub fn delete_never_dnated(frontends: &HashSet<SocketAddr>) -> Reading {
-    let mut families = [false; 2];
-    for frontend in frontends {
-        families[usize::from(frontend.is_ipv6())] = true;
-    }
     read_and_delete(
-        (!frontends.is_empty()).then_some(families),
+        (!frontends.is_empty()).then(|| families_of(frontends)),
         libc::IPPROTO_TCP as u8,
         |flow| flow.reply_src == flow.orig_dst && frontends.contains(&flow.orig_dst),
     )

@@ -165,18 +165,22 @@ fn remove_service<V>(
         .collect()
 }
 
+/// Where a service port answers: each ClusterIP, external IP and load-balancer IP with the
+/// service port.
+fn frontends(sp: &ServicePort) -> impl Iterator<Item = SocketAddr> + '_ {
+    sp.cluster_ips
+        .iter()
+        .chain(&sp.external_ips)
+        .chain(&sp.load_balancer_ips)
+        .map(|ip| SocketAddr::new(*ip, sp.port))
+}
+
 /// A UDP service port's frontends and serving endpoints, or None for other protocols.
 fn udp_service(sp: &ServicePort, all: &[Endpoint]) -> Option<UdpService> {
     if sp.name.protocol != Protocol::Udp {
         return None;
     }
-    let frontends = sp
-        .cluster_ips
-        .iter()
-        .chain(&sp.external_ips)
-        .chain(&sp.load_balancer_ips)
-        .map(|ip| SocketAddr::new(*ip, sp.port))
-        .collect();
+    let frontends = frontends(sp).collect();
     let serving = all
         .iter()
         .filter(|e| e.serving)
@@ -231,13 +235,7 @@ pub fn tcp_frontends(state: &ClusterState) -> HashSet<SocketAddr> {
         .services
         .values()
         .filter(|sp| sp.name.protocol == Protocol::Tcp)
-        .flat_map(|sp| {
-            sp.cluster_ips
-                .iter()
-                .chain(&sp.external_ips)
-                .chain(&sp.load_balancer_ips)
-                .map(|ip| SocketAddr::new(*ip, sp.port))
-        })
+        .flat_map(frontends)
         .collect()
 }
 

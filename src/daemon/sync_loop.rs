@@ -474,6 +474,9 @@ impl SyncLoop {
     /// until they expire (`conntrack::delete_never_dnated`).
     fn delete_never_dnated(&mut self, work: &mut ConntrackWork) {
         let frontends = tcp_frontends(&self.live.state);
+        if frontends.is_empty() {
+            return; // nothing to read, and no reading to report
+        }
         let r = tokio::task::block_in_place(|| conntrack::delete_never_dnated(&frontends));
         work.read = true;
         work.examined += r.examined.iter().sum::<usize>();
