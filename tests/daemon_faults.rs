@@ -1,7 +1,8 @@
 //! The daemon against a hostile node: another program squatting on our table name (the kernel
 //! refuses every sync), or flushing and deleting our table behind our back. Refused syncs are
 //! atomic (nothing half-applied in either family), logged and counted, retried, and the first
-//! sync that can succeed restores service; tampering is repaired by the next periodic sync.
+//! sync that can succeed restores service; tampering is repaired by the next sync, brought forward
+//! when our base chains lost rules.
 
 use crate::harness;
 
@@ -119,6 +120,60 @@ fn a_flushed_or_deleted_table_is_repaired_by_the_next_periodic_sync() {
         !log.contains("sync failed"),
         "and repaired without a failure:\n{log}"
     );
+}
+
+#[test]
+fn rules_taken_away_on_an_idle_node_are_repaired_in_seconds_not_at_the_periodic_sync() {
+    let Some((topo, api)) = lab("fltIdle") else {
+        return;
+    };
+    api.apply(service("web", "10.96.0.10", 80));
+    api.apply(slice("web", &[1, 2]));
+    // No periodic sync within the test: only the ruleset watch can repair in time.
+    let daemon = start_daemon(&topo, &api, &["--sync-period", "5m"]);
+    wait_for_backends(&topo, WEB, &["pod-1", "pod-2"], Duration::from_secs(20));
+    let noticed = |log: &str| {
+        log.matches("another program removed kubenft's rules")
+            .count()
+    };
+
+    // A host firewall's reload (`flush ruleset` heads Debian's /etc/nftables.conf).
+    topo.node.exec(&["nft", "flush", "ruleset"]).unwrap();
+    wait_for_backends(&topo, WEB, &["pod-1", "pod-2"], Duration::from_secs(5));
+    assert_eq!(noticed(&daemon.log()), 1, "{}", daemon.log());
+
+    // Another program's table comes and goes: looked at, nothing to repair.
+    let full_syncs = |log: &str| {
+        log.matches("nftables changed since our last commit")
+            .count()
+    };
+    let before = full_syncs(&daemon.log());
+    topo.node
+        .exec(&["nft", "add", "table", "inet", "firewall"])
+        .unwrap();
+    topo.node
+        .exec(&["nft", "delete", "table", "inet", "firewall"])
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let log = daemon.log();
+    assert_eq!(noticed(&log), 1, "{log}");
+    assert_eq!(
+        full_syncs(&log),
+        before,
+        "no sync for another program's table:\n{log}"
+    );
+
+    topo.node
+        .exec(&["nft", "flush", "table", "ip", "kubenft"])
+        .unwrap();
+    wait_for_backends(&topo, WEB, &["pod-1", "pod-2"], Duration::from_secs(5));
+    topo.node
+        .exec(&["nft", "delete", "table", "ip", "kubenft"])
+        .unwrap();
+    wait_for_backends(&topo, WEB, &["pod-1", "pod-2"], Duration::from_secs(5));
+    let log = daemon.log();
+    assert_eq!(noticed(&log), 3, "{log}");
+    assert!(!log.contains("sync failed"), "{log}");
 }
 
 /// One connection from `port` of the client to `to`: the backend's answer line, or why not.

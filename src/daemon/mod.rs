@@ -21,6 +21,7 @@ mod events;
 pub mod full_sync;
 mod localhost_nodeports;
 mod memory;
+mod ruleset_watch;
 mod sources;
 mod sync_loop;
 

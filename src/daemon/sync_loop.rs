@@ -22,6 +22,7 @@ use super::full_sync;
 use super::localhost_nodeports::LocalhostNodePorts;
 use super::lock;
 use super::memory::release_freed_memory;
+use super::ruleset_watch::{self, RulesetWatch};
 use crate::cluster::{LiveState, ServiceRef};
 use crate::config::RunSettings;
 use crate::conntrack;
@@ -76,6 +77,10 @@ pub(super) struct SyncLoop {
     /// Failed syncs since the last successful one.
     failures_in_a_row: u32,
     syncer: Syncer<Nftables>,
+    /// Between syncs: whether another program took our rules away.
+    ruleset_watch: RulesetWatch,
+    /// When `ruleset_watch` looks next.
+    next_ruleset_check: Instant,
     /// What has been said about kube-proxy's rules on the node.
     foreign_proxies: crate::takeover::watch::Watch,
     /// What the last successful sync planned, service by service, so the next one replans and
@@ -132,6 +137,8 @@ impl SyncLoop {
             events,
             failures_in_a_row: 0,
             syncer,
+            ruleset_watch: RulesetWatch::default(),
+            next_ruleset_check: Instant::now(),
             foreign_proxies: crate::takeover::watch::Watch::new(takeover),
             planner: Planner::new(),
             proxy,
@@ -185,6 +192,10 @@ impl SyncLoop {
                     self.queued();
                     continue;
                 }
+                () = tokio::time::sleep_until(self.next_ruleset_check.into()) => {
+                    self.check_ruleset();
+                    continue;
+                }
                 () = tokio::time::sleep_until(convert_at.unwrap_or(at).into()) => {}
             }
             if convert_at.is_some() {
@@ -194,6 +205,19 @@ impl SyncLoop {
             if self.sync_once().await == SyncKind::Full {
                 release_freed_memory();
             }
+        }
+    }
+
+    /// Brings the next sync forward if another program took our rules away since our last
+    /// commit (`ruleset_watch`).
+    fn check_ruleset(&mut self) {
+        self.next_ruleset_check = Instant::now() + ruleset_watch::CHECK_EVERY;
+        if let Some(missing) = self
+            .ruleset_watch
+            .missing_rules(&mut self.syncer, &self.planner)
+        {
+            tracing::warn!(%missing, "another program removed kubenft's rules; repairing them now");
+            self.schedule.changed();
         }
     }
 

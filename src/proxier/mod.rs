@@ -17,7 +17,7 @@ pub(crate) use endpoints::local_endpoints;
 pub use layout::{EndpointBlocks, IpFamily, SlotLayouts};
 pub(crate) use layout::{build_family, families};
 pub use localhost::{LocalhostListener, localhost_listeners};
-pub use plan::{Planner, ServiceRef};
+pub use plan::{PlannedChain, Planner, ServiceRef};
 
 use crate::cluster::ClusterState;
 use crate::nft::model::Table;

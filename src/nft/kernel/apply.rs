@@ -107,6 +107,16 @@ impl Nftables {
         super::dump::rule_counters(&mut self.sock, family, table, chain)
     }
 
+    /// How many rules one chain holds; 0 if there is no such chain.
+    pub fn rule_count(
+        &mut self,
+        family: Family,
+        table: &str,
+        chain: &str,
+    ) -> Result<usize, DumpError> {
+        super::dump::rule_count(&mut self.sock, family, table, chain)
+    }
+
     pub fn dump_table(&mut self, family: Family, name: &str) -> Result<Option<Table>, DumpError> {
         self.dump_table_without_elements_of(family, name, &BTreeSet::new())
     }

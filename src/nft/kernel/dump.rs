@@ -252,6 +252,24 @@ fn read_rules(
     Ok(())
 }
 
+/// How many rules `chain` of table `table` holds; 0 when the chain or the table does not exist.
+pub(crate) fn rule_count(
+    sock: &mut NetlinkSocket,
+    family: Family,
+    table: &str,
+    chain: &str,
+) -> Result<usize, DumpError> {
+    let mut w = AttrWriter::new();
+    w.string(NFTA_RULE_TABLE, table);
+    w.string(NFTA_RULE_CHAIN, chain);
+    match requests::dump(sock, "GETRULE", NFT_MSG_GETRULE, nfproto(family), &w.buf) {
+        // The kernel sends only the rules of that chain.
+        Ok(replies) => Ok(replies.len()),
+        Err(e) if e.errno() == Some(libc::ENOENT) => Ok(0),
+        Err(e) => Err(DumpError::Rules(e)),
+    }
+}
+
 /// The packets counted so far by each rule of `chain` in table `table` that has a `counter`,
 /// with the rule's comment, in the kernel's order; empty if the chain does not exist.
 pub(crate) fn rule_counters(

@@ -61,6 +61,15 @@ impl Context {
     }
 }
 
+/// One planned chain, where it lives and how many rules it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlannedChain<'a> {
+    pub family: Family,
+    pub table: &'a str,
+    pub chain: &'a str,
+    pub rules: usize,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Planner {
     context: Option<Context>,
@@ -125,6 +134,23 @@ impl Planner {
     /// The tables as last planned.
     pub fn tables(&self) -> Vec<Table> {
         self.tables.iter().map(FamilyPlan::table).collect()
+    }
+
+    /// The base chains of the tables as last planned, each with its table and how many rules
+    /// it holds: the chains that hook every other rule into the kernel's paths.
+    pub fn base_chains(&self) -> Vec<PlannedChain<'_>> {
+        self.tables
+            .iter()
+            .flat_map(|t| {
+                let chains = t.skeleton.chains.iter().filter(|c| c.base.is_some());
+                chains.map(|c| PlannedChain {
+                    family: t.head.family,
+                    table: &t.head.name,
+                    chain: &c.name,
+                    rules: c.rules.len(),
+                })
+            })
+            .collect()
     }
 
     /// Plans `state` whole and returns its tables with every set declared but empty: a set's

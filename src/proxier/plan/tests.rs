@@ -198,3 +198,34 @@ fn the_service_cidr_flag_overrides_the_clusters_service_cidrs() {
     let tables = build(&cluster(&["10.96.0.0/16"]), &config());
     assert_eq!(checks(&tables, Family::Ip).len(), 2);
 }
+
+#[test]
+fn the_planned_base_chains_are_those_of_the_planned_tables_with_their_rules() {
+    let mut planner = Planner::new();
+    assert!(planner.base_chains().is_empty(), "nothing planned yet");
+    let tables = planner.plan(&cluster(&["10.96.0.0/16"]), &config());
+    let in_tables: Vec<(Family, String, String, usize)> = tables
+        .iter()
+        .flat_map(|t| {
+            t.chains
+                .values()
+                .filter(|c| c.base.is_some())
+                .map(|c| (t.family, t.name.clone(), c.name.clone(), c.rules.len()))
+        })
+        .collect();
+    let mut planned: Vec<(Family, String, String, usize)> = planner
+        .base_chains()
+        .iter()
+        .map(|c| (c.family, c.table.into(), c.chain.into(), c.rules))
+        .collect();
+    planned.sort();
+    let mut expected = in_tables;
+    expected.sort();
+    assert_eq!(planned, expected);
+    assert_eq!(
+        planned.len(),
+        16,
+        "eight base chains in each family's table"
+    );
+    assert!(planned.iter().all(|c| c.3 > 0), "each jumps somewhere");
+}

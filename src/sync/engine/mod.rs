@@ -166,7 +166,7 @@ impl<K: Kernel> Syncer<K> {
         self.leading.is_some()
     }
 
-    #[cfg(test)]
+    #[cfg(any(test, feature = "daemon"))]
     pub(crate) fn kernel(&mut self) -> &mut K {
         &mut self.kernel
     }
@@ -181,6 +181,13 @@ impl<K: Kernel> Syncer<K> {
     #[cfg(feature = "daemon")]
     pub(crate) fn has_generation(&self) -> bool {
         self.generation.is_some()
+    }
+
+    /// The ruleset generation our last commit (or read) left behind; `None` when something
+    /// failed since, so the next sync reads the kernel anyway.
+    #[cfg(feature = "daemon")]
+    pub(crate) fn generation(&self) -> Option<u32> {
+        self.generation
     }
 
     /// What the kernel holds as far as we know (our last commit, or the last `read_back`).
