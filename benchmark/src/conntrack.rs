@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use kubenft::netns::Netns;
-use kubenft_nft_testkit::conntrack::{Entry, create};
+use kubenft_nft_testkit::conntrack::{Entry, create, timed_dump};
 use kubenft_testkit::Kind;
 
 use crate::daemon::{self, ApiServer, FIRST_SYNC_WAIT, field};
@@ -30,6 +30,11 @@ const CLIENTS: usize = 10;
 const TCP_CHANGES: usize = 5;
 /// Every synthetic entry outlives the run.
 const TIMEOUT: u32 = 4 * 3600;
+/// Dumps timed to measure the kernel's walk of the table alone.
+const WALKS: usize = 3;
+/// No sync for this long after a change's first one: the change is all programmed (the
+/// daemon's `--min-sync-period` is 1 s, a reading at 1,000,000 entries under one).
+const QUIET: Duration = Duration::from_millis(2_500);
 /// How long one sync's log line is waited for.
 const SYNC_WAIT: Duration = Duration::from_secs(120);
 
@@ -63,6 +68,9 @@ pub struct ConntrackRun {
     /// Entries the kernel took, and how long making them took.
     pub created: usize,
     pub fill: Duration,
+    /// Dumps that no entry matched (the kernel walked the whole table and copied nothing),
+    /// each timed: the least any reading of the table costs.
+    pub walks: Vec<Duration>,
     pub rows: Vec<SyncRow>,
     /// UDP flows DNATed to the removed endpoints, and how many of them are left afterwards.
     pub stale_made: usize,
@@ -394,8 +402,9 @@ fn table(entries: usize, udp: &[(SocketAddr, Vec<IpAddr>)]) -> Vec<Entry> {
 }
 
 /// Writes a change through the API and returns the daemon's syncs of it, as it logged them:
-/// changes written back to back may take more than one sync, so the minimum sync period is
-/// waited out and every sync that came is taken.
+/// changes written back to back may take more than one sync (those written during a sync wait
+/// for the next, `--min-sync-period` after its end), so syncs are taken until none comes for
+/// longer than that period and a reading.
 fn change(
     what: &str,
     write: impl FnOnce() -> Result<(), String>,
@@ -404,8 +413,16 @@ fn change(
     let seen = daemon.synced().len();
     let cpu_before = cpu_time(daemon.pid());
     write()?;
-    daemon.wait_synced(seen, SYNC_WAIT)?;
-    std::thread::sleep(Duration::from_millis(1_500));
+    let mut logged = daemon.wait_synced(seen, SYNC_WAIT)?.len();
+    let started = Instant::now();
+    loop {
+        std::thread::sleep(QUIET);
+        let now = daemon.synced().len();
+        if now == logged || started.elapsed() > SYNC_WAIT {
+            break;
+        }
+        logged = now;
+    }
     let lines = daemon.synced();
     let cpu = cpu_time(daemon.pid()).saturating_sub(cpu_before);
     let count = lines.len() - seen;
@@ -500,6 +517,20 @@ fn run(
         ));
     }
 
+    // GRE: a protocol the synthetic table and the daemon's own traffic never use.
+    let walks = ns
+        .run(|| {
+            (0..WALKS)
+                .map(|_| match timed_dump(libc::IPPROTO_GRE as u8) {
+                    Ok((0, took)) => Ok(took),
+                    Ok((n, _)) => Err(format!("{n} GRE entries in the table")),
+                    Err(e) => Err(e),
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(|e| e.to_string())??;
+    eprintln!("conntrack: the kernel's walk alone: {walks:?}");
+
     let mut rows = Vec::new();
 
     for i in 0..TCP_CHANGES {
@@ -559,6 +590,7 @@ fn run(
         endpoints: config.endpoints,
         created: made.created,
         fill,
+        walks,
         rows,
         stale_made: UDP_SERVICES * CLIENTS,
         stale_left,

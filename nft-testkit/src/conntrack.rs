@@ -4,6 +4,7 @@
 //! (global) bounds how many it takes.
 
 use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
 
 use kubenft::netlink::attr::AttrWriter;
 use kubenft::netlink::{NetlinkSocket, NfHeader};
@@ -27,6 +28,9 @@ const CTA_IP_V6_DST: u16 = 4;
 const CTA_PROTO_NUM: u16 = 1;
 const CTA_PROTO_SRC_PORT: u16 = 2;
 const CTA_PROTO_DST_PORT: u16 = 3;
+const CTA_FILTER: u16 = 25;
+const CTA_FILTER_ORIG_FLAGS: u16 = 1;
+const CTA_FILTER_FLAG_CTA_PROTO_NUM: u32 = 1 << 3;
 const CTA_PROTOINFO_TCP: u16 = 1;
 const CTA_PROTOINFO_TCP_STATE: u16 = 1;
 const TCP_CONNTRACK_ESTABLISHED: u8 = 3;
@@ -37,6 +41,7 @@ const IPS_ASSURED: u32 = 1 << 2;
 const IPS_CONFIRMED: u32 = 1 << 3;
 const NLM_F_EXCL: u16 = 0x200;
 const NLM_F_CREATE: u16 = 0x400;
+const NLM_F_DUMP: u16 = 0x300;
 
 /// Entries sent per datagram: the kernel creates them one after another inside the send.
 const PER_DATAGRAM: usize = 200;
@@ -242,4 +247,53 @@ pub fn present(entries: &[Entry]) -> Result<usize, String> {
         }
     }
     Ok(found)
+}
+
+/// Dumps the calling thread's namespace's IPv4 entries of protocol `proto`, selected by the
+/// kernel (`CTA_FILTER`); returns how many came and how long the dump took. The kernel walks
+/// its whole table for any dump, so with a protocol no entry has nothing is copied out and the
+/// time is the walk alone: the least any reading of the table can cost.
+pub fn timed_dump(proto: u8) -> Result<(usize, Duration), String> {
+    let mut sock = NetlinkSocket::open().map_err(|e| e.to_string())?;
+    let mut a = AttrWriter::new();
+    a.nested(CTA_TUPLE_ORIG, |t| {
+        t.nested(CTA_TUPLE_PROTO, |p| {
+            p.u8(CTA_PROTO_NUM, proto);
+        });
+    });
+    // Host byte order: the kernel reads the flags with nla_get_u32.
+    a.nested(CTA_FILTER, |f| {
+        f.bytes(
+            CTA_FILTER_ORIG_FLAGS,
+            &CTA_FILTER_FLAG_CTA_PROTO_NUM.to_ne_bytes(),
+        );
+    });
+    let mut request = Vec::new();
+    let family = libc::AF_INET as u8;
+    NfHeader::request(
+        NFNL_SUBSYS_CTNETLINK,
+        IPCTNL_MSG_CT_GET,
+        NLM_F_DUMP,
+        family,
+        1,
+    )
+    .encode(&a.buf, &mut request);
+    let started = Instant::now();
+    sock.send(&request).map_err(|e| e.to_string())?;
+    let mut entries = 0;
+    loop {
+        for m in sock.recv().map_err(|e| e.to_string())? {
+            if let Some(err) = m.error().map_err(|e| e.to_string())? {
+                return match err.errno {
+                    0 => Ok((entries, started.elapsed())),
+                    errno => Err(format!("conntrack dump: errno {errno}")),
+                };
+            }
+            match m.subsys_msg(NFNL_SUBSYS_CTNETLINK) {
+                Some(IPCTNL_MSG_CT_NEW) => entries += 1,
+                // NLMSG_DONE
+                _ => return Ok((entries, started.elapsed())),
+            }
+        }
+    }
 }
