@@ -291,3 +291,65 @@ fn a_service_with_its_own_chain_moves_to_a_shared_pick_chain_in_one_sync() {
     let (ok, log) = kubenft(&node, &args);
     assert!(ok && log.contains("ops=0"), "{log}");
 }
+
+/// The rule counts the daemon compares with its plan between syncs (`Nftables::rule_count`,
+/// one filtered dump per chain) are what nft lists, and fall to 0 when the table is flushed or
+/// deleted.
+#[test]
+fn each_base_chain_s_rule_count_is_read_as_nft_lists_it_and_falls_to_zero_when_flushed() {
+    if !can_create() {
+        eprintln!("skipped: network namespaces need root");
+        return;
+    }
+    use kubenft::nft::model::Family;
+    let node = Netns::create("soCount").unwrap();
+    let dir = manifests_dir(MANIFESTS);
+    let mut args = vec!["sync", "--once"];
+    args.extend(node_a(dir.path().to_str().unwrap()));
+    let (ok, log) = kubenft(&node, &args);
+    assert!(ok, "{log}");
+
+    let listed = node
+        .exec(&["nft", "-j", "list", "table", "ip", "kubenft"])
+        .unwrap();
+    let listing: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let objects = listing["nftables"].as_array().unwrap();
+    let base_chains: Vec<(String, usize)> = objects
+        .iter()
+        .filter_map(|o| o["chain"].get("hook").and(o["chain"]["name"].as_str()))
+        .map(|chain| {
+            let rules = objects
+                .iter()
+                .filter(|o| o["rule"]["chain"].as_str() == Some(chain))
+                .count();
+            (chain.to_string(), rules)
+        })
+        .collect();
+    assert_eq!(base_chains.len(), 8, "{listing}");
+    assert!(base_chains.iter().all(|(_, rules)| *rules > 0));
+
+    let counts = move || {
+        let mut nft = kubenft::nft::kernel::Nftables::open().unwrap();
+        base_chains
+            .iter()
+            .map(|(chain, listed)| {
+                let read = nft.rule_count(Family::Ip, "kubenft", chain).unwrap();
+                (chain.clone(), *listed, read)
+            })
+            .collect::<Vec<_>>()
+    };
+    let read = node.run(counts.clone()).unwrap();
+    assert!(
+        read.iter().all(|(_, listed, read)| listed == read),
+        "{read:?}"
+    );
+
+    node.exec(&["nft", "flush", "table", "ip", "kubenft"])
+        .unwrap();
+    let read = node.run(counts.clone()).unwrap();
+    assert!(read.iter().all(|(_, _, read)| *read == 0), "{read:?}");
+    node.exec(&["nft", "delete", "table", "ip", "kubenft"])
+        .unwrap();
+    let read = node.run(counts).unwrap();
+    assert!(read.iter().all(|(_, _, read)| *read == 0), "{read:?}");
+}
