@@ -10,7 +10,7 @@ use super::lift::{LiftError, SetInfo, lift_rule};
 use super::requests;
 use super::sys::*;
 use crate::netlink::attr::AttrWriter;
-use crate::netlink::{NetlinkSocket, SocketError};
+use crate::netlink::{Message, NetlinkSocket, SocketError};
 use crate::nft::model::{
     Chain, CmpOp, DataType, Element, Family, MapData, RejectKind, Rule, Selector, Set, Stmt, Table,
     Value,
@@ -259,13 +259,23 @@ pub(crate) fn rule_count(
     table: &str,
     chain: &str,
 ) -> Result<usize, DumpError> {
+    Ok(chain_rule_messages(sock, family, table, chain)?.len())
+}
+
+/// The GETRULE dump of one chain (the kernel sends only that chain's rules); empty when the
+/// chain or the table does not exist.
+fn chain_rule_messages(
+    sock: &mut NetlinkSocket,
+    family: Family,
+    table: &str,
+    chain: &str,
+) -> Result<Vec<Message>, DumpError> {
     let mut w = AttrWriter::new();
     w.string(NFTA_RULE_TABLE, table);
     w.string(NFTA_RULE_CHAIN, chain);
     match requests::dump(sock, "GETRULE", NFT_MSG_GETRULE, nfproto(family), &w.buf) {
-        // The kernel sends only the rules of that chain.
-        Ok(replies) => Ok(replies.len()),
-        Err(e) if e.errno() == Some(libc::ENOENT) => Ok(0),
+        Ok(replies) => Ok(replies),
+        Err(e) if e.errno() == Some(libc::ENOENT) => Ok(Vec::new()),
         Err(e) => Err(DumpError::Rules(e)),
     }
 }
@@ -278,16 +288,8 @@ pub(crate) fn rule_counters(
     table: &str,
     chain: &str,
 ) -> Result<Vec<(Option<String>, u64)>, DumpError> {
-    let mut w = AttrWriter::new();
-    w.string(NFTA_RULE_TABLE, table);
-    w.string(NFTA_RULE_CHAIN, chain);
-    let replies = match requests::dump(sock, "GETRULE", NFT_MSG_GETRULE, nfproto(family), &w.buf) {
-        Ok(replies) => replies,
-        Err(e) if e.errno() == Some(libc::ENOENT) => return Ok(Vec::new()),
-        Err(e) => return Err(DumpError::Rules(e)),
-    };
     let mut counted = Vec::new();
-    for m in replies {
+    for m in chain_rule_messages(sock, family, table, chain)? {
         let (_, _, attrs) = m.nfgen().map_err(DumpError::Rules)?;
         let raw = decode::rule(attrs).map_err(dec("rule"))?;
         if raw.table != table || raw.chain != chain {
