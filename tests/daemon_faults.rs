@@ -217,7 +217,8 @@ fn a_connection_tried_while_the_table_was_flushed_is_served_after_the_repair() {
     };
     api.apply(service("web", "10.96.0.10", 80));
     api.apply(slice("web", &[1]));
-    // Repairs come with the periodic sync: long enough to try a connection in between.
+    // A flush is repaired within about a second (the ruleset watch), or by the periodic sync:
+    // time enough to try a connection in between, and the loop below flushes again if not.
     let daemon = start_daemon(&topo, &api, &["--sync-period", "4s"]);
     wait_for_backends(&topo, WEB, &["pod-1"], Duration::from_secs(20));
     // Another agent's rule keeps conntrack tracking the node's flows while kubenft's table is
